@@ -1,0 +1,34 @@
+"""roformer_jax: Rotary Position Embedding (RoPE) and the RoFormer encoder in JAX/Flax."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="roformer_jax",
+    version="0.1.0",
+    description="RoPE, RoPE-compatible linear attention and the RoFormer encoder in JAX/Flax",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["roformer_jax", "roformer_jax.*"]),
+    python_requires=">=3.10",
+    # Lower bounds are the versions the test suite was run with.
+    install_requires=[
+        "jax>=0.10.2",
+        "flax>=0.12.8",
+        "optax>=0.2.8",
+        "orbax-checkpoint>=0.12.8",
+        "chex>=0.1.92",
+        "numpy>=2.0",
+        "absl-py>=2.1",
+        "ml_collections>=1.1.0",
+        "tokenizers>=0.23",
+        "safetensors>=0.8",
+        "matplotlib>=3.8",
+        "tensorboardX>=2.6",
+    ],
+    extras_require={
+        "test": ["pytest>=8"],
+        # The HuggingFace parity test also needs torch; see .ci/run for the CPU-only install.
+        "hf": ["transformers>=4.40"],
+        "datasets": ["datasets>=2.18"],
+    },
+)

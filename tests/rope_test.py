@@ -1,0 +1,212 @@
+"""Tests for roformer_jax/rope.py."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest, parameterized
+from jax.test_util import check_grads
+
+from roformer_jax import rope
+
+LAYOUTS = [("interleaved", "interleaved"), ("half", "half")]
+
+
+def _numpy_rope(x, positions, *, base, layout):
+    """numpy rotation in x87 long double (64-bit mantissa), rounded to float64 at the end."""
+    x = np.asarray(x, np.longdouble)
+    dim = x.shape[-1]
+    theta = np.longdouble(base) ** (-np.arange(0, dim, 2, dtype=np.longdouble) / dim)
+    angles = np.asarray(positions, np.longdouble)[:, None] * theta  # [L, H/2]
+    cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]  # [L, 1, H/2]
+    if layout == "interleaved":
+        a, b = x[..., 0::2], x[..., 1::2]
+    else:
+        a, b = x[..., : dim // 2], x[..., dim // 2 :]
+    out_a, out_b = a * cos - b * sin, b * cos + a * sin
+    if layout == "interleaved":
+        return np.stack([out_a, out_b], -1).reshape(x.shape).astype(np.float64)
+    return np.concatenate([out_a, out_b], -1).astype(np.float64)
+
+
+class RopeTest(parameterized.TestCase):
+    def setUp(self):
+        super().setUp()
+        keys = jax.random.split(jax.random.key(0), 2)
+        self.q = jax.random.normal(keys[0], (2, 12, 3, 16))  # [B, L, N, H]
+        self.k = jax.random.normal(keys[1], (2, 12, 3, 16))
+        self.positions = jnp.arange(12)
+
+    def test_frequencies(self):
+        theta = rope.rope_frequencies(8, base=500000.0)
+        chex.assert_trees_all_close(theta, 500000.0 ** -(np.arange(0, 8, 2) / 8), rtol=1e-7)
+
+    @parameterized.parameters("interleaved", "half")
+    def test_position_zero_is_identity(self, layout):
+        out = rope.apply_rope(self.q, jnp.zeros(12, jnp.int32), layout=layout)
+        chex.assert_trees_all_equal(out, self.q)
+
+    @parameterized.parameters("interleaved", "half")
+    def test_preserves_norms(self, layout):
+        out = rope.apply_rope(self.q, self.positions * 997, layout=layout)
+        chex.assert_trees_all_close(
+            jnp.linalg.norm(out, axis=-1), jnp.linalg.norm(self.q, axis=-1), rtol=1e-5
+        )
+
+    @parameterized.product(layout=rope.LAYOUTS, rotary_dim=[None, 8], base=[10000.0, 500000.0])
+    def test_scores_depend_only_on_relative_position(self, layout, rotary_dim, base):
+        shift = int(jax.random.randint(jax.random.key(1), (), 1, 100_000))
+        kw = dict(layout=layout, rotary_dim=rotary_dim, base=base)
+
+        def scores(positions):
+            q = rope.apply_rope(self.q, positions, **kw)
+            k = rope.apply_rope(self.k, positions, **kw)
+            return jnp.einsum("BLNH,BMNH->BNLM", q, k)
+
+        chex.assert_trees_all_close(
+            scores(self.positions), scores(self.positions + shift), atol=2e-5
+        )
+
+    @parameterized.product(
+        layout=rope.LAYOUTS, rotary_dim=[None, 4, 16], batched_positions=[False, True]
+    )
+    def test_efficient_equals_dense_and_complex_float32(
+        self, layout, rotary_dim, batched_positions
+    ):
+        positions = jnp.array([3, 0, 7, 100, 5000, -4, 12, 13, 14, 9, 70000, 2])
+        if batched_positions:
+            positions = jnp.stack([positions, positions[::-1] + 11])
+        kw = dict(layout=layout, rotary_dim=rotary_dim)
+        out = rope.apply_rope(self.q, positions, **kw)
+        chex.assert_trees_all_close(
+            out, rope.apply_rope_dense(self.q, positions, **kw), atol=1e-5, rtol=0
+        )
+        chex.assert_trees_all_close(
+            out, rope.apply_rope_complex(self.q, positions, **kw), atol=1e-5, rtol=0
+        )
+
+    @parameterized.parameters("interleaved", "half")
+    def test_efficient_equals_dense_and_complex_float64(self, layout):
+        with jax.enable_x64(True):
+            q = jnp.asarray(np.asarray(self.q), jnp.float64)
+            positions = jnp.array([3, 0, 7, 100, 5000, -4, 12, 13, 14, 9, 70000, 2])
+            out = rope.apply_rope(q, positions, layout=layout)
+            self.assertEqual(out.dtype, jnp.float64)
+            for reference in (rope.apply_rope_dense, rope.apply_rope_complex):
+                chex.assert_trees_all_close(
+                    out, reference(q, positions, layout=layout), atol=1e-12, rtol=0
+                )
+            expected = _numpy_rope(q, positions, base=10000.0, layout=layout)
+            chex.assert_trees_all_close(np.asarray(out), expected, atol=1e-12, rtol=0)
+
+    def test_features_past_rotary_dim_pass_through(self):
+        out = rope.apply_rope(self.q, self.positions + 5, rotary_dim=6)
+        chex.assert_trees_all_equal(out[..., 6:], self.q[..., 6:])
+        self.assertGreater(float(jnp.abs(out[..., :6] - self.q[..., :6]).max()), 0.1)
+
+    def test_layout_without_heads_axis(self):
+        x = self.q[:, :, 0, :]  # [B, L, H]
+        chex.assert_trees_all_close(
+            rope.apply_rope(x, self.positions, seq_axis=-2),
+            rope.apply_rope(self.q, self.positions)[:, :, 0, :],
+        )
+
+    @parameterized.product(src=rope.LAYOUTS, dst=rope.LAYOUTS, rotary_dim=[None, 8])
+    def test_weight_conversion_keeps_scores(self, src, dst, rotary_dim):
+        heads, head_dim, width = 2, 16, 10
+        keys = jax.random.split(jax.random.key(3), 5)
+        hidden = jax.random.normal(keys[0], (1, 9, width))  # [B, L, D]
+        wq, wk = (jax.random.normal(k, (width, heads * head_dim)) for k in keys[1:3])
+        bq, bk = (jax.random.normal(k, (heads * head_dim,)) for k in keys[3:5])
+        positions = jnp.arange(9) * 3 + 2
+
+        def scores(wq, bq, wk, bk, layout):
+            def project(w, b):
+                x = (hidden @ w + b).reshape(1, 9, heads, head_dim)
+                return rope.apply_rope(x, positions, layout=layout, rotary_dim=rotary_dim)
+
+            return jnp.einsum("BLNH,BMNH->BNLM", project(wq, bq), project(wk, bk))
+
+        kw = dict(head_dim=head_dim, src=src, dst=dst, rotary_dim=rotary_dim)
+        converted = [rope.convert_qk_layout(w, **kw) for w in (wq, bq, wk, bk)]
+        chex.assert_trees_all_close(
+            scores(*converted, dst), scores(wq, bq, wk, bk, src), atol=1e-4, rtol=1e-5
+        )
+        back = rope.convert_qk_layout(converted[0], **{**kw, "src": dst, "dst": src})
+        chex.assert_trees_all_equal(back, wq)
+
+    @parameterized.parameters("interleaved", "half")
+    def test_bfloat16_in_bfloat16_out(self, layout):
+        x = self.q.astype(jnp.bfloat16)
+        out = rope.apply_rope(x, self.positions + 1000, layout=layout)
+        chex.assert_type(out, jnp.bfloat16)
+        reference = rope.apply_rope(self.q, self.positions + 1000, layout=layout)
+        chex.assert_trees_all_close(out.astype(jnp.float32), reference, atol=0.05)
+
+    @parameterized.parameters(10**5, 10**6, 10**9)
+    def test_far_positions_match_float64(self, centre):
+        # A plain float32 product m·θ is off by ~0.03 rad at m = 10^6; the exact phase reduction
+        # keeps the error at the float32 rounding of the output.
+        positions = np.arange(centre - 6, centre + 6)
+        out = rope.apply_rope(self.q, jnp.asarray(positions, jnp.int32))
+        expected = _numpy_rope(self.q, positions, base=10000.0, layout="interleaved")
+        error = np.abs(np.asarray(out, np.float64) - expected).max()
+        self.assertLess(error, 4e-6, f"max abs error {error:.2e} at positions near {centre}")
+
+    def test_negative_positions_invert_positive(self):
+        forward = rope.apply_rope(self.q, self.positions + 12345)
+        back = rope.apply_rope(forward, -(self.positions + 12345))
+        chex.assert_trees_all_close(back, self.q, atol=1e-5)
+
+    def test_floating_positions(self):
+        chex.assert_trees_all_close(
+            rope.apply_rope(self.q, self.positions.astype(jnp.float32) + 0.0),
+            rope.apply_rope(self.q, self.positions),
+            atol=1e-5,
+        )
+
+    @parameterized.parameters("interleaved", "half")
+    def test_jit_equals_no_jit(self, layout):
+        fn = lambda x, p: rope.apply_rope(x, p, layout=layout, rotary_dim=8)  # noqa: E731
+        chex.assert_trees_all_close(
+            jax.jit(fn)(self.q, self.positions + 77), fn(self.q, self.positions + 77), atol=1e-6
+        )
+
+    @parameterized.parameters("interleaved", "half")
+    def test_gradients(self, layout):
+        q = self.q[:1, :4]
+        check_grads(
+            lambda x: rope.apply_rope(x, jnp.arange(4) + 3, layout=layout),
+            (q,),
+            order=2,
+            modes=["fwd", "rev"],
+            atol=1e-2,
+            rtol=1e-2,
+        )
+
+    def test_long_range_decay_reference_values(self):
+        values = rope.long_range_decay([0, 1, 16, 64, 256], dim=128)
+        np.testing.assert_allclose(values, [32.5, 31.538, 15.775, 10.090, 6.543], atol=6e-4)
+
+    @parameterized.named_parameters(
+        ("odd_head_dim", (2, 4, 1, 7), {}, "head dim 7"),
+        ("odd_rotary_dim", (2, 4, 1, 8), {"rotary_dim": 5}, "rotary dim 5"),
+        (
+            "rotary_dim_too_big",
+            (2, 4, 1, 8),
+            {"rotary_dim": 10},
+            "rotary dim 10 exceeds head dim 8",
+        ),
+        ("bad_layout", (2, 4, 1, 8), {"layout": "pairs"}, "layout 'pairs'"),
+    )
+    def test_bad_input(self, shape, kwargs, message):
+        with self.assertRaisesRegex(ValueError, message):
+            rope.apply_rope(jnp.zeros(shape), jnp.arange(4), **kwargs)
+
+    def test_positions_length_mismatch(self):
+        with self.assertRaisesRegex(ValueError, r"positions of shape \(5,\).*length 12"):
+            rope.apply_rope(self.q, jnp.arange(5))
+
+
+if __name__ == "__main__":
+    absltest.main()
