@@ -1,0 +1,410 @@
+"""The train/valid split, cached token ids, packing and the MLM batch iterator.
+
+    corpus = load_corpus(DataConfig(source="builtin"), cache_dir="workdir/data")
+    batches = corpus.train_batches(batch_size=32, seed=0, start_step=step)
+    valid = corpus.valid_batches(seq_len=512, batch_size=32)
+
+Sources (`DataConfig.source`, read by roformer_jax/corpora.py): "builtin" (the Python standard
+library's docstrings and help topics: real prose present wherever Python is, no download), a
+file, directory or glob of UTF-8 text, or "hf:<name>[:<config>]" (HuggingFace `datasets`).
+
+Pipeline, run once per cache key (source, files' sizes and times, tokenizer settings):
+documents → train/valid split by a hash of each document (so duplicates land on the same side)
+→ tokenizer trained on the train split → token ids with one [SEP] after every document, saved
+as .npy under `cache_dir` and memory-mapped on later runs. Training sequences are windows of
+seq_len - 2 tokens of that stream wrapped as [CLS] ... [SEP]: full, no padding, documents
+packed across boundaries; each epoch shuffles the windows and shifts them by a random offset.
+
+Shapes: B batch (this host's share), L sequence length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import os
+import queue
+import sys
+import sysconfig
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+
+import jax
+import numpy as np
+
+from roformer_jax import corpora, masking
+from roformer_jax.tokenizer import (
+    ByteTokenizer,
+    WordPieceTokenizer,
+    load_tokenizer,
+    train_wordpiece,
+)
+
+_CACHE_FORMAT = 1  # bump when the cached bytes would change for the same inputs
+_ORDER, _MASK, _VALID = 0, 1, 2  # seed domains: window order, train masks, valid masks
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """What to read and how to turn it into MLM batches.
+
+    Attributes:
+      source: "builtin", a file/directory/glob, or "hf:<name>[:<config>]" (see module doc).
+      seq_len: training sequence length, [CLS] and [SEP] included.
+      tokenizer: "wordpiece" (trained here), "bytes", or a path to a BERT vocab.txt.
+      vocab_size: WordPiece vocabulary size to train (a small corpus may give fewer).
+      valid_fraction: share of documents held out for validation.
+      valid_lengths: extra lengths to evaluate at besides seq_len (length extrapolation).
+      mask_prob: share of real tokens chosen as MLM targets.
+      whole_word: choose whole words rather than WordPiece pieces.
+      doc_separator: "line" (one document per line) or "blank" (blank-line separated).
+      max_chars: read at most this many characters (a quick run on part of a corpus).
+    """
+
+    source: str = "builtin"
+    seq_len: int = 128
+    tokenizer: str = "wordpiece"
+    vocab_size: int = 8192
+    valid_fraction: float = 0.05
+    valid_lengths: tuple[int, ...] = ()
+    mask_prob: float = 0.15
+    whole_word: bool = False
+    doc_separator: str = "line"
+    max_chars: int | None = None
+
+    def __post_init__(self):
+        if not self.source:
+            raise ValueError("source is empty; use 'builtin', a path, or 'hf:<name>'")
+        for length in (self.seq_len, *self.valid_lengths):
+            if length < 3:
+                raise ValueError(f"sequence length {length} < 3 leaves no room for [CLS] x [SEP]")
+        if not self.tokenizer:
+            raise ValueError("tokenizer is empty; use 'wordpiece', 'bytes' or a vocab.txt path")
+        if self.vocab_size <= 5:
+            raise ValueError(f"vocab_size {self.vocab_size} leaves no room beside 5 specials")
+        if not 0.0 <= self.valid_fraction < 1.0:
+            raise ValueError(f"valid_fraction {self.valid_fraction} is outside [0, 1)")
+        if not 0.0 < self.mask_prob <= 1.0:
+            raise ValueError(f"mask_prob {self.mask_prob} is outside (0, 1]")
+        if self.doc_separator not in ("line", "blank"):
+            raise ValueError(f"doc_separator {self.doc_separator!r} is not 'line' or 'blank'")
+        if self.max_chars is not None and self.max_chars <= 0:
+            raise ValueError(f"max_chars {self.max_chars} must be positive (or None for all)")
+
+
+def _is_valid_doc(doc: str, fraction: float) -> bool:
+    digest = hashlib.blake2b(doc.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") < fraction * 2**64
+
+
+# ---------------------------------------------------------------- building and caching
+
+
+def load_corpus(cfg: DataConfig, cache_dir: str) -> Corpus:
+    """Reads, splits and tokenizes `cfg.source` once; later calls memory-map the cache.
+
+    The cache lives in `cache_dir/corpus-<key>/` (tokenizer/, train.npy, valid.npy, meta.json);
+    the key covers the source (and its files' sizes and modification times), the Python
+    version for "builtin", max_chars, doc_separator, valid_fraction and the tokenizer settings,
+    so editing any of them rebuilds it. seq_len and masking settings are applied on the fly.
+    """
+    files = corpora.resolve_files(cfg.source)
+    if cfg.tokenizer not in ("wordpiece", "bytes") and not os.path.exists(cfg.tokenizer):
+        raise FileNotFoundError(
+            f"tokenizer {cfg.tokenizer!r} is neither 'wordpiece', 'bytes' nor an existing vocab.txt"
+        )
+    key, identity = _cache_key(cfg, files)
+    path = os.path.join(cache_dir, f"corpus-{key}")
+    if not os.path.isfile(os.path.join(path, "meta.json")):
+        _build_cache(cfg, path, identity)
+    with open(os.path.join(path, "meta.json"), encoding="utf-8") as f:
+        stats = json.load(f)["stats"]
+    corpus = Corpus(
+        cfg,
+        load_tokenizer(os.path.join(path, "tokenizer")),
+        np.load(os.path.join(path, "train.npy"), mmap_mode="r"),
+        np.load(os.path.join(path, "valid.npy"), mmap_mode="r"),
+        stats,
+        path,
+    )
+    corpus.num_train_sequences(cfg.seq_len)  # fails now, with advice, if there is too little
+    return corpus
+
+
+def _cache_key(cfg: DataConfig, files: list[str]) -> tuple[str, dict]:
+    identity = {
+        "format": _CACHE_FORMAT,
+        "source": cfg.source,
+        "files": [(os.path.abspath(p), os.path.getsize(p), os.stat(p).st_mtime_ns) for p in files],
+        "max_chars": cfg.max_chars,
+        "valid_fraction": cfg.valid_fraction,
+        "tokenizer": cfg.tokenizer,
+    }
+    if cfg.source == "builtin":
+        identity["python"] = [sys.version, sysconfig.get_paths()["stdlib"]]
+    else:
+        identity["doc_separator"] = cfg.doc_separator
+    if cfg.tokenizer == "wordpiece":
+        identity["vocab_size"] = cfg.vocab_size
+    elif cfg.tokenizer != "bytes":
+        vocab = os.path.abspath(cfg.tokenizer)
+        stat = os.stat(vocab) if os.path.exists(vocab) else None
+        identity["vocab"] = [vocab, stat and stat.st_size, stat and stat.st_mtime_ns]
+    blob = json.dumps(identity, sort_keys=True).encode("utf-8")
+    return hashlib.sha256(blob).hexdigest()[:16], identity
+
+
+def _build_cache(cfg: DataConfig, path: str, identity: dict) -> None:
+    if cfg.tokenizer == "bytes":
+        tok = ByteTokenizer()
+    elif cfg.tokenizer != "wordpiece":  # a vocab.txt: check it before reading the corpus
+        tok = WordPieceTokenizer.from_vocab(cfg.tokenizer)
+    docs = corpora.read_documents(
+        cfg.source, doc_separator=cfg.doc_separator, max_chars=cfg.max_chars
+    )
+    is_valid = [_is_valid_doc(d, cfg.valid_fraction) for d in docs]
+    if all(is_valid):  # tiny corpus: keep something to train on
+        is_valid = [False] * len(docs)
+    train_docs = [d for d, v in zip(docs, is_valid) if not v]
+    valid_docs = [d for d, v in zip(docs, is_valid) if v]
+    if not valid_docs and cfg.valid_fraction > 0:
+        warnings.warn(
+            f"corpus {cfg.source!r} has {len(docs)} document(s) and none is held out; "
+            "valid_batches will be empty (add documents or raise valid_fraction)",
+            stacklevel=3,
+        )
+    if cfg.tokenizer == "wordpiece":
+        tok = train_wordpiece(train_docs, vocab_size=cfg.vocab_size)
+    os.makedirs(path, exist_ok=True)
+    tok.save(os.path.join(path, "tokenizer"))
+    dtype = np.uint16 if tok.vocab_size <= 2**16 else np.int32
+    stats = {"documents": len(docs), "chars": sum(map(len, docs)), "vocab_size": tok.vocab_size}
+    for split, split_docs in (("train", train_docs), ("valid", valid_docs)):
+        ids = _encode_stream(tok, split_docs, dtype)
+        _save_atomic(os.path.join(path, f"{split}.npy"), ids)
+        stats[f"{split}_documents"] = len(split_docs)
+        stats[f"{split}_tokens"] = int(ids.size)
+    meta = json.dumps({"identity": identity, "stats": stats}, indent=1) + "\n"
+    tmp = os.path.join(path, f"meta.json.tmp{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(meta)
+    os.replace(tmp, os.path.join(path, "meta.json"))  # written last: marks the cache complete
+
+
+def _encode_stream(tok, docs: list[str], dtype, chunk: int = 4096) -> np.ndarray:
+    """Token ids of all documents, each followed by [SEP], as one flat array."""
+    parts = []
+    for i in range(0, len(docs), chunk):
+        encoded = tok.encode_batch(docs[i : i + chunk])
+        flat = list(itertools.chain.from_iterable(ids + [tok.sep_id] for ids in encoded))
+        parts.append(np.array(flat, dtype=dtype))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+
+def _save_atomic(path: str, array: np.ndarray) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        np.save(f, array)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- batches
+
+
+class Corpus:
+    """Tokenized train/valid streams and the batches made from them.
+
+    Attributes:
+      config: the DataConfig it was loaded with.
+      tokenizer: give `tokenizer.vocab_size` to the model.
+      train_tokens, valid_tokens: memory-mapped 1-D token streams ([SEP] ends each document).
+      stats: documents, chars, vocab_size, {train,valid}_{documents,tokens}.
+      path: the cache folder.
+    """
+
+    def __init__(self, config, tokenizer, train_tokens, valid_tokens, stats, path):
+        self.config = config
+        self.tokenizer = tokenizer
+        self.train_tokens = train_tokens
+        self.valid_tokens = valid_tokens
+        self.stats = stats
+        self.path = path
+
+    def num_train_sequences(self, seq_len: int | None = None) -> int:
+        """How many windows one epoch has at `seq_len` (default: the config's)."""
+        seq_len = seq_len or self.config.seq_len
+        span, total = seq_len - 2, self.train_tokens.size
+        if total < span:
+            raise ValueError(
+                f"the training split has {total} tokens, fewer than one sequence of seq_len "
+                f"{seq_len} needs ({span} + [CLS] + [SEP]); use more text"
+                f"{' (raise max_chars)' if self.config.max_chars else ''}, a smaller seq_len "
+                "or a smaller valid_fraction"
+            )
+        return (total - min(span - 1, total - span)) // span
+
+    def train_batches(
+        self,
+        *,
+        batch_size: int,
+        seed: int,
+        start_step: int = 0,
+        process_index: int | None = None,
+        process_count: int | None = None,
+        prefetch: int = 2,
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """This host's rows of the batches for steps start_step, start_step + 1, ... (endless).
+
+        `batch_size` is global; host p of P gets rows [p b, (p + 1) b) with b = batch_size / P
+        (the trainer splits them over its local devices). Epoch e of the global example
+        stream visits every window once in an order drawn from (seed, e), so the rows of a
+        step depend only on (seed, step) and the masks on (seed, step, p, P): a resumed run
+        sees exactly the batches it would have seen. `prefetch` batches are prepared ahead in
+        a background thread (0: in the caller's thread).
+
+        Yields dicts of [b, seq_len] numpy arrays: input_ids, attention_mask, token_type_ids,
+        targets (int32) and weights (float32, 1 at the masked targets).
+        """
+        index, count = _host(process_index, process_count)
+        if batch_size <= 0 or batch_size % count:
+            raise ValueError(
+                f"batch_size {batch_size} must be a positive multiple of the {count} processes"
+            )
+        if seed < 0 or start_step < 0 or prefetch < 0:
+            raise ValueError(
+                f"seed {seed}, start_step {start_step} and prefetch {prefetch} must be >= 0"
+            )
+        seq_len, local = self.config.seq_len, batch_size // count
+        span, stream = seq_len - 2, self.train_tokens
+        num = self.num_train_sequences(seq_len)
+        max_offset = min(span - 1, stream.size - span)
+        epochs = {}
+
+        def epoch(e):  # (offset, window order); memoized since a step rarely spans two epochs
+            if e not in epochs:
+                rng = np.random.default_rng([_ORDER, seed, e])
+                epochs.clear()
+                epochs[e] = (rng.integers(max_offset + 1), rng.permutation(num))
+            return epochs[e]
+
+        def make(step):
+            rows = step * batch_size + index * local + np.arange(local)  # global example ids
+            starts = np.empty(local, np.int64)
+            for e in np.unique(rows // num):
+                offset, order = epoch(int(e))
+                here = rows // num == e
+                starts[here] = offset + order[rows[here] % num] * span
+            windows = stream[starts[:, None] + np.arange(span)]  # [B, L - 2]
+            rng = np.random.default_rng([_MASK, seed, step, index, count])
+            return self._mlm(self._wrap(windows), rng)
+
+        return _prefetched(make, start_step, prefetch)
+
+    def valid_batches(
+        self,
+        *,
+        seq_len: int,
+        batch_size: int,
+        seed: int = 0,
+        process_index: int | None = None,
+        process_count: int | None = None,
+    ) -> list[dict[str, np.ndarray]]:
+        """Fixed masked batches of the held-out stream cut into windows at `seq_len`.
+
+        Every length reads the same held-out documents. The last batch is padded with empty
+        rows (attention_mask and weights 0) so every batch has one shape. Rows are split over
+        hosts as in `train_batches`. Returns [] when the held-out text is shorter than one
+        sequence.
+        """
+        index, count = _host(process_index, process_count)
+        if seq_len < 3 or batch_size <= 0 or batch_size % count:
+            raise ValueError(
+                f"need seq_len >= 3 (got {seq_len}) and batch_size a positive "
+                f"multiple of {count} processes (got {batch_size})"
+            )
+        span = seq_len - 2
+        num = self.valid_tokens.size // span
+        if num == 0:
+            return []
+        ids = self._wrap(np.asarray(self.valid_tokens[: num * span]).reshape(num, span))
+        batch = self._mlm(ids, np.random.default_rng([_VALID, seed, seq_len]))
+        pad = ((0, -num % batch_size), (0, 0))  # zeros: [PAD] rows, nothing attended or scored
+        batch = {k: np.pad(v, pad) for k, v in batch.items()}
+        local = batch_size // count
+        return [
+            {k: v[i + index * local : i + (index + 1) * local] for k, v in batch.items()}
+            for i in range(0, num + pad[0][1], batch_size)
+        ]
+
+    def _wrap(self, windows: np.ndarray) -> np.ndarray:
+        """[B, L - 2] stream windows -> [B, L] int32 rows [CLS] ... [SEP]."""
+        ids = np.empty((windows.shape[0], windows.shape[1] + 2), np.int32)
+        ids[:, 0] = self.tokenizer.cls_id
+        ids[:, 1:-1] = windows
+        ids[:, -1] = self.tokenizer.sep_id
+        return ids
+
+    def _mlm(self, ids: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        tok = self.tokenizer
+        batch = masking.mask_tokens(
+            ids,
+            rng,
+            vocab_size=tok.vocab_size,
+            mask_id=tok.mask_id,
+            special_ids=tok.special_ids,
+            mask_prob=self.config.mask_prob,
+            word_starts=tok.word_starts(ids) if self.config.whole_word else None,
+        )
+        batch["attention_mask"] = np.ones(ids.shape, np.int32)
+        batch["token_type_ids"] = np.zeros(ids.shape, np.int32)
+        return batch
+
+
+def _host(process_index: int | None, process_count: int | None) -> tuple[int, int]:
+    index = jax.process_index() if process_index is None else process_index
+    count = jax.process_count() if process_count is None else process_count
+    if not 0 <= index < count:
+        raise ValueError(f"process_index {index} is outside [0, process_count={count})")
+    return index, count
+
+
+class _Failure:
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+def _prefetched(make: Callable[[int], dict], start: int, depth: int) -> Iterator[dict]:
+    """make(start), make(start + 1), ...; computed `depth` ahead in a daemon thread."""
+    if depth == 0:
+        yield from map(make, itertools.count(start))
+        return
+    ready, stop = queue.Queue(maxsize=depth), threading.Event()
+
+    def put(item):
+        while not stop.is_set():
+            try:
+                return ready.put(item, timeout=0.1)
+            except queue.Full:
+                pass
+
+    def work():
+        try:
+            for step in itertools.count(start):
+                put(make(step))
+                if stop.is_set():
+                    return
+        except BaseException as e:  # handed to the consumer, which re-raises it
+            put(_Failure(e))
+
+    threading.Thread(target=work, name="roformer-data", daemon=True).start()
+    try:
+        while True:
+            item = ready.get()
+            if isinstance(item, _Failure):
+                raise item.error
+            yield item
+    finally:
+        stop.set()

@@ -1,0 +1,113 @@
+"""BERT's masked-language-model corruption, as a pure numpy function of the tokens and a seed.
+
+Devlin et al. 2019 ("BERT"), sec. 3.1 and appendix A.1: choose 15% of the real tokens of each
+sequence; of those, replace 80% by [MASK], 10% by a random token and keep 10% unchanged; the
+model predicts the original token at every chosen position.
+
+Shapes: B batch, L sequence length, V vocabulary size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def mask_tokens(
+    tokens: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    vocab_size: int,
+    mask_id: int,
+    special_ids: Sequence[int],
+    mask_prob: float = 0.15,
+    word_starts: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
+    """Chooses and corrupts MLM targets.
+
+    Each row with n real tokens (tokens not in `special_ids`, so padding, [CLS], [SEP] and
+    [MASK] are never chosen) gets exactly max(1, round(mask_prob * n)) chosen positions, as in
+    BERT's create_pretraining_data.py (n = 0 gives none). With `word_starts`, whole words are
+    chosen instead (BERT's whole-word masking): words are taken in random order until at least
+    that many tokens are chosen, so the rate can run a little over `mask_prob`. Each chosen
+    token independently becomes [MASK] (p = 0.8), a random non-special token (0.1) or stays
+    (0.1). A special token always starts a new word.
+
+    Args:
+      tokens: int [B, L] (or [L]).
+      rng: consumed; the same generator state gives the same result.
+      vocab_size: V; random replacements are drawn uniformly from the non-special ids < V.
+      mask_id: the [MASK] id.
+      special_ids: ids never chosen; must include the padding id.
+      mask_prob: fraction of real tokens to choose, in (0, 1].
+      word_starts: optional bool like `tokens`, True where a token begins a word.
+
+    Returns:
+      dict of numpy arrays shaped like `tokens`: input_ids (int32, corrupted), targets (int32,
+      the original token where chosen, 0 elsewhere), weights (float32, 1 where chosen).
+    """
+    tokens = np.asarray(tokens)
+    if not np.issubdtype(tokens.dtype, np.integer):
+        raise ValueError(f"tokens must be integers, got dtype {tokens.dtype}")
+    if not 0.0 < mask_prob <= 1.0:
+        raise ValueError(f"mask_prob {mask_prob} is outside (0, 1]")
+    specials = np.unique(np.asarray(special_ids, np.int64))
+    if not 0 <= mask_id < vocab_size:
+        raise ValueError(f"mask_id {mask_id} is outside the vocabulary [0, {vocab_size})")
+    if mask_id not in specials:
+        raise ValueError(f"mask_id {mask_id} must be one of special_ids {specials.tolist()}")
+    if vocab_size <= np.sum(specials < vocab_size):
+        raise ValueError(f"vocab_size {vocab_size} has no non-special token to sample")
+    if word_starts is not None and np.shape(word_starts) != tokens.shape:
+        raise ValueError(f"word_starts {np.shape(word_starts)} must match tokens {tokens.shape}")
+    shape = tokens.shape
+    tokens = np.atleast_2d(tokens).astype(np.int32)  # [B, L]
+    B, L = tokens.shape
+
+    real = ~np.isin(tokens, specials)  # [B, L]
+    num_real = real.sum(axis=-1)  # [B]
+    num_chosen = np.where(num_real > 0, np.maximum(1, np.floor(mask_prob * num_real + 0.5)), 0)
+
+    # Random priorities; specials sort last. Each row takes its num_chosen lowest (words).
+    score = np.where(real, rng.random((B, L)), np.inf)  # [B, L]
+    if word_starts is None:
+        kth = np.sort(score, axis=-1)[np.arange(B), np.maximum(num_chosen - 1, 0).astype(int)]
+        chosen = real & (score <= kth[:, None]) & (num_chosen[:, None] > 0)
+    else:
+        chosen = real & _choose_words(score, real, word_starts, num_chosen)
+
+    replace = rng.random((B, L))  # [B, L]
+    random_ids = _sample_non_special(rng, (B, L), vocab_size, specials)  # [B, L]
+    input_ids = np.where(chosen & (replace < 0.8), mask_id, tokens)
+    input_ids = np.where(chosen & (replace >= 0.8) & (replace < 0.9), random_ids, input_ids)
+    return {
+        "input_ids": input_ids.astype(np.int32).reshape(shape),
+        "targets": np.where(chosen, tokens, 0).astype(np.int32).reshape(shape),
+        "weights": chosen.astype(np.float32).reshape(shape),
+    }
+
+
+def _choose_words(score, real, word_starts, num_chosen):
+    """Whole words in random order until each row has >= num_chosen tokens. All [B, L]."""
+    B, L = score.shape
+    pos = np.broadcast_to(np.arange(L), (B, L))
+    starts = np.atleast_2d(np.asarray(word_starts, bool)) | ~real
+    starts[:, 0] = True
+    start_of = np.maximum.accumulate(np.where(starts, pos, 0), axis=-1)  # [B, L] word's start
+    word_score = np.take_along_axis(score, start_of, axis=-1)  # a word's tokens share a score
+    # A stable sort keeps each word's tokens together and in order, so a word is taken
+    # exactly when fewer than num_chosen tokens precede its first token in this order.
+    order = np.argsort(word_score, axis=-1, kind="stable")  # [B, L]
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, pos, axis=-1)
+    return np.take_along_axis(rank, start_of, axis=-1) < num_chosen[:, None]
+
+
+def _sample_non_special(rng, shape, vocab_size, specials):
+    """Uniform over [0, vocab_size) minus `specials` (sorted, unique)."""
+    specials = specials[(specials >= 0) & (specials < vocab_size)]
+    ids = rng.integers(0, vocab_size - len(specials), size=shape)
+    for s in specials:  # ascending: shift past each excluded id in turn
+        ids += ids >= s
+    return ids

@@ -1,0 +1,166 @@
+"""Tests for roformer_jax/corpora.py: the built-in corpus, files, HF datasets, bad input."""
+
+import itertools
+import os
+import shutil
+import sys
+import tempfile
+import types
+import warnings
+from unittest import mock
+
+from absl.testing import absltest, parameterized
+
+from roformer_jax import corpora
+from roformer_jax.corpora import read_documents
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+SHAKESPEARE = os.path.join(DATA, "tinyshakespeare", "input.txt")
+WIKITEXT = os.path.join(DATA, "wikitext-2", "valid.txt")
+TEXT = "first doc line one\n  line two\n\n\nsecond doc\r\n  \nthird\n"
+
+
+class ReadDocumentsTest(parameterized.TestCase):
+    def setUp(self):
+        super().setUp()
+        self.dir = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.dir)
+
+    def write(self, name, content, mode="w"):
+        path = os.path.join(self.dir, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, mode) as f:
+            f.write(content)
+        return path
+
+    @parameterized.parameters(
+        ("line", ["first doc line one", "line two", "second doc", "third"]),
+        ("blank", ["first doc line one\nline two", "second doc", "third"]),
+    )
+    def test_doc_separator(self, separator, expected):
+        path = self.write("docs.txt", TEXT)
+        self.assertEqual(read_documents(path, doc_separator=separator), expected)
+
+    def test_directory_and_glob(self):
+        for name in ("b.txt", "a.txt", "sub/c.txt", ".hidden", ".git/d.txt"):
+            self.write(name, f"from {name}\n")
+        expected = ["from a.txt", "from b.txt", "from sub/c.txt"]
+        self.assertEqual(read_documents(self.dir), expected)
+        self.assertEqual(read_documents(os.path.join(self.dir, "**", "*.txt")), expected)
+
+    def test_max_chars(self):
+        path = self.write("docs.txt", "abcdef\nghijkl\nmnopqr\n")
+        self.assertEqual(read_documents(path, max_chars=9), ["abcdef", "ghi"])
+        self.assertEqual(read_documents(path, max_chars=12), ["abcdef", "ghijkl"])
+
+    def test_builtin(self):
+        first = list(itertools.islice(corpora.stdlib_documents(), 200))
+        self.assertEqual(first, list(itertools.islice(corpora.stdlib_documents(), 200)))
+        self.assertTrue(all(d and d == d.strip() for d in first))
+        # Prose, not code: mostly letters and spaces.
+        text = " ".join(first)
+        self.assertGreater(sum(c.isalpha() or c.isspace() for c in text) / len(text), 0.85)
+        docs = read_documents("builtin", max_chars=5000)
+        self.assertEqual(sum(map(len, docs)), 5000)
+
+    @absltest.skipUnless(os.path.isfile(SHAKESPEARE), "shared/data is absent")
+    def test_shakespeare_speeches(self):
+        docs = read_documents(SHAKESPEARE, doc_separator="blank")
+        self.assertLen(docs, 7222)  # speeches: "First Citizen:\nBefore we proceed ..."
+        self.assertTrue(docs[0].startswith("First Citizen:\nBefore we proceed any further"))
+
+    @absltest.skipUnless(os.path.isfile(WIKITEXT), "shared/data is absent")
+    def test_wikitext_lines(self):
+        docs = read_documents(WIKITEXT)
+        self.assertEqual(docs[0], "= Homarus gammarus =")
+        self.assertGreater(len(docs), 1000)
+
+    def test_missing_path(self):
+        with self.assertRaisesRegex(FileNotFoundError, "does not exist.*'builtin'"):
+            read_documents(os.path.join(self.dir, "nope.txt"))
+        with self.assertRaisesRegex(FileNotFoundError, "matches no files"):
+            read_documents(os.path.join(self.dir, "*.nope"))
+
+    @parameterized.parameters("", "\n \n\t\n")
+    def test_empty_corpus(self, text):
+        with self.assertRaisesRegex(ValueError, "has no text.*1 file"):
+            read_documents(self.write("empty.txt", text))
+
+    def test_empty_directory(self):
+        os.makedirs(os.path.join(self.dir, "void"))
+        with self.assertRaisesRegex(ValueError, "holds no files"):
+            read_documents(os.path.join(self.dir, "void"))
+
+    def test_invalid_utf8_replaced_with_one_warning(self):
+        for i in range(2):
+            self.write(f"bad{i}.txt", b"caf\xe9 au lait\nna\xefve\n", mode="wb")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            docs = read_documents(os.path.join(self.dir, "bad*.txt"))
+        self.assertLen(caught, 1)
+        self.assertIs(caught[0].category, UnicodeWarning)
+        self.assertRegex(str(caught[0].message), "2 file.*not valid UTF-8.*bad0.txt.*byte 3")
+        self.assertEqual(docs[:2], ["caf\ufffd au lait", "na\ufffdve"])
+
+    def test_bad_separator(self):
+        with self.assertRaisesRegex(ValueError, "doc_separator 'para'"):
+            read_documents("builtin", doc_separator="para")
+
+
+class HuggingFaceTest(parameterized.TestCase):
+    def test_without_datasets(self):
+        with mock.patch.dict(sys.modules, {"datasets": None}):
+            with self.assertRaisesRegex(ImportError, "pip install datasets"):
+                read_documents("hf:wikitext:wikitext-2-raw-v1")
+
+    def _with_fake(self, rows, source, **kwargs):
+        calls = []
+
+        def load_dataset(name, config, split, streaming):
+            calls.append((name, config, split, streaming))
+            if isinstance(rows, Exception):
+                raise rows
+            return iter(rows)
+
+        with mock.patch.dict(
+            sys.modules, {"datasets": types.SimpleNamespace(load_dataset=load_dataset)}
+        ):
+            return read_documents(source, **kwargs), calls
+
+    def test_rows_are_lines(self):
+        rows = [
+            {"id": 0, "text": " = Title = \n"},
+            {"id": 1, "text": ""},
+            {"id": 2, "text": "a\nb"},
+        ]
+        docs, calls = self._with_fake(rows, "hf:user/wikitext:raw")
+        self.assertEqual(calls, [("user/wikitext", "raw", "train", True)])
+        self.assertEqual(docs, ["= Title =", "a", "b"])
+        docs, _ = self._with_fake(rows, "hf:wikitext", doc_separator="blank")
+        self.assertEqual(docs, ["= Title =", "a\nb"])
+
+    def test_first_text_column(self):
+        docs, calls = self._with_fake([{"label": 1, "sentence": "hello"}], "hf:glue")
+        self.assertEqual(docs, ["hello"])
+        self.assertEqual(calls[0][1], None)
+
+    def test_stops_at_max_chars(self):
+        def endless():
+            for i in itertools.count():
+                yield {"text": f"line {i}"}
+
+        docs, _ = self._with_fake(endless(), "hf:big", max_chars=20)
+        self.assertEqual(docs, ["line 0", "line 1", "line 2", "li"])  # 6 + 6 + 6 + 2
+
+    @parameterized.named_parameters(
+        ("offline", ConnectionError("no network"), RuntimeError, "could not load.*network"),
+        ("empty", [], ValueError, "has no text"),
+        ("no_text", [{"label": 1}], ValueError, "no text column.*label"),
+    )
+    def test_errors(self, rows, error, message):
+        with self.assertRaisesRegex(error, message):
+            self._with_fake(rows, "hf:some/data")
+
+
+if __name__ == "__main__":
+    absltest.main()

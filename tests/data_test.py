@@ -1,0 +1,283 @@
+"""Tests for roformer_jax/data.py: sources, split, cache, packing, iterator, bad input."""
+
+import os
+import shutil
+import tempfile
+from unittest import mock
+
+import numpy as np
+from absl.testing import absltest, parameterized
+
+from roformer_jax import data
+from roformer_jax.data import DataConfig, load_corpus
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+WIKITEXT = os.path.join(DATA, "wikitext-2", "valid.txt")
+
+
+def _tempdir(test):
+    path = tempfile.mkdtemp()
+    test.addCleanup(shutil.rmtree, path)
+    return path
+
+
+def _write(folder, name, text, mode="w"):
+    path = os.path.join(folder, name)
+    with open(path, mode) as f:
+        f.write(text)
+    return path
+
+
+def _generated_docs(num_docs=400, seed=0):
+    """Distinct random sentences (one per line) over a small lexicon."""
+    rng = np.random.default_rng(seed)
+    lexicon = [f"w{i}x" if i % 3 else f"word{i}" for i in range(200)]
+    return [" ".join(rng.choice(lexicon, size=rng.integers(4, 25))) for _ in range(num_docs)]
+
+
+class CorpusTestCase(parameterized.TestCase):
+    def setUp(self):
+        super().setUp()
+        self.dir = _tempdir(self)
+        self.cache = os.path.join(self.dir, "cache")
+        self.docs = _generated_docs()
+        self.path = _write(self.dir, "corpus.txt", "\n".join(self.docs) + "\n")
+
+    def load(self, **kwargs):
+        kwargs = dict(source=self.path, seq_len=16, vocab_size=300, valid_fraction=0.1) | kwargs
+        return load_corpus(DataConfig(**kwargs), self.cache)
+
+
+class LoadTest(CorpusTestCase):
+    def test_split_and_stats(self):
+        corpus = self.load()
+        stats = corpus.stats
+        self.assertEqual(stats["documents"], len(self.docs))
+        self.assertEqual(stats["train_documents"] + stats["valid_documents"], len(self.docs))
+        self.assertBetween(stats["valid_documents"], 20, 60)
+        self.assertEqual(stats["train_tokens"], corpus.train_tokens.size)
+        sep = corpus.tokenizer.sep_id
+        self.assertEqual(np.sum(corpus.train_tokens == sep), stats["train_documents"])
+        self.assertEqual(np.sum(corpus.valid_tokens == sep), stats["valid_documents"])
+        self.assertLessEqual(corpus.tokenizer.vocab_size, 300)
+
+    def test_split_is_by_document_and_deterministic(self):
+        corpus = self.load()
+        tok = corpus.tokenizer
+        valid_text = tok.decode(corpus.valid_tokens).split("[SEP]")
+        valid_docs = {d.strip() for d in valid_text if d.strip()}
+        self.assertTrue(valid_docs)
+        self.assertTrue(valid_docs.issubset(self.docs))
+        train_docs = {d.strip() for d in tok.decode(corpus.train_tokens).split("[SEP]")}
+        self.assertFalse(valid_docs & train_docs)
+        # The same documents are held out after reordering the file.
+        shuffled = _write(self.dir, "shuffled.txt", "\n".join(self.docs[::-1]))
+        again = self.load(source=shuffled)
+        again_text = again.tokenizer.decode(again.valid_tokens).split("[SEP]")
+        self.assertEqual({d.strip() for d in again_text if d.strip()}, valid_docs)
+
+    def test_cache_is_reused_and_invalidated(self):
+        first = self.load()
+        with mock.patch.object(data, "_build_cache", side_effect=AssertionError("rebuilt")):
+            second = self.load()
+        np.testing.assert_array_equal(first.train_tokens, second.train_tokens)
+        self.assertIsInstance(second.train_tokens, np.memmap)
+        self.assertEqual(first.path, second.path)
+        self.assertEqual(self.load(seq_len=32).path, first.path)  # packing is not cached
+        with open(self.path, "a") as f:
+            f.write("a new line\n")
+        self.assertNotEqual(self.load().path, first.path)
+        self.assertNotEqual(self.load(vocab_size=200).path, first.path)
+
+    def test_no_temporary_files_left(self):
+        corpus = self.load()
+        for _, _, files in os.walk(corpus.path):
+            self.assertFalse([f for f in files if ".tmp" in f])
+
+    def test_tokenizer_choices(self):
+        corpus = self.load(tokenizer="bytes")
+        self.assertEqual(corpus.tokenizer.vocab_size, 261)
+        self.assertEqual(corpus.tokenizer.decode(corpus.train_tokens[:5]), self.docs[0][:5])
+        wordpiece = self.load()
+        vocab = os.path.join(wordpiece.path, "tokenizer", "vocab.txt")
+        loaded = self.load(tokenizer=vocab)
+        np.testing.assert_array_equal(loaded.train_tokens, wordpiece.train_tokens)
+
+    def test_builtin(self):
+        corpus = self.load(source="builtin", max_chars=20_000, vocab_size=500)
+        self.assertEqual(corpus.stats["chars"], 20_000)
+        batch = next(corpus.train_batches(batch_size=2, seed=0, prefetch=0))
+        self.assertEqual(batch["input_ids"].shape, (2, 16))
+
+    def test_max_chars(self):
+        corpus = self.load(max_chars=2000, valid_fraction=0.0)
+        self.assertEqual(corpus.stats["chars"], 2000)
+        self.assertEqual(corpus.stats["valid_tokens"], 0)
+        self.assertEqual(corpus.valid_batches(seq_len=16, batch_size=4), [])
+
+    @absltest.skipUnless(os.path.isfile(WIKITEXT), "shared/data is absent")
+    def test_wikitext(self):
+        corpus = self.load(source=WIKITEXT, max_chars=300_000, vocab_size=2000, seq_len=128)
+        self.assertGreater(corpus.stats["documents"], 500)
+        self.assertLess(corpus.train_tokens.size, 300_000 / 3)  # WordPiece, not characters
+        self.assertNotEmpty(corpus.valid_batches(seq_len=512, batch_size=4))
+
+
+class BatchTest(CorpusTestCase):
+    def test_batch_layout(self):
+        corpus = self.load()
+        batch = next(corpus.train_batches(batch_size=8, seed=0))
+        keys = {"input_ids", "attention_mask", "token_type_ids", "targets", "weights"}
+        self.assertEqual(set(batch), keys)
+        for key in keys:
+            self.assertEqual(batch[key].shape, (8, 16))
+        self.assertEqual(batch["weights"].dtype, np.float32)
+        tok = corpus.tokenizer
+        np.testing.assert_array_equal(batch["input_ids"][:, 0], tok.cls_id)
+        np.testing.assert_array_equal(batch["input_ids"][:, -1], tok.sep_id)
+        np.testing.assert_array_equal(batch["attention_mask"], 1)
+        np.testing.assert_array_equal(batch["token_type_ids"], 0)
+        self.assertTrue((batch["weights"].sum(-1) >= 1).all())
+
+    def test_epoch_visits_every_window_once(self):
+        corpus = self.load()
+        stream, span, num = np.asarray(corpus.train_tokens), 14, corpus.num_train_sequences()
+        where = {stream[s : s + span].tobytes(): s for s in range(stream.size - span + 1)}
+        it = corpus.train_batches(batch_size=4, seed=0, prefetch=0)
+        rows = np.concatenate([_original(next(it)) for _ in range(-(-2 * num // 4))])
+        for epoch in (rows[:num], rows[num : 2 * num]):
+            windows = epoch[:, 1:-1].astype(stream.dtype)
+            starts = np.array([where[w.tobytes()] for w in windows])
+            self.assertLen(set(starts.tolist()), num)  # no window twice
+            self.assertLen(set((starts % span).tolist()), 1)  # one offset per epoch
+
+    def test_deterministic_and_resumable(self):
+        corpus = self.load()
+        run = corpus.train_batches(batch_size=8, seed=3)
+        full = [next(run) for _ in range(60)]  # crosses an epoch boundary
+        self.assertGreater(60 * 8, corpus.num_train_sequences())
+        resumed = corpus.train_batches(batch_size=8, seed=3, start_step=41, prefetch=0)
+        for step in range(41, 60):
+            _assert_batches_equal(self, full[step], next(resumed))
+        other = next(corpus.train_batches(batch_size=4, seed=4))
+        self.assertFalse(np.array_equal(other["input_ids"], full[0]["input_ids"]))
+        masks = [np.flatnonzero(b["weights"][0]).tolist() for b in full[:3]]
+        self.assertNotEqual(masks[0], masks[1])  # each step draws its own masks
+
+    def test_hosts_share_the_global_batch(self):
+        corpus = self.load()
+        one = corpus.train_batches(batch_size=8, seed=1, process_index=0, process_count=1)
+        hosts = [
+            corpus.train_batches(batch_size=8, seed=1, process_index=i, process_count=2)
+            for i in range(2)
+        ]
+        for _ in range(3):
+            whole = next(one)
+            halves = [next(h) for h in hosts]
+            self.assertEqual(halves[0]["input_ids"].shape, (4, 16))
+            np.testing.assert_array_equal(
+                np.concatenate([_original(h) for h in halves]), _original(whole)
+            )
+
+    @parameterized.parameters("bytes", "wordpiece")
+    def test_whole_word(self, tokenizer):
+        corpus = self.load(whole_word=True, mask_prob=0.3, tokenizer=tokenizer, vocab_size=100)
+        batch = next(corpus.train_batches(batch_size=16, seed=0))
+        ids = _original(batch)
+        starts = corpus.tokenizer.word_starts(ids)
+        chosen = batch["weights"] > 0
+        inside = ~starts[:, 1:]
+        np.testing.assert_array_equal(chosen[:, 1:][inside], chosen[:, :-1][inside])
+        self.assertTrue(inside.any())
+
+    def test_valid_batches(self):
+        corpus = self.load()
+        tok = corpus.tokenizer
+        for seq_len in (16, 64):
+            batches = corpus.valid_batches(seq_len=seq_len, batch_size=4)
+            self.assertNotEmpty(batches)
+            for b in batches:
+                self.assertEqual(b["input_ids"].shape, (4, seq_len))
+            real = np.concatenate([b["attention_mask"] for b in batches]).all(-1)
+            num = corpus.valid_tokens.size // (seq_len - 2)
+            self.assertEqual(real.sum(), num)
+            rows = np.concatenate([_original(b) for b in batches])
+            np.testing.assert_array_equal(rows[num:], tok.pad_id)
+            np.testing.assert_array_equal(
+                rows[:num, 1:-1].ravel(), corpus.valid_tokens[: num * (seq_len - 2)]
+            )
+            pads = np.concatenate([b["weights"] for b in batches])[num:]
+            np.testing.assert_array_equal(pads, 0)
+        again = corpus.valid_batches(seq_len=16, batch_size=4)
+        _assert_batches_equal(self, again[0], corpus.valid_batches(seq_len=16, batch_size=4)[0])
+        self.assertEqual(corpus.valid_batches(seq_len=100_000, batch_size=4), [])
+
+    def test_prefetch_matches_and_reports_errors(self):
+        corpus = self.load()
+        a = corpus.train_batches(batch_size=4, seed=0, prefetch=3)
+        b = corpus.train_batches(batch_size=4, seed=0, prefetch=0)
+        for _ in range(5):
+            _assert_batches_equal(self, next(a), next(b))
+        a.close()
+        with mock.patch.object(corpus, "_mlm", side_effect=RuntimeError("disk on fire")):
+            with self.assertRaisesRegex(RuntimeError, "disk on fire"):
+                next(corpus.train_batches(batch_size=4, seed=0, prefetch=2))
+
+    @parameterized.named_parameters(
+        ("uneven_hosts", dict(batch_size=5, process_index=0, process_count=2), "multiple"),
+        ("bad_host", dict(batch_size=4, process_index=2, process_count=2), "process_index 2"),
+        ("negative_seed", dict(batch_size=4, seed=-1), "seed -1"),
+    )
+    def test_bad_iterator_arguments(self, kwargs, message):
+        corpus = self.load()
+        kwargs = dict(seed=0) | kwargs
+        with self.assertRaisesRegex(ValueError, message):
+            corpus.train_batches(**kwargs)
+
+
+class BadInputTest(CorpusTestCase):
+    def test_smaller_than_one_sequence(self):
+        path = _write(self.dir, "tiny.txt", "just a few words here\n")
+        with self.assertRaisesRegex(ValueError, "fewer than one sequence of seq_len 128"):
+            self.load(source=path, seq_len=128, valid_fraction=0.0)
+
+    def test_source_errors_reach_the_caller(self):
+        with self.assertRaisesRegex(FileNotFoundError, "does not exist"):
+            self.load(source=os.path.join(self.dir, "nope.txt"))
+        with self.assertRaisesRegex(ValueError, "has no text"):
+            self.load(source=_write(self.dir, "empty.txt", "\n \n"))
+
+    def test_not_a_vocab(self):
+        bad = _write(self.dir, "vocab.txt", "hello\nworld\n")
+        with self.assertRaisesRegex(ValueError, r"not a BERT vocab.txt.*\[PAD\]"):
+            self.load(tokenizer=bad)
+        with self.assertRaisesRegex(FileNotFoundError, "neither 'wordpiece'"):
+            self.load(tokenizer=os.path.join(self.dir, "missing_vocab.txt"))
+
+    @parameterized.named_parameters(
+        ("seq_len", dict(seq_len=2), "sequence length 2"),
+        ("valid_len", dict(valid_lengths=(64, 1)), "sequence length 1"),
+        ("fraction", dict(valid_fraction=1.0), "valid_fraction"),
+        ("mask_prob", dict(mask_prob=0.0), "mask_prob"),
+        ("separator", dict(doc_separator="paragraph"), "doc_separator"),
+        ("max_chars", dict(max_chars=0), "max_chars"),
+        ("vocab", dict(vocab_size=4), "vocab_size"),
+    )
+    def test_bad_config(self, kwargs, message):
+        with self.assertRaisesRegex(ValueError, message):
+            DataConfig(**kwargs)
+
+
+def _original(batch):
+    """The uncorrupted token ids of a batch."""
+    return np.where(batch["weights"] > 0, batch["targets"], batch["input_ids"])
+
+
+def _assert_batches_equal(test, a, b):
+    test.assertEqual(set(a), set(b))
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+if __name__ == "__main__":
+    absltest.main()
