@@ -1,0 +1,275 @@
+"""HuggingFace RoFormer checkpoints in and out, without torch.
+
+`load_hf_roformer(dir)` reads `config.json` and the weights (`model.safetensors`, sharded or
+not; `pytorch_model.bin` when torch is installed; or HF Flax's `flax_model.msgpack`) and
+returns `(RoFormer, variables)` whose outputs equal HF `RoFormerModel`'s last_hidden_state and
+`RoFormerForMaskedLM`'s logits (tests/hf_test.py measures the difference against transformers).
+`save_hf_roformer` writes `model.safetensors` + `config.json` that transformers loads back.
+
+How HF lays out RoPE (modeling_roformer.py), and why no weight needs permuting:
+  * `RoFormerSinusoidalPositionalEmbedding` stores a table [max_position_embeddings, H] as
+    halves [sin(m θ_0..θ_{H/2-1}) | cos(m θ_0..θ_{H/2-1})], θ_i = 10000^(-2i/H), one table per
+    model over the head dim H (not over D).
+  * `apply_rotary_position_embeddings` splits it, repeats each of sin and cos twice
+    ([θ0, θ0, θ1, θ1, ...]) and rotates adjacent features (2i, 2i+1): the paper's eq. (13),
+    i.e. `apply_rope(..., layout="interleaved")` at positions 0..L-1. The halves are only how
+    the table is stored; the rotation pairs are interleaved. (bert4keras stores [sin, cos]
+    interleaved and also rotates adjacent pairs: same rotation.)
+  * RoPE acts on q and k inside each self-attention, after the q/k projections of the
+    D-dimensional hidden states, so `embedding_size` (the E -> D `embeddings_project` after the
+    embedding LayerNorm) does not touch it. `rotary_value` also rotates v.
+We compute sin/cos from positions (exact to float32 at any position) rather than reading the
+stored table; `load_hf_roformer` checks that a stored table is the one HF's formula gives.
+
+Glossary: L sequence length, H head dim, D hidden size, E embedding size, V vocab.
+"""
+
+import json
+import os
+import re
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import safetensors.numpy
+from safetensors import safe_open
+
+from roformer_jax.model import ModelConfig, RoFormer
+
+# (ModelConfig field, HF RoFormerConfig key, HF default).
+_CONFIG_FIELDS = (
+    ("vocab_size", "vocab_size", 50000),
+    ("hidden_size", "hidden_size", 768),
+    ("num_layers", "num_hidden_layers", 12),
+    ("num_heads", "num_attention_heads", 12),
+    ("intermediate_size", "intermediate_size", 3072),
+    ("hidden_dropout", "hidden_dropout_prob", 0.1),
+    ("attention_dropout", "attention_probs_dropout_prob", 0.1),
+    ("max_len", "max_position_embeddings", 1536),
+    ("type_vocab_size", "type_vocab_size", 2),
+    ("layer_norm_eps", "layer_norm_eps", 1e-12),
+    ("rotary_value", "rotary_value", False),
+    ("initializer_range", "initializer_range", 0.02),
+    ("hidden_act", "hidden_act", "gelu"),
+)
+# What HF RoFormer hard-codes; a ModelConfig must agree to be saved in HF's format.
+_HF_FIXED = dict(position="rope", attention="softmax", pre_ln=False, rope_base=10000.0)
+
+# Our module path -> HF module name (without the "roformer." prefix); {i} is the layer index.
+_MODULES = {
+    "embeddings/word_embeddings": "embeddings.word_embeddings",
+    "embeddings/token_type_embeddings": "embeddings.token_type_embeddings",
+    "embeddings/LayerNorm": "embeddings.LayerNorm",
+    "embeddings_project": "embeddings_project",
+    "encoder/layer_{i}/attention/query": "encoder.layer.{i}.attention.self.query",
+    "encoder/layer_{i}/attention/key": "encoder.layer.{i}.attention.self.key",
+    "encoder/layer_{i}/attention/value": "encoder.layer.{i}.attention.self.value",
+    "encoder/layer_{i}/attention/output": "encoder.layer.{i}.attention.output.dense",
+    "encoder/layer_{i}/attention_norm": "encoder.layer.{i}.attention.output.LayerNorm",
+    "encoder/layer_{i}/intermediate": "encoder.layer.{i}.intermediate.dense",
+    "encoder/layer_{i}/output": "encoder.layer.{i}.output.dense",
+    "encoder/layer_{i}/output_norm": "encoder.layer.{i}.output.LayerNorm",
+    "mlm_head": "cls.predictions",  # its bias; the decoder weight is the word embeddings
+    "mlm_head/dense": "cls.predictions.transform.dense",
+    "mlm_head/LayerNorm": "cls.predictions.transform.LayerNorm",
+}
+# Flax leaf -> (torch leaf, transposed?): torch Linear weights are [out, in], kernels [in, out].
+_LEAVES = {
+    "kernel": ("weight", True),
+    "embedding": ("weight", False),
+    "scale": ("weight", False),
+    "bias": ("bias", False),
+}
+_PREFIX = "roformer."
+_TABLE = "encoder.embed_positions.weight"
+
+
+def hf_sinusoidal_table(num_positions: int, dim: int) -> np.ndarray:
+    """HF's `RoFormerSinusoidalPositionalEmbedding` weight: [num_positions, dim] float32.
+
+    Row m is [sin(m θ_0), ..., sin(m θ_{k-1}) | cos(m θ_0), ...] with θ_j = 10000^(-2j/dim)
+    and k = ceil(dim/2): halves, computed in float64 as HF does, then cast.
+    """
+    j = np.arange(dim)
+    angles = np.arange(num_positions)[:, None] / np.power(10000.0, 2 * (j // 2) / dim)[None, :]
+    table = np.concatenate([np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])], axis=1)
+    return table.astype(np.float32)
+
+
+def config_from_hf(hf_config: dict, **overrides) -> ModelConfig:
+    """ModelConfig of an HF RoFormer config.json dict; `overrides` (e.g. dtype) replace fields."""
+    if hf_config.get("model_type", "roformer") != "roformer":
+        raise ValueError(f"model_type {hf_config['model_type']!r} is not 'roformer'")
+    for key in ("is_decoder", "add_cross_attention"):
+        if hf_config.get(key, False):
+            raise ValueError(f"{key}=True: only the bidirectional RoFormer encoder is supported")
+    fields = {ours: hf_config.get(key, default) for ours, key, default in _CONFIG_FIELDS}
+    embedding_size = hf_config.get("embedding_size")
+    if embedding_size != fields["hidden_size"]:
+        fields["embedding_size"] = embedding_size
+    return ModelConfig(**{**fields, **_HF_FIXED, **overrides})
+
+
+def config_to_hf(config: ModelConfig, *, with_mlm_head: bool) -> dict:
+    """The HF config.json dict of `config`; ValueError if HF RoFormer cannot express it."""
+    mismatched = {k: getattr(config, k) for k, v in _HF_FIXED.items() if getattr(config, k) != v}
+    if mismatched:
+        raise ValueError(f"HF RoFormer needs {_HF_FIXED}; this config has {mismatched}")
+    architecture = "RoFormerForMaskedLM" if with_mlm_head else "RoFormerModel"
+    return {
+        "architectures": [architecture],
+        "model_type": "roformer",
+        **{key: getattr(config, ours) for ours, key, _ in _CONFIG_FIELDS},
+        "embedding_size": config.embed_dim,
+        "tie_word_embeddings": True,
+        "is_decoder": False,
+    }
+
+
+def _hf_name(path: tuple[str, ...]) -> tuple[str, bool]:
+    """Our parameter path -> (HF name without prefix, transposed?)."""
+    module = "/".join(path[:-1])
+    layer = re.search(r"layer_(\d+)", module)
+    template = re.sub(r"layer_\d+", "layer_{i}", module)
+    if template not in _MODULES or path[-1] not in _LEAVES:
+        raise ValueError(f"parameter {'/'.join(path)} has no counterpart in HF RoFormer")
+    leaf, transposed = _LEAVES[path[-1]]
+    name = _MODULES[template].format(i=layer.group(1) if layer else "")
+    return f"{name}.{leaf}", transposed
+
+
+def _weight_files(path: str) -> tuple[str, list[str]]:
+    """The first weight format present in `path`, and its files (shards listed by an index)."""
+    for name in ("model.safetensors", "pytorch_model.bin", "flax_model.msgpack"):
+        if os.path.exists(os.path.join(path, name)):
+            return name, [os.path.join(path, name)]
+        index = os.path.join(path, name + ".index.json")
+        if os.path.exists(index) and name != "flax_model.msgpack":
+            with open(index) as f:
+                shards = sorted(set(json.load(f)["weight_map"].values()))
+            return name, [os.path.join(path, s) for s in shards]
+    raise ValueError(
+        f"no model.safetensors, pytorch_model.bin or flax_model.msgpack in {path} "
+        f"(found {sorted(os.listdir(path))})"
+    )
+
+
+def _read_safetensors(file: str) -> dict[str, np.ndarray]:
+    # The "flax" reader, not safetensors.numpy: numpy has no bfloat16, a common checkpoint dtype.
+    with safe_open(file, framework="flax") as f:
+        return {k: np.asarray(f.get_tensor(k).astype(jnp.float32)) for k in f.keys()}
+
+
+def _read_torch(file: str) -> dict[str, np.ndarray]:
+    try:
+        import torch
+    except ImportError:
+        raise ImportError(
+            f"{file} is a torch pickle and reading it needs torch; install torch, or convert the "
+            "checkpoint to model.safetensors"
+        ) from None
+    state = torch.load(file, map_location="cpu", weights_only=True)
+    return {k: v.float().numpy() for k, v in state.items()}
+
+
+def _read_flax(file: str) -> dict[str, np.ndarray]:
+    """HF Flax params (nested, Flax leaf names, "layer/0") renamed to torch state-dict names."""
+    with open(file, "rb") as f:
+        tree = flax.serialization.msgpack_restore(f.read())
+    state = {}
+    for path, value in flax.traverse_util.flatten_dict(tree).items():
+        leaf, transposed = _LEAVES.get(path[-1], (path[-1], False))
+        value = np.asarray(value, np.float32)
+        state[".".join((*path[:-1], leaf))] = value.T if transposed else value
+    return state
+
+
+def read_hf_state_dict(path: str) -> dict[str, np.ndarray]:
+    """All weights of an HF checkpoint directory as float32 numpy, torch names and layouts."""
+    name, files = _weight_files(path)
+    reader = {
+        "model.safetensors": _read_safetensors,
+        "pytorch_model.bin": _read_torch,
+        "flax_model.msgpack": _read_flax,
+    }[name]
+    state = {}
+    for file in files:
+        state.update(reader(file))
+    return state
+
+
+def _check_tied(state: dict, params: dict, config: ModelConfig) -> None:
+    """Weights we do not load must be what our model computes instead."""
+    word_embeddings = params.get(("embeddings", "word_embeddings", "embedding"))
+    expected = {  # name: (value, atol); the table may have been stored in float16
+        _TABLE: (hf_sinusoidal_table(config.max_len, config.head_dim), 1e-3),
+        "cls.predictions.decoder.weight": (word_embeddings, 0.0),
+        "cls.predictions.decoder.bias": (params.get(("mlm_head", "bias")), 0.0),
+    }
+    for name, (value, atol) in expected.items():
+        if name in state and (value is None or not np.allclose(state[name], value, atol=atol)):
+            raise ValueError(
+                f"checkpoint weight {name} is not what HF RoFormer ties or computes it to "
+                "(untied decoder or a different position table); it cannot be loaded faithfully"
+            )
+
+
+def load_hf_roformer(path: str, **overrides) -> tuple[RoFormer, dict]:
+    """Reads a local HF RoFormer directory; returns (model, {"params": ...}) in float32.
+
+    The model has the MLM head when the checkpoint has `cls.predictions.*` (RoFormerForMaskedLM);
+    weights of other task heads (classifier, qa_outputs, ...) are ignored. `overrides` replace
+    ModelConfig fields, e.g. dtype="bfloat16" or hidden_dropout=0.0 for fine-tuning.
+    """
+    with open(os.path.join(path, "config.json")) as f:
+        config = config_from_hf(json.load(f), **overrides)
+    state = {k.removeprefix(_PREFIX): v for k, v in read_hf_state_dict(path).items()}
+    with_head = any(k.startswith("cls.predictions.transform.") for k in state)
+    model = RoFormer(config, with_mlm_head=with_head)
+    shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 1), jnp.int32))
+    params, missing = {}, []
+    for path_, shape in flax.traverse_util.flatten_dict(shapes["params"]).items():
+        name, transposed = _hf_name(path_)
+        if name not in state:
+            missing.append(name)
+            continue
+        value = state.pop(name)
+        value = value.T if transposed else value
+        if value.shape != shape.shape:
+            raise ValueError(f"{name} has shape {value.shape}; the config implies {shape.shape}")
+        params[path_] = value
+    if missing:
+        raise ValueError(f"checkpoint {path} lacks {missing}")
+    _check_tied(state, params, config)
+    unexpected = [k for k in state if k.split(".")[0] in ("embeddings", "encoder") and k != _TABLE]
+    if unexpected:
+        raise ValueError(f"checkpoint {path} has weights this config does not use: {unexpected}")
+    params = {k: jnp.asarray(v, jnp.float32) for k, v in params.items()}
+    return model, {"params": flax.traverse_util.unflatten_dict(params)}
+
+
+def save_hf_roformer(model_config: ModelConfig, variables: dict, path: str) -> None:
+    """Writes `path/model.safetensors` and `path/config.json` in HF RoFormer's format.
+
+    With an MLM head the names are RoFormerForMaskedLM's ("roformer." prefix, "cls.*"),
+    without one RoFormerModel's. Parameters are written in float32.
+    """
+    params = flax.traverse_util.flatten_dict(flax.core.unfreeze(variables)["params"])
+    with_head = any(p[0] == "mlm_head" for p in params)
+    hf_config = config_to_hf(model_config, with_mlm_head=with_head)
+    state = {}
+    for path_, value in params.items():
+        name, transposed = _hf_name(path_)
+        value = np.asarray(value, np.float32)
+        prefix = "" if name.startswith("cls.") or not with_head else _PREFIX
+        state[prefix + name] = np.ascontiguousarray(value.T if transposed else value)
+    # Part of HF's state dict (a frozen parameter); written so that transformers finds it.
+    table = hf_sinusoidal_table(model_config.max_len, model_config.head_dim)
+    state[(_PREFIX if with_head else "") + _TABLE] = table
+    os.makedirs(path, exist_ok=True)
+    safetensors.numpy.save_file(
+        state, os.path.join(path, "model.safetensors"), metadata={"format": "pt"}
+    )
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(hf_config, f, indent=2, sort_keys=True)

@@ -1,0 +1,355 @@
+"""BERT and RoFormer as configurations of one Flax (Linen) encoder.
+
+RoFormer (Su et al. 2021) is BERT with the absolute position table removed and RoPE applied to
+q and k in every self-attention (eq. 34). Here both are one `RoFormer` module: the position
+encoding ("learned", "sinusoidal", "rope", "none") and the attention kind (any entry of
+`roformer_jax.attention.ATTENTION_FUNCTIONS`) are fields of a frozen `ModelConfig`.
+With the defaults (post-LN, exact-erf GELU, softmax, rope) it computes what HuggingFace's
+`RoFormerModel` / `RoFormerForMaskedLM` compute, parameter for parameter (see hf.py).
+
+Glossary of shapes:
+  B batch, L sequence length, N heads, H head dim, D hidden size (model dim),
+  E embedding size (= D unless factorized), F intermediate (feed-forward) size, V vocab.
+
+Parameter tree (names follow HF's where the structure allows; hf.py maps them):
+  embeddings/{word_embeddings, token_type_embeddings, position_embeddings?, LayerNorm}
+  embeddings_project?                      E -> D, only when E != D
+  encoder/layer_{i}/{attention/{query, key, value, output}, attention_norm,
+                     intermediate, output, output_norm}
+  encoder/final_norm?                      pre-LN only
+  mlm_head/{dense, LayerNorm, bias}        decoder tied to embeddings/word_embeddings
+"""
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable
+from typing import NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from roformer_jax import attention as attention_lib
+from roformer_jax.rope import apply_rope, rotation_angles
+
+POSITIONS = ("learned", "sinusoidal", "rope", "none")
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    # HF's "gelu" is the exact erf form (torch.nn.functional.gelu); the tanh form is "gelu_new".
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),
+    "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
+    "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of the encoder; the defaults are BERT-base with RoPE (RoFormer-base)."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768  # D
+    num_layers: int = 12
+    num_heads: int = 12  # N; head dim H = D / N
+    intermediate_size: int = 3072  # F
+    hidden_dropout: float = 0.1  # after embeddings and after each sublayer
+    attention_dropout: float = 0.1  # on softmax attention weights (other kinds have none)
+    max_len: int = 512  # rows of the learned position table (and HF max_position_embeddings)
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    embedding_size: int | None = None  # E; None means E = D (no factorization)
+    dtype: str = "float32"  # compute dtype; parameters are always float32
+    position: str = "rope"  # one of POSITIONS
+    attention: str = "softmax"  # a key of attention.ATTENTION_FUNCTIONS
+    feature_map: str = "elu"  # linear attention's φ
+    linear_rope: str = "numerator"  # linear attention's RoPE placement (eq. 19 by default)
+    rope_base: float = 10000.0
+    rotary_value: bool = False  # also rotate v, as HF RoFormer's `rotary_value`
+    pre_ln: bool = False  # LayerNorm before each sublayer (and once at the end) instead of after
+    initializer_range: float = 0.02
+    hidden_act: str = "gelu"  # a key of ACTIVATIONS
+
+    def __post_init__(self):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "intermediate_size",
+            "max_len",
+            "type_vocab_size",
+        ):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
+        if self.embedding_size is not None and self.embedding_size < 1:
+            raise ValueError(f"embedding_size={self.embedding_size} must be positive or None")
+        for name in ("hidden_dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name}={getattr(self, name)} is not in [0, 1)")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}"
+            )
+        choices = {
+            "dtype": tuple(DTYPES),
+            "position": POSITIONS,
+            "attention": tuple(attention_lib.ATTENTION_FUNCTIONS),
+            "feature_map": tuple(attention_lib.FEATURE_MAPS),
+            "linear_rope": tuple(p for p in attention_lib.ROPE_PLACEMENTS if p is not None),
+            "hidden_act": tuple(ACTIVATIONS),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}={getattr(self, name)!r} is not one of {allowed}")
+        if (self.position == "rope" or self.rotary_value) and self.head_dim % 2:
+            raise ValueError(f"head dim {self.head_dim} is odd; RoPE rotates pairs of features")
+        if self.rotary_value and self.position != "rope":
+            raise ValueError(f"rotary_value=True needs position='rope', got {self.position!r}")
+        if self.position == "sinusoidal" and self.embed_dim % 2:
+            raise ValueError(f"embedding size {self.embed_dim} is odd; sin/cos come in pairs")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def embed_dim(self) -> int:
+        return self.hidden_size if self.embedding_size is None else self.embedding_size
+
+
+SIZES: dict[str, dict] = {
+    "tiny": dict(num_layers=2, hidden_size=64, num_heads=4, intermediate_size=256),
+    "small": dict(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024),
+    "base": dict(num_layers=12, hidden_size=768, num_heads=12, intermediate_size=3072),
+}
+
+
+def model_config(size: str, **overrides) -> ModelConfig:
+    """The named size with `overrides` (any ModelConfig field, e.g. vocab_size=8192)."""
+    if size not in SIZES:
+        raise ValueError(f"unknown model size {size!r}; expected one of {sorted(SIZES)}")
+    fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise ValueError(f"unknown ModelConfig fields {unknown}; fields are {sorted(fields)}")
+    return ModelConfig(**{**SIZES[size], **overrides})
+
+
+class EncoderOutput(NamedTuple):
+    hidden_states: jax.Array  # [B, L, D], compute dtype
+    logits: jax.Array | None  # [B, L, V] float32; None without the MLM head
+
+
+def sinusoidal_embedding(positions, dim: int) -> jax.Array:
+    """Vaswani et al. 2017, sec. 3.5: PE[m, 2i] = sin(m θ_i), PE[m, 2i+1] = cos(m θ_i).
+
+    θ_i = 10000^(-2i/dim). positions: int [L] or [B, L]. Returns [L, dim] or [B, L, dim] float32.
+    """
+    angles = rotation_angles(positions, dim, base=10000.0)  # [..., L, dim/2]
+    return jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1).reshape(*angles.shape[:-1], dim)
+
+
+def _dense(cfg: ModelConfig, features: int, name: str) -> nn.Dense:
+    return nn.Dense(
+        features,
+        dtype=DTYPES[cfg.dtype],
+        kernel_init=nn.initializers.normal(cfg.initializer_range),
+        name=name,
+    )
+
+
+def _layer_norm(cfg: ModelConfig, name: str) -> nn.LayerNorm:
+    # Two-pass variance, as torch's LayerNorm: E[x²] - E[x]² loses digits when |mean| >> std.
+    return nn.LayerNorm(
+        epsilon=cfg.layer_norm_eps, dtype=DTYPES[cfg.dtype], use_fast_variance=False, name=name
+    )
+
+
+class Embeddings(nn.Module):
+    """Word + token type (+ absolute position) embeddings of size E, LayerNorm, dropout."""
+
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, input_ids, token_type_ids, positions, deterministic):
+        cfg = self.config
+        embed = functools.partial(
+            nn.Embed,
+            features=cfg.embed_dim,
+            dtype=DTYPES[cfg.dtype],
+            embedding_init=nn.initializers.normal(cfg.initializer_range),
+        )
+        x = embed(cfg.vocab_size, name="word_embeddings")(input_ids)  # [B, L, E]
+        x = x + embed(cfg.type_vocab_size, name="token_type_embeddings")(token_type_ids)
+        # "rope" and "none" add nothing here; RoPE acts inside attention.
+        if cfg.position == "learned":
+            x = x + embed(cfg.max_len, name="position_embeddings")(positions)  # [(B,) L, E]
+        elif cfg.position == "sinusoidal":
+            x = x + sinusoidal_embedding(positions, cfg.embed_dim).astype(x.dtype)
+        x = _layer_norm(cfg, "LayerNorm")(x)
+        return nn.Dropout(cfg.hidden_dropout)(x, deterministic=deterministic)
+
+
+def _kind_options(function: Callable, cfg: ModelConfig, *, rotate: bool, dropout_rng) -> dict:
+    """The kind-specific keywords of `function` that it declares, from the config.
+
+    Every attention kind takes the common arguments (mask, positions, rope_*); beyond those a
+    kind receives exactly the options its signature names, so a new kind needs no code here.
+    """
+    options = {
+        "dropout_rate": 0.0 if dropout_rng is None else cfg.attention_dropout,
+        "dropout_rng": dropout_rng,
+        "feature_map": cfg.feature_map,
+        "rope": cfg.linear_rope if rotate else None,
+    }
+    accepted = inspect.signature(function).parameters
+    return {name: value for name, value in options.items() if name in accepted}
+
+
+class SelfAttention(nn.Module):
+    """Projections q, k, v [B, L, N, H] → attention kind → output projection [B, L, D]."""
+
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, x, mask, positions, deterministic):
+        cfg = self.config
+        b, length, d = x.shape
+        q, k, v = (
+            _dense(cfg, d, name)(x).reshape(b, length, cfg.num_heads, cfg.head_dim)  # [B, L, N, H]
+            for name in ("query", "key", "value")
+        )
+        rotate = cfg.position == "rope"
+        rope = dict(q_positions=positions, k_positions=positions) if rotate else {}
+        if cfg.rotary_value:  # HF RoFormer's option: v is rotated too, and not rotated back.
+            v = apply_rope(v, positions, base=cfg.rope_base)
+        use_dropout = not deterministic and cfg.attention_dropout > 0.0
+        function = attention_lib.ATTENTION_FUNCTIONS[cfg.attention]
+        options = _kind_options(
+            function,
+            cfg,
+            rotate=rotate,
+            dropout_rng=self.make_rng("dropout") if use_dropout else None,
+        )
+        out = function(q, k, v, mask=mask, rope_base=cfg.rope_base, **rope, **options)
+        return _dense(cfg, d, "output")(out.reshape(b, length, d))  # [B, L, D]
+
+
+class Layer(nn.Module):
+    """One encoder block: self-attention and a GELU feed-forward, each with residual + LN."""
+
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, x, mask, positions, deterministic):
+        cfg = self.config
+        attention = SelfAttention(cfg, name="attention")
+        dropout = nn.Dropout(cfg.hidden_dropout, deterministic=deterministic)
+
+        def feed_forward(h):  # [B, L, D] -> [B, L, F] -> [B, L, D]
+            h = ACTIVATIONS[cfg.hidden_act](_dense(cfg, cfg.intermediate_size, "intermediate")(h))
+            return _dense(cfg, cfg.hidden_size, "output")(h)
+
+        def sublayer(h, function, norm):
+            if cfg.pre_ln:  # Xiong et al. 2020: the residual path stays un-normalized.
+                return h + dropout(function(norm(h)))
+            return norm(h + dropout(function(h)))  # BERT / RoFormer (post-LN)
+
+        x = sublayer(
+            x,
+            lambda h: attention(h, mask, positions, deterministic),
+            _layer_norm(cfg, "attention_norm"),
+        )
+        return sublayer(x, feed_forward, _layer_norm(cfg, "output_norm"))
+
+
+class Encoder(nn.Module):
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, x, mask, positions, deterministic):
+        for i in range(self.config.num_layers):
+            x = Layer(self.config, name=f"layer_{i}")(x, mask, positions, deterministic)
+        if self.config.pre_ln:
+            x = _layer_norm(self.config, "final_norm")(x)
+        return x
+
+
+class MlmHead(nn.Module):
+    """BERT's head: dense D → E, activation, LayerNorm, then the tied decoder E → V plus a bias."""
+
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, x, word_embeddings):
+        cfg = self.config
+        x = ACTIVATIONS[cfg.hidden_act](_dense(cfg, cfg.embed_dim, "dense")(x))
+        x = _layer_norm(cfg, "LayerNorm")(x)  # [B, L, E]
+        logits = jnp.einsum(
+            "BLE,VE->BLV", x, word_embeddings.astype(x.dtype), preferred_element_type=jnp.float32
+        )
+        bias = self.param("bias", nn.initializers.zeros, (cfg.vocab_size,), jnp.float32)
+        return logits + bias  # [B, L, V] float32
+
+
+class RoFormer(nn.Module):
+    """The encoder (BERT or RoFormer by `config.position`) with an optional tied MLM head.
+
+    Call with input_ids int [B, L]; attention_mask [B, L] (1/True = real token; padded keys are
+    never attended to); token_type_ids int [B, L] (default 0); positions int [L] or [B, L]
+    (default arange(L); RoPE is invariant to adding a constant). Dropout draws from the
+    "dropout" rng stream when deterministic=False.
+    """
+
+    config: ModelConfig
+    with_mlm_head: bool = True
+
+    @nn.compact
+    def __call__(
+        self,
+        input_ids,
+        *,
+        attention_mask=None,
+        token_type_ids=None,
+        positions=None,
+        deterministic=True,
+    ) -> EncoderOutput:
+        cfg = self.config
+        input_ids = jnp.asarray(input_ids)
+        if input_ids.ndim != 2:
+            raise ValueError(f"input_ids has shape {input_ids.shape}; expected [B, L]")
+        b, length = input_ids.shape
+        if cfg.position == "learned" and length > cfg.max_len:
+            raise ValueError(
+                f"sequence length {length} exceeds the learned position table of max_len "
+                f"{cfg.max_len} rows; use position='rope' to run past the training length"
+            )
+        positions = jnp.arange(length) if positions is None else jnp.asarray(positions)
+        if positions.shape not in ((length,), (b, length)):
+            raise ValueError(
+                f"positions has shape {positions.shape}; expected [{length}] or "
+                f"[{b}, {length}] for input_ids of shape {input_ids.shape}"
+            )
+        if token_type_ids is None:
+            token_type_ids = jnp.zeros_like(input_ids)
+        mask = None
+        if attention_mask is not None:
+            mask = jnp.asarray(attention_mask).astype(bool)
+            if mask.shape != input_ids.shape:
+                raise ValueError(
+                    f"attention_mask has shape {mask.shape}; expected {input_ids.shape}"
+                )
+
+        embeddings = Embeddings(cfg, name="embeddings")
+        x = embeddings(input_ids, token_type_ids, positions, deterministic)  # [B, L, E]
+        if cfg.embed_dim != cfg.hidden_size:
+            x = _dense(cfg, cfg.hidden_size, "embeddings_project")(x)  # [B, L, D]
+        x = Encoder(cfg, name="encoder")(x, mask, positions, deterministic)
+        logits = None
+        if self.with_mlm_head:
+            table = embeddings.variables["params"]["word_embeddings"]["embedding"]  # [V, E]
+            logits = MlmHead(cfg, name="mlm_head")(x, table)
+        return EncoderOutput(hidden_states=x, logits=logits)

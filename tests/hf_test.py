@@ -1,0 +1,305 @@
+"""Tests for roformer_jax/hf.py: HF's own golden values, save/load, parity with transformers.
+
+The parity tests need `pip install torch==2.13.0 transformers` and are skipped without them;
+everything else runs with the project's own dependencies.
+"""
+
+import json
+import os
+import sys
+import tempfile
+import unittest
+from unittest import mock
+
+import chex
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import safetensors.numpy
+from absl.testing import absltest, parameterized
+
+from roformer_jax import hf, rope
+from roformer_jax import model as model_lib
+
+try:
+    import torch
+    import transformers
+except ImportError:
+    torch = transformers = None
+NO_TRANSFORMERS = "needs transformers and torch: pip install torch==2.13.0 transformers"
+
+# From transformers tests/models/roformer/test_modeling_roformer.py.
+HF_TABLE_6x6_ROWS_0_1 = [
+    [0.0000, 0.0000, 0.0000, 1.0000, 1.0000, 1.0000],
+    [0.8415, 0.0464, 0.0022, 0.5403, 0.9989, 1.0000],
+]
+HF_TABLE_512x512_SLICE = [  # weight[:3, :5]
+    [0.0000, 0.0000, 0.0000, 0.0000, 0.0000],
+    [0.8415, 0.8219, 0.8020, 0.7819, 0.7617],
+    [0.9093, 0.9364, 0.9581, 0.9749, 0.9870],
+]
+HF_ROTATED_QUERY_SLICE = [  # query_layer[0, 0, :6, :8]; the key is its negation
+    [0.0000, 0.0100, 0.0200, 0.0300, 0.0400, 0.0500, 0.0600, 0.0700],
+    [-0.2012, 0.8897, 0.0263, 0.9401, 0.2074, 0.9463, 0.3481, 0.9343],
+    [-1.7057, 0.6271, -1.2145, 1.3897, -0.6303, 1.7647, -0.1173, 1.8985],
+    [-2.1731, -1.6397, -2.7358, 0.2854, -2.1840, 1.7183, -1.3018, 2.4871],
+    [0.2717, -3.6173, -2.9206, -2.1988, -3.6638, 0.3858, -2.9155, 2.2980],
+    [3.9859, -2.1580, -0.7984, -4.4904, -4.1181, -2.0252, -4.4782, 1.1253],
+]
+HF_TOLERANCE = 1e-4  # the tolerance of those HF tests (values printed to 4 decimals)
+PARITY_TOLERANCE = 1e-5  # max abs difference against transformers, float32
+
+
+def _hf_style_rotation(x, table):
+    """HF's apply_rotary_position_embeddings, transcribed to numpy: x [B, N, L, H]."""
+    sin, cos = np.split(table[None, None], 2, axis=-1)
+    sin_pos = np.stack([sin, sin], axis=-1).reshape(table[None, None].shape)
+    cos_pos = np.stack([cos, cos], axis=-1).reshape(table[None, None].shape)
+    rotate_half = np.stack([-x[..., 1::2], x[..., ::2]], axis=-1).reshape(x.shape)
+    return x * cos_pos + rotate_half * sin_pos
+
+
+class GoldenValuesTest(parameterized.TestCase):
+    """HF's RoFormer golden values, reproduced with hf.py's table and rope.py's rotation."""
+
+    def test_sinusoidal_table(self):
+        np.testing.assert_allclose(
+            hf.hf_sinusoidal_table(6, 6)[:2], HF_TABLE_6x6_ROWS_0_1, atol=HF_TOLERANCE
+        )
+        np.testing.assert_allclose(
+            hf.hf_sinusoidal_table(512, 512)[:3, :5], HF_TABLE_512x512_SLICE, atol=HF_TOLERANCE
+        )
+
+    def test_table_halves_hold_ropes_angles(self):
+        # [sin | cos] of the same angles m θ_i that rope.py rotates pair i by.
+        angles = rope.rotation_angles(jnp.arange(64), 16)  # [L, H/2]
+        expected = np.concatenate([np.sin(angles), np.cos(angles)], axis=-1)
+        np.testing.assert_allclose(hf.hf_sinusoidal_table(64, 16), expected, atol=1e-6)
+
+    def test_rotated_query_and_key(self):
+        query = np.arange(2 * 12 * 16 * 64, dtype=np.float32).reshape(2, 12, 16, 64) / 100
+        positions = jnp.arange(16)
+        # HF's layout is [B, N, L, H]; ours [B, L, N, H]. layout="interleaved" is HF's pairing.
+        ours = rope.apply_rope(query.transpose(0, 2, 1, 3), positions, layout="interleaved")
+        ours = np.asarray(ours).transpose(0, 2, 1, 3)
+        key = np.asarray(rope.apply_rope(-query, positions, seq_axis=-2))  # [B, N, L, H]
+        np.testing.assert_allclose(ours[0, 0, :6, :8], HF_ROTATED_QUERY_SLICE, atol=HF_TOLERANCE)
+        np.testing.assert_allclose(
+            key[0, 0, :6, :8], -np.array(HF_ROTATED_QUERY_SLICE), atol=HF_TOLERANCE
+        )
+        # The whole tensor, against HF's rotation fed with HF's [sin | cos] table.
+        reference = _hf_style_rotation(query, hf.hf_sinusoidal_table(32, 64)[:16])
+        # Entries reach 246, whose float32 ulp is 1.5e-5; x cos - y sin cancels a few ulps.
+        np.testing.assert_allclose(ours, reference, atol=2e-4)
+        # The "half" (GPT-NeoX) pairing is a different rotation: the layout is what matters.
+        half = rope.apply_rope(query, positions, layout="half", seq_axis=-2)
+        self.assertGreater(float(np.abs(np.asarray(half) - reference).max()), 1.0)
+
+
+def _tiny_config(**overrides):
+    return model_lib.ModelConfig(
+        **{
+            **dict(vocab_size=99, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=37),
+            **dict(max_len=64, initializer_range=0.2),
+            **overrides,
+        }
+    )
+
+
+def _random_variables(config, with_mlm_head=True, seed=0):
+    """Random parameters of the model's shapes; LayerNorms and biases non-trivial too, so that
+    a swapped or transposed weight shows."""
+    model = model_lib.RoFormer(config, with_mlm_head=with_mlm_head)
+    shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
+    rng = np.random.default_rng(seed)
+    params = {
+        path: np.float32((path[-1] == "scale") + rng.normal(0, 0.2, x.shape))
+        for path, x in flax.traverse_util.flatten_dict(shapes).items()
+    }
+    return model, flax.traverse_util.unflatten_dict(params)
+
+
+class SaveLoadTest(parameterized.TestCase):
+    @parameterized.parameters(
+        dict(overrides={}, with_mlm_head=True),
+        dict(overrides={}, with_mlm_head=False),
+        dict(overrides=dict(embedding_size=24, rotary_value=True), with_mlm_head=True),
+    )
+    def test_load_save_load_is_identity(self, overrides, with_mlm_head):
+        config = _tiny_config(**overrides)
+        _, variables = _random_variables(config, with_mlm_head)
+        with tempfile.TemporaryDirectory() as d:
+            hf.save_hf_roformer(config, variables, os.path.join(d, "a"))
+            model, loaded = hf.load_hf_roformer(os.path.join(d, "a"))
+            hf.save_hf_roformer(model.config, loaded, os.path.join(d, "b"))
+            model_b, loaded_b = hf.load_hf_roformer(os.path.join(d, "b"))
+            first = hf.read_hf_state_dict(os.path.join(d, "a"))
+            second = hf.read_hf_state_dict(os.path.join(d, "b"))
+        self.assertEqual(model.config, config)
+        self.assertEqual(model_b.config, config)
+        self.assertEqual(model.with_mlm_head, with_mlm_head)
+        chex.assert_trees_all_equal(loaded, variables)
+        chex.assert_trees_all_equal(loaded_b, loaded)
+        chex.assert_trees_all_equal(first, second)
+        # RoFormerForMaskedLM's names when there is a head, RoFormerModel's otherwise.
+        prefix = "roformer." if with_mlm_head else ""
+        self.assertIn(f"{prefix}encoder.layer.1.attention.self.query.weight", first)
+
+    def test_flax_msgpack(self):
+        # HF Flax's tree: torch names split on ".", kernels [in, out], no position table.
+        config = _tiny_config()
+        _, variables = _random_variables(config)
+        with tempfile.TemporaryDirectory() as d:
+            hf.save_hf_roformer(config, variables, d)
+            state = hf.read_hf_state_dict(d)
+            os.remove(os.path.join(d, "model.safetensors"))
+            tree = {}
+            for name, value in state.items():
+                if name.endswith("embed_positions.weight"):
+                    continue
+                path = tuple(name.split("."))
+                leaf = {"LayerNorm": "scale", "embeddings": "embedding"}.get(path[-2], "kernel")
+                if path[-1] == "weight":
+                    path, value = (*path[:-1], leaf), (value.T if leaf == "kernel" else value)
+                tree[path] = value
+            with open(os.path.join(d, "flax_model.msgpack"), "wb") as f:
+                f.write(
+                    flax.serialization.msgpack_serialize(flax.traverse_util.unflatten_dict(tree))
+                )
+            _, loaded = hf.load_hf_roformer(d)
+        chex.assert_trees_all_equal(loaded, variables)
+
+    def test_pytorch_bin_without_torch_says_so(self):
+        config = _tiny_config()
+        _, variables = _random_variables(config)
+        with tempfile.TemporaryDirectory() as d, mock.patch.dict(sys.modules, {"torch": None}):
+            hf.save_hf_roformer(config, variables, d)
+            os.rename(os.path.join(d, "model.safetensors"), os.path.join(d, "pytorch_model.bin"))
+            with self.assertRaisesRegex(ImportError, "pytorch_model.bin is a torch pickle"):
+                hf.load_hf_roformer(d)
+
+    def test_save_rejects_what_hf_cannot_express(self):
+        for overrides in (dict(position="learned"), dict(attention="linear"), dict(pre_ln=True)):
+            config = _tiny_config(**overrides)
+            _, variables = _random_variables(config)
+            with tempfile.TemporaryDirectory() as d, self.assertRaisesRegex(ValueError, "HF"):
+                hf.save_hf_roformer(config, variables, d)
+
+    def test_load_errors_name_the_problem(self):
+        config = _tiny_config()
+        _, variables = _random_variables(config)
+        with tempfile.TemporaryDirectory() as d:
+            hf.save_hf_roformer(config, variables, d)
+            state = hf.read_hf_state_dict(d)
+            os.remove(os.path.join(d, "model.safetensors"))
+            with self.assertRaisesRegex(ValueError, r"no model.safetensors.*\['config.json'\]"):
+                hf.load_hf_roformer(d)
+            del state["roformer.encoder.layer.1.output.dense.bias"]
+            state["cls.predictions.decoder.weight"] = (
+                state["roformer.embeddings.word_embeddings.weight"] + 1
+            )
+            safetensors.numpy.save_file(state, os.path.join(d, "model.safetensors"))
+            with self.assertRaisesRegex(
+                ValueError, r"lacks \['encoder.layer.1.output.dense.bias'\]"
+            ):
+                hf.load_hf_roformer(d)
+            state["roformer.encoder.layer.1.output.dense.bias"] = np.zeros(32, np.float32)
+            safetensors.numpy.save_file(state, os.path.join(d, "model.safetensors"))
+            with self.assertRaisesRegex(ValueError, r"decoder.weight is not .*untied"):
+                hf.load_hf_roformer(d)
+            with open(os.path.join(d, "config.json")) as f:
+                hf_config = json.load(f)
+            with open(os.path.join(d, "config.json"), "w") as f:
+                json.dump({**hf_config, "is_decoder": True}, f)
+            with self.assertRaisesRegex(ValueError, "is_decoder=True"):
+                hf.load_hf_roformer(d)
+
+
+def _hf_model(cls, seed, **config_overrides):
+    torch.manual_seed(seed)
+    config = transformers.RoFormerConfig(
+        **{
+            **dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4),
+            **dict(intermediate_size=37, max_position_embeddings=64),
+            **config_overrides,
+        }
+    )
+    model = cls(config).eval()
+    with torch.no_grad():  # HF initializes LayerNorms to 1 and biases to 0: perturb everything
+        for name, p in model.named_parameters():
+            if "embed_positions" not in name:
+                p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+def _batch(seed=0, b=3, length=12, vocab=99):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1, vocab, (b, length))
+    types = rng.integers(0, 2, (b, length))
+    mask = np.ones((b, length), np.int64)
+    mask[1, 7:] = 0  # padded rows: HF and we must agree on the padded positions too
+    mask[2, 3:] = 0
+    return ids, types, mask
+
+
+def _max_diff(ours, theirs):
+    return float(np.abs(np.asarray(ours, np.float64) - theirs.detach().numpy()).max())
+
+
+@unittest.skipIf(transformers is None, NO_TRANSFORMERS)
+class TransformersParityTest(parameterized.TestCase):
+    @parameterized.named_parameters(
+        dict(testcase_name="plain", overrides={}),
+        dict(testcase_name="embedding_size", overrides=dict(embedding_size=24)),
+        dict(testcase_name="rotary_value", overrides=dict(rotary_value=True)),
+    )
+    def test_masked_lm(self, overrides):
+        theirs = _hf_model(transformers.RoFormerForMaskedLM, 0, **overrides)
+        ids, types, mask = _batch()
+        with tempfile.TemporaryDirectory() as d:
+            theirs.save_pretrained(d)
+            model, variables = hf.load_hf_roformer(d)
+        out = model.apply(variables, ids, attention_mask=mask, token_type_ids=types)
+        t = [torch.tensor(x) for x in (ids, mask, types)]
+        with torch.no_grad():
+            hidden = theirs.roformer(t[0], attention_mask=t[1], token_type_ids=t[2])
+            logits = theirs(t[0], attention_mask=t[1], token_type_ids=t[2]).logits
+        self.assertLessEqual(
+            _max_diff(out.hidden_states, hidden.last_hidden_state), PARITY_TOLERANCE
+        )
+        self.assertLessEqual(_max_diff(out.logits, logits), PARITY_TOLERANCE)
+
+    def test_base_model_from_pytorch_bin(self):
+        theirs = _hf_model(transformers.RoFormerModel, 1)
+        ids, types, mask = _batch(seed=1)
+        with tempfile.TemporaryDirectory() as d:
+            theirs.config.save_pretrained(d)
+            torch.save(theirs.state_dict(), os.path.join(d, "pytorch_model.bin"))
+            model, variables = hf.load_hf_roformer(d)
+        self.assertFalse(model.with_mlm_head)
+        out = model.apply(variables, ids, attention_mask=mask, token_type_ids=types)
+        self.assertIsNone(out.logits)
+        with torch.no_grad():
+            expected = theirs(*[torch.tensor(x) for x in (ids, mask, types)]).last_hidden_state
+        self.assertLessEqual(_max_diff(out.hidden_states, expected), PARITY_TOLERANCE)
+
+    def test_transformers_loads_what_we_save(self):
+        config = _tiny_config(embedding_size=24)
+        model, variables = _random_variables(config)
+        ids, types, mask = _batch(seed=2)
+        with tempfile.TemporaryDirectory() as d:
+            hf.save_hf_roformer(config, variables, d)
+            theirs, info = transformers.RoFormerForMaskedLM.from_pretrained(
+                d, output_loading_info=True
+            )
+        self.assertEqual((info["missing_keys"], info["unexpected_keys"]), (set(), set()))
+        theirs.eval()
+        out = model.apply(variables, ids, attention_mask=mask, token_type_ids=types)
+        with torch.no_grad():
+            logits = theirs(*[torch.tensor(x) for x in (ids, mask, types)]).logits
+        self.assertLessEqual(_max_diff(out.logits, logits), PARITY_TOLERANCE)
+
+
+if __name__ == "__main__":
+    absltest.main()

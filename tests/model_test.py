@@ -1,0 +1,228 @@
+"""Tests for roformer_jax/model.py: one encoder, every position encoding × attention kind."""
+
+import dataclasses
+import itertools
+
+import chex
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest, parameterized
+
+from roformer_jax import attention
+from roformer_jax import model as model_lib
+
+# Parameters of each named size at the ModelConfig defaults (vocab 30522, rope, MLM head).
+# `base` with position="learned" has 109,514,298: exactly HF BertForMaskedLM (BERT-base).
+GOLDEN_PARAM_COUNTS = {"tiny": 2_088_442, "small": 11_070_522, "base": 109_121_082}
+BERT_BASE_MLM_PARAMS = 109_514_298
+
+KINDS = tuple(attention.ATTENTION_FUNCTIONS)
+COMBINATIONS = [
+    dict(testcase_name=f"{p}_{a}", position=p, attention=a)
+    for p, a in itertools.product(model_lib.POSITIONS, KINDS)
+]
+B, L, V = 2, 8, 64
+
+
+def _config(**overrides):
+    return model_lib.model_config("tiny", **{"vocab_size": V, "max_len": 16, **overrides})
+
+
+def _init(config, length=L, seed=0, **kwargs):
+    """The model and random parameters of its shapes (no compiled init: fast tests).
+
+    Weights are N(0, 0.2²), ten times the init scale, so that attention is far from uniform
+    and positions matter; LayerNorm scales are 1 + N(0, 0.1²).
+    """
+    model = model_lib.RoFormer(config, **kwargs)
+    shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, length), jnp.int32))
+    rng = np.random.default_rng(seed)
+    params = {
+        path: (path[-1] == "scale") + rng.normal(0, 0.1 if path[-1] == "scale" else 0.2, x.shape)
+        for path, x in flax.traverse_util.flatten_dict(shapes).items()
+    }
+    params = {k: jnp.asarray(v, jnp.float32) for k, v in params.items()}
+    return model, flax.traverse_util.unflatten_dict(params)
+
+
+def _inputs(length=L, seed=1):
+    rng = np.random.default_rng(seed)
+    ids = jnp.asarray(rng.integers(1, V, (B, length)), jnp.int32)
+    types = jnp.asarray(rng.integers(0, 2, (B, length)), jnp.int32)
+    return ids, types
+
+
+def _count(variables):
+    return sum(x.size for x in jax.tree.leaves(variables))
+
+
+class ModelTest(parameterized.TestCase):
+    def test_without_mlm_head(self):
+        model, variables = _init(_config(), with_mlm_head=False)
+        self.assertNotIn("mlm_head", variables["params"])
+        self.assertIsNone(model.apply(variables, _inputs()[0]).logits)
+
+    def test_jit_matches_eager(self):
+        model, variables = _init(_config())
+        ids, types = _inputs()
+        eager = model.apply(variables, ids, token_type_ids=types)
+        jitted = jax.jit(lambda v, i, t: model.apply(v, i, token_type_ids=t))(variables, ids, types)
+        chex.assert_trees_all_close(jitted, eager, atol=1e-5)
+
+    def test_dropout(self):
+        model, variables = _init(_config(hidden_dropout=0.2, attention_dropout=0.2))
+        ids, _ = _inputs()
+
+        def run(seed, deterministic):
+            rngs = {"dropout": jax.random.key(seed)}
+            return model.apply(variables, ids, deterministic=deterministic, rngs=rngs).logits
+
+        chex.assert_trees_all_equal(run(0, False), run(0, False))
+        self.assertGreater(float(jnp.abs(run(0, False) - run(1, False)).max()), 1e-3)
+        # deterministic=True is dropout-free: equal to a model whose rates are 0.
+        off = model_lib.RoFormer(
+            dataclasses.replace(model.config, hidden_dropout=0.0, attention_dropout=0.0)
+        )
+        chex.assert_trees_all_equal(run(0, True), run(1, True))
+        chex.assert_trees_all_close(run(0, True), off.apply(variables, ids).logits, atol=1e-6)
+
+    @parameterized.parameters(*KINDS)
+    def test_rope_encoder_is_shift_invariant(self, attention):
+        model, variables = _init(_config(attention=attention, hidden_dropout=0.0))
+        ids, types = _inputs()
+        base = model.apply(variables, ids, token_type_ids=types)
+        shifted = model.apply(variables, ids, token_type_ids=types, positions=jnp.arange(L) + 37)
+        per_row = model.apply(
+            variables,
+            ids,
+            token_type_ids=types,
+            positions=jnp.arange(L)[None] + jnp.array([[5], [900]]),
+        )
+        chex.assert_trees_all_close(shifted, base, atol=2e-5)
+        chex.assert_trees_all_close(per_row, base, atol=2e-5)
+        # ... while the order of positions does matter.
+        reversed_ = model.apply(variables, ids, token_type_ids=types, positions=jnp.arange(L)[::-1])
+        self.assertGreater(float(jnp.abs(reversed_.hidden_states - base.hidden_states).max()), 1e-2)
+
+    def test_learned_positions_too_long(self):
+        model, variables = _init(_config(position="learned"))
+        with self.assertRaisesRegex(ValueError, r"length 17 .* max_len 16"):
+            model.apply(variables, jnp.ones((1, 17), jnp.int32))
+
+    def test_rope_runs_at_four_times_training_length(self):
+        model, variables = _init(_config(), length=L)
+        out = model.apply(variables, jnp.ones((B, 4 * L), jnp.int32))
+        chex.assert_shape(out.logits, (B, 4 * L, V))
+        chex.assert_tree_all_finite(out)
+
+    @parameterized.named_parameters(*COMBINATIONS)
+    def test_shapes_and_appended_padding(self, position, attention):
+        model, variables = _init(_config(position=position, attention=attention))
+        ids, types = _inputs()
+        real = model.apply(variables, ids, token_type_ids=types, attention_mask=jnp.ones((B, L)))
+        chex.assert_shape(real.hidden_states, (B, L, 64))
+        chex.assert_shape(real.logits, (B, L, V))
+        self.assertEqual(real.logits.dtype, jnp.float32)
+        chex.assert_tree_all_finite(real)
+        # Pad tokens appended with mask False leave every real position unchanged.
+        pad = 5
+        padded_ids = jnp.concatenate([ids, jnp.full((B, pad), 7, jnp.int32)], axis=1)
+        padded_types = jnp.concatenate([types, jnp.ones((B, pad), jnp.int32)], axis=1)
+        mask = jnp.arange(L + pad)[None, :] < L
+        padded = model.apply(
+            variables,
+            padded_ids,
+            token_type_ids=padded_types,
+            attention_mask=jnp.broadcast_to(mask, (B, L + pad)),
+        )
+        chex.assert_trees_all_close(jax.tree.map(lambda x: x[:, :L], padded), real, atol=2e-5)
+
+    def test_mask_masks(self):
+        # The same pad ids unmasked do change the real positions: the test above can fail.
+        model, variables = _init(_config())
+        ids, _ = _inputs()
+        longer = jnp.concatenate([ids, jnp.full((B, 5), 7, jnp.int32)], axis=1)
+        diff = model.apply(variables, longer).hidden_states[:, :L] - model.apply(variables, ids)[0]
+        self.assertGreater(float(jnp.abs(diff).max()), 1e-2)
+
+    @parameterized.parameters(*KINDS)
+    def test_bfloat16_close_to_float32(self, attention):
+        config = _config(attention=attention)
+        model, variables = _init(config)
+        ids, types = _inputs()
+        full = model.apply(variables, ids, token_type_ids=types)
+        bf16 = model_lib.RoFormer(dataclasses.replace(config, dtype="bfloat16"))
+        shapes = jax.eval_shape(bf16.init, jax.random.key(0), ids)
+        self.assertTrue(all(x.dtype == jnp.float32 for x in jax.tree.leaves(shapes)))
+        half = bf16.apply(variables, ids, token_type_ids=types)
+        self.assertEqual(half.hidden_states.dtype, jnp.bfloat16)
+        self.assertEqual(half.logits.dtype, jnp.float32)
+        # Tolerance: hidden states (LayerNorm outputs, unit scale) within 0.1, logits within 2%
+        # of the largest logit; measured 0.03-0.04 and 1.0-1.4% (bf16 has an 8-bit mantissa).
+        hidden_error = jnp.abs(half.hidden_states.astype(jnp.float32) - full.hidden_states).max()
+        self.assertLess(float(hidden_error), 0.1)
+        logit_error = jnp.abs(half.logits - full.logits).max()
+        self.assertLess(float(logit_error), 0.02 * float(jnp.abs(full.logits).max()))
+
+    def test_factorized_embedding_and_pre_ln(self):
+        model, variables = _init(_config(embedding_size=16, pre_ln=True))
+        params = variables["params"]
+        chex.assert_shape(params["embeddings"]["word_embeddings"]["embedding"], (V, 16))
+        chex.assert_shape(params["embeddings_project"]["kernel"], (16, 64))
+        chex.assert_shape(params["mlm_head"]["dense"]["kernel"], (64, 16))
+        self.assertIn("final_norm", params["encoder"])
+        out = model.apply(variables, _inputs()[0])
+        chex.assert_shape(out.logits, (B, L, V))
+        post = model_lib.RoFormer(dataclasses.replace(model.config, pre_ln=False))
+        post_params = {
+            **params,
+            "encoder": {k: v for k, v in params["encoder"].items() if k != "final_norm"},
+        }
+        post_out = post.apply({"params": post_params}, _inputs()[0])
+        self.assertGreater(float(jnp.abs(post_out.logits - out.logits).max()), 1e-2)
+
+    def test_rotary_value_rotates_values(self):
+        config = _config(rotary_value=True)
+        model, variables = _init(config)
+        ids, _ = _inputs()
+        plain = model_lib.RoFormer(dataclasses.replace(config, rotary_value=False))
+        diff = model.apply(variables, ids).logits - plain.apply(variables, ids).logits
+        self.assertGreater(float(jnp.abs(diff).max()), 1e-3)
+
+    @parameterized.parameters(*GOLDEN_PARAM_COUNTS)
+    def test_golden_param_count(self, size):
+        model = model_lib.RoFormer(model_lib.model_config(size))
+        shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 8), jnp.int32))
+        self.assertEqual(_count(shapes), GOLDEN_PARAM_COUNTS[size])
+
+    def test_every_size_has_a_golden_count(self):
+        self.assertEqual(set(model_lib.SIZES), set(GOLDEN_PARAM_COUNTS))
+
+    def test_base_with_learned_positions_is_bert_base(self):
+        model = model_lib.RoFormer(model_lib.model_config("base", position="learned"))
+        shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 8), jnp.int32))
+        self.assertEqual(_count(shapes), BERT_BASE_MLM_PARAMS)
+
+    @parameterized.parameters(
+        (dict(hidden_size=65), r"hidden_size 65 is not divisible by num_heads 4"),
+        (dict(hidden_size=36, num_heads=4), r"head dim 9 is odd"),
+        (dict(position="alibi"), r"position='alibi'"),
+        (dict(attention="flash"), r"attention='flash'"),
+        (dict(dtype="float16"), r"dtype='float16'"),
+        (dict(hidden_dropout=1.0), r"hidden_dropout=1.0"),
+        (dict(rotary_value=True, position="learned"), r"rotary_value"),
+        (dict(hidden_sise=64), r"unknown ModelConfig fields \['hidden_sise'\]"),
+    )
+    def test_bad_config(self, overrides, message):
+        with self.assertRaisesRegex(ValueError, message):
+            model_lib.model_config("tiny", **overrides)
+
+    def test_unknown_size(self):
+        with self.assertRaisesRegex(ValueError, r"'huge'"):
+            model_lib.model_config("huge")
+
+
+if __name__ == "__main__":
+    absltest.main()
