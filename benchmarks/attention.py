@@ -1,0 +1,225 @@
+"""Time and memory of the attention kinds against softmax, L = 512 ... 16384.
+
+    python benchmarks/attention.py [--quick] [--causal] [--output=attention.jsonl]
+    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 \\
+        MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 python benchmarks/attention.py
+
+Shapes: B = 1, N = 8 (B·N = 8), H = 64, float32, L = M. Kinds: softmax with RoPE, linear
+(elu + 1) without RoPE, with RoPE in the numerator (eq. 19) and in both (eq. 18), cosine with
+RoPE. Modes: "fwd" (the output) and "fwd+bwd" (gradients of sum(out) w.r.t. q, k and v).
+
+Each case runs in its own subprocess, so that its peak resident memory is its own:
+  ms        median wall time of a jitted call (after a compiling call); ms_min in the JSON
+  cpu ms    process CPU time (all threads, user + system) per call: steadier than wall time
+            when other processes share the cores
+  temp MB   XLA's temporary buffers for one call (compiled.memory_analysis())
+  peak MB   resident high-water mark during the calls minus the resident size before them
+  faults    minor page faults per call: fresh pages the kernel had to zero (first touch)
+A case whose temporaries exceed --max_gb is compiled but not run. The summary gives the
+ratios the project targets, of the fastest calls (ms_min; the least disturbed by other
+processes): numerator-RoPE linear / plain linear time, softmax / linear time, and how temp
+memory grows per doubling of L (2x = linear, 4x = quadratic). A first line times the first
+touch of fresh memory pages against writing the same pages again.
+"""
+
+import json
+import mmap
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+from timing import report, time_call
+
+from roformer_jax import attention
+
+_QUICK = flags.DEFINE_bool("quick", False, "L = 512, 1024, 2048 and fewer repeats.")
+_LENGTHS = flags.DEFINE_list("lengths", [str(512 << i) for i in range(6)], "Sequence lengths.")
+_KINDS = flags.DEFINE_list("kinds", None, "Subset of the kinds below (default: all).")
+_CAUSAL = flags.DEFINE_bool("causal", False, "Time the causal forms instead.")
+_HEADS = flags.DEFINE_integer("heads", 8, "N (B = 1).")
+_HEAD_DIM = flags.DEFINE_integer("head_dim", 64, "H.")
+_REPEATS = flags.DEFINE_integer("repeats", 5, "Timed calls per case (at least).")
+_MAX_GB = flags.DEFINE_float("max_gb", 18.0, "Skip running cases needing more temp memory.")
+_OUTPUT = flags.DEFINE_string("output", None, "Append JSON lines here.")
+_CASE = flags.DEFINE_string("case", None, "Internal: 'kind,L,mode' run in this process.")
+
+KINDS = {
+    "softmax": (attention.softmax_attention, {}),
+    "linear": (attention.linear_attention, {"rope": None}),
+    "linear numerator": (attention.linear_attention, {"rope": "numerator"}),
+    "linear both": (attention.linear_attention, {"rope": "both"}),
+    "cosine": (attention.cosine_attention, {}),
+}
+MODES = ("fwd", "fwd+bwd")
+
+
+def make_fn(kind, length, mode, causal):
+    fn, kw = KINDS[kind]
+    if kw.get("rope", "rope") is not None:
+        kw = {**kw, "q_positions": jnp.arange(length)}
+
+    def forward(q, k, v):
+        return fn(q, k, v, causal=causal, **kw)
+
+    if mode == "fwd":
+        return jax.jit(forward)
+    return jax.jit(jax.grad(lambda q, k, v: jnp.sum(forward(q, k, v)), argnums=(0, 1, 2)))
+
+
+def run_case(kind, length, mode):
+    """Measures one case in this process; returns its record."""
+    shape = (1, length, _HEADS.value, _HEAD_DIM.value)
+    q, k, v = (jax.random.normal(key, shape) for key in jax.random.split(jax.random.key(0), 3))
+    fn = make_fn(kind, length, mode, _CAUSAL.value)
+    compiled = fn.lower(q, k, v).compile()
+    temp = compiled.memory_analysis().temp_size_in_bytes
+    record = {"kind": kind, "L": length, "mode": mode, "causal": _CAUSAL.value}
+    record |= {"temp MB": temp / 2**20, "allocator": allocator()}
+    if temp > _MAX_GB.value * 2**30:
+        return record | {"skipped": f"needs {temp / 2**30:.1f} GB of temporaries"}
+    jax.block_until_ready((q, k, v))
+    resident = _reset_peak_rss()
+    start = time.perf_counter()
+    jax.block_until_ready(compiled(q, k, v))  # the first call touches every page first
+    slow = time.perf_counter() - start > 2.0  # quadratic softmax at large L: time it twice
+    warm = _usage()
+    repeats = 2 if slow else _REPEATS.value
+    timing = time_call(compiled, q, k, v, repeats=repeats, min_seconds=0.0 if slow else 0.3)
+    after = _usage()
+    calls = timing["runs"] + 1  # and time_call's own warm-up call
+    cpu = after.ru_utime + after.ru_stime - warm.ru_utime - warm.ru_stime
+    peak = (_status_kib("VmHWM") - resident) / 2**10
+    faults = (after.ru_minflt - warm.ru_minflt) / calls
+    return record | timing | {"cpu ms": 1e3 * cpu / calls, "peak MB": peak, "faults": faults}
+
+
+def first_touch_us(mib=256):
+    """µs per 4 KiB page to write fresh anonymous pages, and to write the same pages again."""
+    pages = np.frombuffer(mmap.mmap(-1, mib << 20), np.uint8)
+    times = []
+    for value in (1, 2):
+        start = time.perf_counter()
+        pages.fill(value)
+        times.append(1e6 * (time.perf_counter() - start) / ((mib << 20) // 4096))
+    return {"kind": "first touch", "fresh us/page": times[0], "again us/page": times[1]}
+
+
+def allocator():
+    """The malloc in use: glibc, or what LD_PRELOAD names, with its MALLOC_* settings."""
+    name = os.path.basename(os.environ.get("LD_PRELOAD", "")) or "glibc"
+    settings = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("MALLOC_")]
+    return " ".join([name, *settings])
+
+
+def _usage():
+    return resource.getrusage(resource.RUSAGE_SELF)
+
+
+def _status_kib(field):
+    with open("/proc/self/status", encoding="ascii") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def _reset_peak_rss():
+    """Resets the resident high-water mark (Linux >= 4.0; compiling left it high); returns RSS."""
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+        f.write("5")
+    return _status_kib("VmRSS")
+
+
+def run_isolated(kind, length, mode):
+    """Runs one case in a fresh interpreter and returns its record."""
+    flags_ = [f"--case={kind},{length},{mode}", f"--causal={_CAUSAL.value}"]
+    flags_ += [f"--heads={_HEADS.value}", f"--head_dim={_HEAD_DIM.value}"]
+    flags_ += [f"--repeats={_REPEATS.value}", f"--max_gb={_MAX_GB.value}"]
+    done = subprocess.run(
+        [sys.executable, __file__, *flags_], capture_output=True, text=True, check=False
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        tail = done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
+        return {"kind": kind, "L": length, "mode": mode, "skipped": f"failed: {tail[0]}"}
+    return json.loads(lines[-1])
+
+
+def summary(records):
+    """The target ratios, one row per (L, mode)."""
+    by = {(r["kind"], r["L"], r["mode"]): r for r in records}
+    rows = []
+    for (kind, length, mode), r in by.items():
+        if kind != "linear":
+            continue
+        row = {"L": length, "mode": mode}
+        for other, column in (
+            ("linear numerator", "numerator / linear"),
+            ("softmax", "softmax / linear"),
+        ):
+            o = by.get((other, length, mode), {})
+            if "ms_min" in o and "ms_min" in r:
+                row[column] = o["ms_min"] / r["ms_min"]
+        for name in KINDS:
+            previous, current = by.get((name, length // 2, mode)), by.get((name, length, mode))
+            if previous and current:
+                row[f"{name} temp x"] = current["temp MB"] / previous["temp MB"]
+        rows.append(row)
+    return rows
+
+
+def crossover(records):
+    """Per kind and mode, the smallest measured L at which it beats softmax ("<= L" when that
+    is the first L measured: the crossover lies at or below it)."""
+    ms = {(r["kind"], r["L"], r["mode"]): r.get("ms_min") for r in records}
+    lengths = sorted({r["L"] for r in records})
+    rows = []
+    for mode in MODES:
+        for kind in KINDS:
+            softmax = [ms.get(("softmax", n, mode)) for n in lengths]
+            mine = [ms.get((kind, n, mode)) for n in lengths]
+            wins = [n for n, a, b in zip(lengths, mine, softmax) if a and b and a < b]
+            if kind == "softmax" or not any(mine):
+                continue
+            where = (
+                f"<= {wins[0]}" if wins and wins[0] == lengths[0] else str(wins[0]) if wins else "-"
+            )
+            rows.append({"kind": kind, "mode": mode, "faster than softmax from L": where})
+    return rows
+
+
+def main(argv):
+    del argv
+    if _CASE.value:
+        kind, length, mode = _CASE.value.split(",")
+        print(json.dumps(run_case(kind, int(length), mode)))
+        return
+    lengths = [512, 1024, 2048] if _QUICK.value else [int(n) for n in _LENGTHS.value]
+    if _QUICK.value:
+        flags.FLAGS.repeats = 3
+    kinds = _KINDS.value or list(KINDS)
+    start, records = time.time(), []
+    touch = first_touch_us()
+    report([touch], list(touch), _OUTPUT.value)
+    for length in lengths:
+        for kind in kinds:
+            for mode in MODES:
+                records.append(run_isolated(kind, length, mode))
+                print(json.dumps(records[-1]), file=sys.stderr, flush=True)
+    columns = ["kind", "L", "mode", "ms", "cpu ms", "temp MB", "peak MB", "faults", "skipped"]
+    report(records, columns, _OUTPUT.value)
+    print()
+    report(
+        summary(records),
+        ["L", "mode", "numerator / linear", "softmax / linear"] + [f"{k} temp x" for k in kinds],
+    )
+    print()
+    report(crossover(records), ["kind", "mode", "faster than softmax from L"])
+    print(f"\n{time.time() - start:.0f} s; {allocator()}; causal={_CAUSAL.value}")
+
+
+if __name__ == "__main__":
+    app.run(main)

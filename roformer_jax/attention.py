@@ -1,0 +1,325 @@
+"""Attention kinds as pure functions: softmax, linear (RoFormer eqs. 18-19) and cosine.
+
+Glossary of shapes:
+  B batch, L query length, M key length, N heads, H head dim,
+  F feature dim (of a feature map φ), K number of chunks, C chunk length.
+
+Every function takes q [B, L, N, H] and k, v [B, M, N, H] and returns [B, L, N, H] in q's
+dtype. Common keyword arguments:
+  mask          [B, M] bool, True = real token. Padded keys add nothing to any numerator or
+                denominator; a query whose keys are all padded gets zeros.
+  causal        query i sees keys j <= i (needs L == M).
+  q_positions, k_positions
+                integer [L] / [B, L] and [M] / [B, M]; when given, q and k are rotated by RoPE
+                (Su et al. 2021, eq. 14). k_positions defaults to q_positions.
+  rope_base, rope_layout, rotary_dim
+                passed to `roformer_jax.rope.apply_rope`.
+
+The linear kinds (`linear_attention`, `cosine_attention`) never form the L x M matrix: their
+memory is O(L) with or without `causal`. The causal form splits the sequence into chunks of
+C positions, is quadratic inside a chunk and carries prefix sums of the per-chunk states
+[K, N, F, H] across chunks, so no [L, F, H] tensor is ever built.
+"""
+
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+# _materialize: see the note in linear_attention; it should become public in rope.py.
+from roformer_jax.rope import _materialize, apply_rope
+
+
+def _elu_plus_one(x):
+    """elu(x) + 1 > 0: the map of Katharopoulos et al. 2020 and of the RoFormer paper, sec. 3.3.
+
+    Written as exp(x) for x <= 0: exact where expm1(x) + 1 loses every digit (x << 0), and
+    XLA's CPU backend vectorizes exp but not expm1 once fused into RoPE's element-wise pass.
+    """
+    positive = x > 0
+    return jnp.where(positive, x + 1.0, jnp.exp(jnp.where(positive, 0.0, x)))
+
+
+FEATURE_MAPS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "elu": _elu_plus_one,
+    "relu": jax.nn.relu,
+    "softplus": jax.nn.softplus,
+}
+ROPE_PLACEMENTS = (None, "numerator", "both", "before_feature_map")
+
+
+def _check_shapes(q, k, v, mask, causal) -> None:
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(
+            f"q, k, v must be [B, L, N, H], [B, M, N, H], [B, M, N, H]; got shapes "
+            f"{q.shape}, {k.shape}, {v.shape}"
+        )
+    b, length, n, h = q.shape
+    if k.shape[0] != b or k.shape[2:] != (n, h) or v.shape[:3] != k.shape[:3]:
+        raise ValueError(
+            f"q {q.shape}, k {k.shape}, v {v.shape} do not agree as [B, L, N, H], [B, M, N, H]"
+        )
+    if mask is not None and mask.shape != k.shape[:2]:
+        raise ValueError(f"mask has shape {mask.shape}; expected [B, M] = {k.shape[:2]}")
+    if causal and length != k.shape[1]:
+        raise ValueError(f"causal attention needs L == M; got L={length}, M={k.shape[1]}")
+
+
+def _compute_dtype(x):
+    # Sums over up to M keys: accumulate in float32 at least, float64 when given.
+    return jnp.promote_types(x.dtype, jnp.float32)
+
+
+def _rope_qk(q, k, q_positions, k_positions, *, base, layout, rotary_dim, heads_major=False):
+    """Rotates q by q_positions and k by k_positions (default: q_positions).
+
+    q, k: [B, L, N, F] and [B, M, N, F], or [B, N, L, F] and [B, N, M, F] when heads_major.
+    """
+    if q_positions is None:
+        raise ValueError("k_positions given without q_positions")
+    if k_positions is None:
+        k_positions = q_positions
+    rope = dict(base=base, layout=layout, rotary_dim=rotary_dim, seq_axis=-2 if heads_major else -3)
+
+    def rotate(x, positions):
+        positions = jnp.asarray(positions)
+        if heads_major and positions.ndim == 2:  # [B, L] -> [B, 1, L], broadcast over heads
+            positions = positions[:, None, :]
+        return apply_rope(x, positions, **rope)
+
+    return rotate(q, q_positions), rotate(k, k_positions)
+
+
+def softmax_attention(
+    q,
+    k,
+    v,
+    *,
+    mask=None,
+    causal=False,
+    q_positions=None,
+    k_positions=None,
+    rope_base=10000.0,
+    rope_layout="interleaved",
+    rotary_dim=None,
+    dropout_rate=0.0,
+    dropout_rng=None,
+):
+    """softmax(q kᵀ / √H) v, with RoPE on q and k when positions are given.
+
+    Scores and softmax are computed in float32 (float64 for float64 inputs). O(L·M) memory.
+    `dropout_rate` > 0 drops attention weights (scaled by 1/(1 - rate)); needs `dropout_rng`.
+    Returns [B, L, N, H] in q's dtype.
+    """
+    _check_shapes(q, k, v, mask, causal)
+    if dropout_rate > 0.0 and dropout_rng is None:
+        raise ValueError(f"dropout_rate={dropout_rate} needs a dropout_rng")
+    if q_positions is not None or k_positions is not None:
+        rope_kw = dict(base=rope_base, layout=rope_layout, rotary_dim=rotary_dim)
+        q, k = _rope_qk(q, k, q_positions, k_positions, **rope_kw)
+    dtype = _compute_dtype(q)
+    scores = jnp.einsum("BLNH,BMNH->BNLM", q, k, preferred_element_type=dtype)
+    scores = scores * (q.shape[-1] ** -0.5)
+    valid = jnp.ones((1, 1, 1, k.shape[1]), bool) if mask is None else mask[:, None, None, :]
+    if causal:
+        valid = valid & jnp.tril(jnp.ones((q.shape[1], k.shape[1]), bool))
+    weights = jax.nn.softmax(jnp.where(valid, scores, jnp.finfo(dtype).min), axis=-1)
+    # A row with no valid key would otherwise be a uniform average over padding.
+    weights = jnp.where(valid, weights, 0.0)
+    if dropout_rate > 0.0:
+        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
+        weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
+    out = jnp.einsum("BNLM,BMNH->BLNH", weights.astype(v.dtype), v)
+    return out.astype(q.dtype)
+
+
+def _guard(den, eps):
+    """Moves den away from zero by at least eps, keeping its sign (0 counts as positive)."""
+    return jnp.where(den < 0, jnp.minimum(den, -eps), jnp.maximum(den, eps))
+
+
+def _exclusive_sum_step(total, state):
+    # Module-level, not a lambda: op-by-op (eager) calls then reuse the compiled scan.
+    return total + state, total
+
+
+def _kernel_sums(qf, kf, values, *, causal, chunk_size):
+    """Σ_j (qf_i·kf_j) values_j over all j, or over j <= i when causal; O(L) memory.
+
+    qf [B, N, L, F], kf [B, N, M, F], values [B, N, M, E] -> [B, N, L, E]. Heads lead: XLA's
+    CPU matmuls want the batch axes first, so one transpose in and out beats one per product.
+    Non-causal: qf (kfᵀ values), O(L·F·E). Causal: chunks of C positions; inside a chunk the
+    masked C x C products are explicit, earlier chunks enter through an exclusive prefix sum
+    of the per-chunk states [B, N, K, F, E]. Sums are thus hierarchical (C terms, then K),
+    which also keeps float32 rounding small. Never an [L, F, E] tensor.
+    """
+    if not causal:
+        return jnp.einsum("BNLF,BNFE->BNLE", qf, jnp.einsum("BNMF,BNME->BNFE", kf, values))
+    b, n, length = qf.shape[:3]
+    c = min(chunk_size, length)
+    pad = -length % c
+    if pad:  # zero keys and values add nothing; the padded queries are cut off below
+        widths = ((0, 0), (0, 0), (0, pad), (0, 0))
+        qf, kf, values = (jnp.pad(x, widths) for x in (qf, kf, values))
+    kc = (length + pad) // c
+    qf, kf, values = (x.reshape(b, n, kc, c, x.shape[-1]) for x in (qf, kf, values))
+
+    tril = jnp.tril(jnp.ones((c, c), bool))
+    scores = jnp.where(tril, jnp.einsum("BNKCF,BNKDF->BNKCD", qf, kf), 0.0)
+    out = jnp.einsum("BNKCD,BNKDE->BNKCE", scores, values)
+    states = jnp.einsum("BNKDF,BNKDE->KBNFE", kf, values)
+    # Exclusive prefix sum over chunks. A sequential scan: on CPU jnp.cumsum (reduce-window)
+    # is 4x slower here, and the running sum in a fixed order is exactly reproducible.
+    _, prefix = jax.lax.scan(_exclusive_sum_step, jnp.zeros_like(states[0]), states)
+    out = out + jnp.einsum("BNKCF,KBNFE->BNKCE", qf, prefix)
+    return out.reshape(b, n, kc * c, -1)[:, :, :length]
+
+
+def _heads(x):
+    """[B, L, N, F] <-> [B, N, L, F]."""
+    return jnp.swapaxes(x, 1, 2)
+
+
+def _kernel_attention(qn, kn, v, *, den_features=None, mask, causal, eps, chunk_size):
+    """Σ_j (qn_i·kn_j) v_j / guard(Σ_j qd_i·kd_j), all heads-major: [B, N, L, F], [B, N, M, F].
+
+    den_features=(qd, kd) when the denominator has its own features (eq. 19); otherwise it
+    is Σ_j qn_i·kn_j, read off a column of ones appended to v in the same products.
+    Returns [B, N, L, H].
+    """
+
+    def keys(x):  # padded keys -> 0; where, not *: a NaN in the padding must not leak
+        return x if mask is None else jnp.where(mask[:, None, :, None], x, 0.0)
+
+    sums = functools.partial(_kernel_sums, causal=causal, chunk_size=chunk_size)
+    ones = jnp.ones_like(v[..., :1])
+    if den_features is None:
+        out = sums(qn, keys(kn), keys(jnp.concatenate([v, ones], axis=-1)))
+        num, den = out[..., :-1], out[..., -1:]
+    else:
+        qd, kd = den_features
+        num, den = sums(qn, keys(kn), keys(v)), sums(qd, keys(kd), ones)
+    return num / _guard(den, eps)
+
+
+def linear_attention(
+    q,
+    k,
+    v,
+    *,
+    mask=None,
+    causal=False,
+    q_positions=None,
+    k_positions=None,
+    rope_base=10000.0,
+    rope_layout="interleaved",
+    rotary_dim=None,
+    feature_map="elu",
+    rope=None,
+    eps=1e-6,
+    chunk_size=64,
+):
+    """Linear attention Σ_j sim(i, j) v_j / Σ_j sim'(i, j) with a feature map φ.
+
+    rope placement (R_i is the RoPE rotation at position i):
+      None                 sim = sim' = φ(q_i)ᵀφ(k_j)                      (no positions)
+      "numerator"          sim = [R_i φ(q_i)]ᵀ[R_j φ(k_j)], sim' = φ(q_i)ᵀφ(k_j)   eq. (19)
+      "both"               sim = sim' = [R_i φ(q_i)]ᵀ[R_j φ(k_j)]                 eq. (18)
+      "before_feature_map" sim = sim' = φ(R_i q_i)ᵀφ(R_j k_j)     (Performer + RoPE, Fig. 3)
+    Eq. (19) keeps the denominator positive for a positive φ. Under eq. (18) it can be ~0 or
+    negative, so the denominator is moved at least `eps` away from zero, keeping its sign
+    (the same guard, a no-op for the other placements with elu, is applied everywhere).
+    With feature_map="relu" a query can have φ(q_i)ᵀφ(k_j) = 0 for all j; its output is then
+    the numerator divided by eps.
+
+    Computed as φ(q_i)ᵀ Σ_j φ(k_j) v_jᵀ in float32 (or float64): O(L·F·H) time and O(L) memory;
+    `causal` uses chunks of `chunk_size` positions (see `_kernel_sums`).
+    feature_map: one of FEATURE_MAPS ("elu" = elu + 1, "relu", "softplus"). No dropout.
+    Returns [B, L, N, H] in q's dtype.
+    """
+    _check_shapes(q, k, v, mask, causal)
+    if feature_map not in FEATURE_MAPS:
+        raise ValueError(f"feature_map={feature_map!r}; expected one of {sorted(FEATURE_MAPS)}")
+    if rope not in ROPE_PLACEMENTS:
+        raise ValueError(f"rope={rope!r}; expected one of {ROPE_PLACEMENTS}")
+    has_positions = q_positions is not None or k_positions is not None
+    if rope is None and has_positions:
+        raise ValueError("positions given but rope=None; choose a rope placement")
+    if rope is not None and not has_positions:
+        raise ValueError(f"rope={rope!r} needs q_positions (and optionally k_positions)")
+    phi = FEATURE_MAPS[feature_map]
+    out_dtype, dtype = q.dtype, _compute_dtype(q)
+    q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
+
+    rope_kw = dict(base=rope_base, layout=rope_layout, rotary_dim=rotary_dim)
+    rotate = functools.partial(
+        _rope_qk, q_positions=q_positions, k_positions=k_positions, **rope_kw
+    )
+    if rope == "before_feature_map":
+        q, k = rotate(q, k)
+    qf, kf, v = _heads(phi(q)), _heads(phi(k)), _heads(v)
+    den_features = None
+    if rope in ("numerator", "both"):
+        # RoPE reads each feature twice (both members of its pair); fused into that pass φ
+        # would be evaluated twice per feature, unvectorized on CPU: 3x slower than computing
+        # φ once. A conditional is a fusion boundary (on CPU only; elsewhere a no-op).
+        qf, kf = _materialize((qf, kf))
+        den_features = (qf, kf) if rope == "numerator" else None
+        qf, kf = rotate(qf, kf, heads_major=True)
+    kernel = dict(mask=mask, causal=causal, eps=eps, chunk_size=chunk_size)
+    out = _kernel_attention(qf, kf, v, den_features=den_features, **kernel)
+    return _heads(out).astype(out_dtype)
+
+
+def cosine_attention(
+    q,
+    k,
+    v,
+    *,
+    mask=None,
+    causal=False,
+    q_positions=None,
+    k_positions=None,
+    rope_base=10000.0,
+    rope_layout="interleaved",
+    rotary_dim=None,
+    eps=1e-6,
+    chunk_size=64,
+):
+    """Normalised-cosine attention: weights (1 + cos(R_i q_i, R_j k_j)) / Σ_j (same).
+
+    Each similarity lies in [0, 2], so the weights are >= 0 and sum to 1 over the real keys.
+    With a = R_i q_i / |q_i| and b = R_j k_j / |k_j| (RoPE preserves norms),
+    1 + aᵀb = [1, a]ᵀ[1, b]: linear attention with features F = H + 1, O(L) memory, the L x M
+    matrix never formed. A zero q or k vector has cosine 0 with everything.
+    Returns [B, L, N, H] in q's dtype.
+    """
+    _check_shapes(q, k, v, mask, causal)
+    out_dtype, dtype = q.dtype, _compute_dtype(q)
+    q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
+
+    def unit(x):  # x / |x|, and 0 for x = 0
+        squared = jnp.maximum(jnp.sum(x * x, axis=-1, keepdims=True), jnp.finfo(dtype).tiny)
+        return x * jax.lax.rsqrt(squared)
+
+    # Normalised before the rotation (the same, as RoPE preserves norms): RoPE reads every
+    # feature twice, and the norms are then a separate pass instead of being recomputed.
+    q, k = unit(q), unit(k)
+    if q_positions is not None or k_positions is not None:
+        rope_kw = dict(base=rope_base, layout=rope_layout, rotary_dim=rotary_dim)
+        q, k = _rope_qk(q, k, q_positions, k_positions, **rope_kw)
+
+    def features(x):  # [B, *, N, H] -> [1, x]: [B, *, N, H + 1]
+        return jnp.concatenate([jnp.ones_like(x[..., :1]), x], axis=-1)
+
+    qf, kf, v = _heads(features(q)), _heads(features(k)), _heads(v)
+    out = _kernel_attention(qf, kf, v, mask=mask, causal=causal, eps=eps, chunk_size=chunk_size)
+    return _heads(out).astype(out_dtype)
+
+
+ATTENTION_FUNCTIONS: dict[str, Callable[..., jax.Array]] = {
+    "softmax": softmax_attention,
+    "linear": linear_attention,
+    "cosine": cosine_attention,
+}

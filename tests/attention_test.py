@@ -1,0 +1,368 @@
+"""Tests for roformer_jax.attention: every kind against its explicit O(L·M) formula."""
+
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest, parameterized
+
+from roformer_jax import attention
+from roformer_jax.rope import apply_rope_dense, rotation_matrices
+
+B, L, N, H = 2, 7, 2, 8
+EPS = 1e-6
+LINEAR_ROPES = (None, "numerator", "both", "before_feature_map")
+# Every kind under test as (name, function, keywords); positions are added when rope is set.
+KINDS = (
+    [("softmax", attention.softmax_attention, {})]
+    + [(f"linear_{r}", attention.linear_attention, {"rope": r}) for r in LINEAR_ROPES]
+    + [("cosine", attention.cosine_attention, {})]
+)
+
+# Written out independently of attention.FEATURE_MAPS.
+PHI = {
+    "elu": lambda x: jnp.where(x > 0, x + 1.0, jnp.exp(x)),
+    "relu": lambda x: jnp.maximum(x, 0.0),
+    "softplus": lambda x: jnp.log1p(jnp.exp(x)),
+}
+
+
+def _qkv(seed, *, length=L, keys=L, dtype=jnp.float32):
+    # numpy draws: compiling jax.random.normal for each new shape costs seconds on CPU.
+    rng = np.random.default_rng(seed)
+    shapes = ((B, length, N, H), (B, keys, N, H), (B, keys, N, H))
+    return tuple(jnp.asarray(rng.standard_normal(shape), dtype) for shape in shapes)
+
+
+def _mask(seed, keys=L):
+    mask = np.random.default_rng(seed).random((B, keys)) < 0.6
+    mask[:, 0] = True  # every causal row keeps a real key
+    return jnp.asarray(mask)
+
+
+def _positions(seed, length, batched):
+    """Increasing positions with gaps and an offset: [B, length] or [length]."""
+    rng = np.random.default_rng(seed)
+    pos = 5 + np.cumsum(rng.integers(1, 4, size=(B, length)), axis=-1)
+    return jnp.asarray(pos if batched else pos[0])
+
+
+def _takes_positions(kw):
+    return "rope" not in kw or kw["rope"] is not None
+
+
+def _with_positions(kw, length=L, seed=1):
+    if not _takes_positions(kw):
+        return kw
+    return {**kw, "q_positions": _positions(seed, length, batched=False)}
+
+
+def _reference(
+    q,
+    k,
+    v,
+    *,
+    kind,
+    mask=None,
+    causal=False,
+    feature_map="elu",
+    rope=None,
+    q_positions=None,
+    k_positions=None,
+    layout="interleaved",
+    rotary_dim=None,
+):
+    """Explicit O(L·M) formula: similarity matrices [B, N, L, M], then weights @ v."""
+    k_positions = q_positions if k_positions is None else k_positions
+    rope_kw = dict(layout=layout, rotary_dim=rotary_dim)
+
+    def rotate(x, pos):
+        return x if pos is None else apply_rope_dense(x, pos, **rope_kw)
+
+    def dot(a, b):
+        return jnp.einsum("BLNF,BMNF->BNLM", a, b)
+
+    if kind == "cosine":
+        a, b = rotate(q, q_positions), rotate(k, k_positions)
+        a = a / jnp.linalg.norm(a, axis=-1, keepdims=True)
+        b = b / jnp.linalg.norm(b, axis=-1, keepdims=True)
+        sim = den_sim = 1.0 + dot(a, b)
+    else:
+        phi = PHI[feature_map]
+        if rope == "before_feature_map":
+            sim = den_sim = dot(phi(rotate(q, q_positions)), phi(rotate(k, k_positions)))
+        else:
+            den_sim = dot(phi(q), phi(k))
+            sim = den_sim
+            if rope is not None:
+                # (R_i a)ᵀ(R_j b) = aᵀ R_{j-i} b: the relative form of eq. (16).
+                qp = jnp.broadcast_to(q_positions, q.shape[:2])
+                kp = jnp.broadcast_to(k_positions, k.shape[:2])
+                rel = kp[:, None, :] - qp[:, :, None]
+                rel = rotation_matrices(rel, H, dtype=q.dtype, **rope_kw)  # [B, L, M, H, H]
+                sim = jnp.einsum("BLNF,BLMFG,BMNG->BNLM", phi(q), rel, phi(k))
+                if rope == "both":
+                    den_sim = sim
+    valid = jnp.ones(sim.shape[-2:], bool)
+    if causal:
+        valid = jnp.tril(valid)
+    if mask is not None:
+        valid = valid & mask[:, None, None, :]
+    num = jnp.einsum("BNLM,BMNH->BLNH", jnp.where(valid, sim, 0.0), v)
+    den = jnp.where(valid, den_sim, 0.0).sum(-1).transpose(0, 2, 1)[..., None]
+    den = jnp.where(den < 0, jnp.minimum(den, -EPS), jnp.maximum(den, EPS))
+    return num / den
+
+
+class LinearKindsTest(parameterized.TestCase):
+    @parameterized.product(feature_map=("elu", "relu", "softplus"), rope=LINEAR_ROPES)
+    def test_linear_equals_quadratic_formula(self, feature_map, rope):
+        q, k, v = _qkv(0)
+        # Mostly positive q, k keep every denominator far from eps: with relu a row with
+        # φ(q_i)ᵀφ(k_j) = 0 for all j would divide rounding noise by eps in both formulas.
+        q, k = q + 1.0, k + 1.0
+        pos = None if rope is None else _positions(2, L, batched=True)
+        kw = dict(mask=_mask(0), feature_map=feature_map, rope=rope, q_positions=pos)
+        # chunk 3 does not divide L = 7; chunk 64 > L is a single chunk.
+        for causal, chunk_size in ((False, 64), (True, 3), (True, 64)):
+            got = attention.linear_attention(q, k, v, causal=causal, chunk_size=chunk_size, **kw)
+            want = _reference(q, k, v, kind="linear", causal=causal, **kw)
+            chex.assert_trees_all_close(got, want, atol=2e-5)
+
+    @parameterized.parameters(False, True)
+    def test_cosine_equals_quadratic_formula(self, positions):
+        q, k, v = _qkv(1)
+        kw = dict(mask=_mask(1), q_positions=_positions(3, L, batched=True) if positions else None)
+        for causal, chunk_size in ((False, 64), (True, 3), (True, 64)):
+            got = attention.cosine_attention(q, k, v, causal=causal, chunk_size=chunk_size, **kw)
+            want = _reference(q, k, v, kind="cosine", causal=causal, **kw)
+            chex.assert_trees_all_close(got, want, atol=2e-5)
+
+    @parameterized.parameters(*LINEAR_ROPES)
+    def test_cross_attention_with_own_key_positions(self, rope):
+        q, k, v = _qkv(2, length=5, keys=9)
+        kw = dict(mask=_mask(2, keys=9), rope=rope, layout="half", rotary_dim=4)
+        if rope is not None:
+            kw.update(
+                q_positions=_positions(4, 5, batched=False) + 30,
+                k_positions=_positions(5, 9, batched=True),
+            )
+        layout, rotary_dim = kw.pop("layout"), kw.pop("rotary_dim")
+        got = attention.linear_attention(q, k, v, rope_layout=layout, rotary_dim=rotary_dim, **kw)
+        want = _reference(q, k, v, kind="linear", layout=layout, rotary_dim=rotary_dim, **kw)
+        chex.assert_trees_all_close(got, want, atol=2e-5)
+
+    @parameterized.product(rope=LINEAR_ROPES, causal=(False, True))
+    def test_float64_to_the_last_digits(self, rope, causal):
+        with jax.enable_x64(True):
+            q, k, v = _qkv(3, dtype=jnp.float64)
+            pos = None if rope is None else _positions(6, L, batched=False)
+            kw = dict(mask=_mask(3), causal=causal, rope=rope, q_positions=pos)
+            got = attention.linear_attention(q, k, v, chunk_size=3, **kw)
+            chex.assert_type(got, jnp.float64)
+            want = _reference(q, k, v, kind="linear", **kw)
+            chex.assert_trees_all_close(got, want, atol=1e-12, rtol=1e-12)
+
+    def test_both_keeps_the_sign_of_a_negative_denominator(self):
+        # One key half a turn away (angle 3 rad, H = 2): eq. (18)'s denominator is
+        # φ(q)ᵀR_3φ(k) < 0 and the numerator is the same number times v, so out = v exactly.
+        q, k = jnp.ones((1, 1, 1, 2)), jnp.ones((1, 1, 1, 2))
+        v = jnp.full((1, 1, 1, 2), 0.5)
+        for causal in (False, True):
+            out = attention.linear_attention(
+                q,
+                k,
+                v,
+                rope="both",
+                q_positions=jnp.array([3]),
+                k_positions=jnp.array([0]),
+                causal=causal,
+            )
+            chex.assert_trees_all_close(out, v, rtol=1e-5)
+
+    def test_cosine_weights_are_nonnegative_and_sum_to_one(self):
+        # With one-hot values v_j = e_j the output row i is the weight vector of query i.
+        keys = L
+        q, k, _ = _qkv(4)
+        v = jnp.broadcast_to(jnp.eye(keys)[None, :, None, :], (B, keys, N, keys))
+        mask = _mask(4)
+        for causal in (False, True):
+            weights = attention.cosine_attention(
+                q, k, v, mask=mask, causal=causal, q_positions=jnp.arange(L), chunk_size=3
+            )  # [B, L, N, M]
+            self.assertGreaterEqual(float(weights.min()), -1e-6)
+            chex.assert_trees_all_close(weights.sum(-1), jnp.ones((B, L, N)), atol=1e-5)
+            np.testing.assert_array_equal(jnp.where(mask[:, None, None, :], 0.0, weights), 0.0)
+            if causal:
+                future = np.triu(np.ones((L, keys), bool), k=1)[None, :, None, :]
+                self.assertEqual(float(jnp.abs(jnp.where(future, weights, 0.0)).max()), 0.0)
+
+
+class SoftmaxTest(parameterized.TestCase):
+    @parameterized.product(causal=(False, True), positions=(False, True))
+    def test_equals_flax_dot_product_attention(self, causal, positions):
+        q, k, v = _qkv(5)
+        mask = _mask(5)
+        kw = {}
+        if positions:
+            pos = _positions(7, L, batched=True)
+            kw = dict(q_positions=pos)
+            q, k = apply_rope_dense(q, pos), apply_rope_dense(k, pos)
+        got = attention.softmax_attention(*_qkv(5), mask=mask, causal=causal, **kw)
+        full = mask[:, None, None, :]
+        if causal:
+            full = full & jnp.tril(jnp.ones((L, L), bool))
+        want = nn.dot_product_attention(q, k, v, mask=full)
+        chex.assert_trees_all_close(got, want, atol=1e-5)
+
+    def test_rope_scores_are_shift_invariant(self):
+        # Outputs are a function of the scores, so equal outputs <=> equal scores.
+        q, k, v = _qkv(6)
+        pos = _positions(8, L, batched=False)
+        base = attention.softmax_attention(q, k, v, q_positions=pos)
+        for shift in (1, 1000, 123_457):
+            shifted = attention.softmax_attention(q, k, v, q_positions=pos + shift)
+            chex.assert_trees_all_close(shifted, base, atol=2e-5)
+
+    def test_dropout_scales_kept_weights(self):
+        q, k, _ = _qkv(7)
+        v = jnp.broadcast_to(jnp.eye(L)[None, :, None, :], (B, L, N, L))
+        plain = attention.softmax_attention(q, k, v)
+        dropped = attention.softmax_attention(
+            q, k, v, dropout_rate=0.5, dropout_rng=jax.random.key(0)
+        )
+        kept = dropped != 0
+        self.assertTrue(0 < float(kept.mean()) < 1)
+        chex.assert_trees_all_close(jnp.where(kept, dropped, 0), jnp.where(kept, 2 * plain, 0))
+
+
+class AllKindsTest(parameterized.TestCase):
+    @parameterized.named_parameters(*KINDS)
+    def test_padded_keys_and_values_are_ignored(self, fn, kw):
+        q, k, v = _qkv(8)
+        mask = _mask(8)
+        pad = ~mask[:, :, None, None]
+        k2 = jnp.where(pad, 100.0 * _qkv(1)[1], k)
+        v2 = jnp.where(pad, 1e4, v)
+        for causal in (False, True):
+            args = dict(_with_positions(kw), mask=mask, causal=causal)
+            chex.assert_trees_all_close(fn(q, k2, v2, **args), fn(q, k, v, **args), atol=1e-6)
+
+    @parameterized.named_parameters(*KINDS)
+    def test_causal_never_looks_ahead(self, fn, kw):
+        q, k, v = _qkv(9)
+        later = (jnp.arange(L) >= 4)[None, :, None, None]
+        q2, k2, v2 = (jnp.where(later, 7.0 - 3 * x, x) for x in (q, k, v))
+        extra = {} if fn is attention.softmax_attention else {"chunk_size": 3}
+        args = dict(_with_positions(kw), causal=True, **extra)
+        before, after = fn(q, k, v, **args), fn(q2, k2, v2, **args)
+        np.testing.assert_array_equal(before[:, :4], after[:, :4])
+        self.assertGreater(float(jnp.abs(before[:, 4:] - after[:, 4:]).max()), 1e-3)
+
+    @parameterized.named_parameters(
+        kind
+        for kind in KINDS
+        if _takes_positions(kind[2]) and kind[0] != "linear_before_feature_map"
+    )
+    def test_rope_outputs_shift_invariant(self, fn, kw):
+        # Only the relative position enters eqs. (18), (19) and the cosine: shifting every
+        # position by s changes nothing (φ after the rotation breaks this, by design).
+        q, k, v = _qkv(11)
+        pos = _positions(9, L, batched=False)
+        base = fn(q, k, v, q_positions=pos, **kw)
+        shifted = fn(q, k, v, q_positions=pos + 4099, **kw)
+        chex.assert_trees_all_close(shifted, base, atol=2e-5)
+
+    @parameterized.named_parameters(*KINDS)
+    def test_padded_rows_are_finite_and_all_padded_rows_zero(self, fn, kw):
+        q, k, v = _qkv(12)
+        mask = jnp.zeros((B, L), bool).at[0, 3].set(True)  # batch 0: one real key; batch 1: none
+        for causal in (False, True):
+            out = fn(q, k, v, mask=mask, causal=causal, **_with_positions(kw))
+            chex.assert_tree_all_finite(out)
+            np.testing.assert_array_equal(out[1], 0.0)
+            if causal:
+                np.testing.assert_array_equal(out[0, :3], 0.0)
+
+    @parameterized.named_parameters(*KINDS)
+    def test_gradients_finite_with_padding(self, fn, kw):
+        q, k, v = _qkv(13)
+        mask = jnp.zeros((B, L), bool).at[0, 3].set(True)
+
+        def loss(q, k, v):
+            outs = [fn(q, k, v, mask=mask, causal=c, **_with_positions(kw)) for c in (False, True)]
+            return sum(jnp.sum(out**2) for out in outs)
+
+        # jit: op-by-op gradients on CPU take many times longer to compile.
+        chex.assert_tree_all_finite(jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v))
+
+    @parameterized.named_parameters(*KINDS)
+    def test_jit_equals_no_jit(self, fn, kw):
+        q, k, v = _qkv(14)
+        args = dict(_with_positions(kw), mask=_mask(14))
+        chex.assert_trees_all_close(
+            jax.jit(lambda *a: fn(*a, **args))(q, k, v), fn(q, k, v, **args), atol=1e-6
+        )
+
+    @parameterized.named_parameters(*KINDS)
+    def test_bfloat16_in_bfloat16_out(self, fn, kw):
+        q, k, v = _qkv(15, dtype=jnp.bfloat16)
+        out = fn(q, k, v, **_with_positions(kw))
+        chex.assert_type(out, jnp.bfloat16)
+        want = fn(*(x.astype(jnp.float32) for x in (q, k, v)), **_with_positions(kw))
+        chex.assert_trees_all_close(out.astype(jnp.float32), want, atol=3e-2)
+
+
+class LinearGradientTest(absltest.TestCase):
+    def test_causal_gradients_equal_reference_gradients(self):
+        q, k, v = _qkv(16)
+        pos = _positions(10, L, batched=False)
+        kw = dict(mask=_mask(16), causal=True, rope="numerator", q_positions=pos)
+
+        def loss(fn, *args, **extra):
+            return jnp.sum(jnp.sin(fn(*args, **kw, **extra)))
+
+        got = jax.grad(lambda *a: loss(attention.linear_attention, *a, chunk_size=3), (0, 1, 2))
+        want = jax.grad(lambda *a: loss(_reference, *a, kind="linear"), (0, 1, 2))
+        got, want = jax.jit(got), jax.jit(want)
+        chex.assert_trees_all_close(got(q, k, v), want(q, k, v), atol=1e-4)
+
+
+class ErrorsTest(parameterized.TestCase):
+    def test_table_names_every_kind(self):
+        self.assertEqual(set(attention.ATTENTION_FUNCTIONS), {"softmax", "linear", "cosine"})
+
+    @parameterized.named_parameters(
+        ("rank", dict(q=jnp.zeros((L, N, H))), "must be"),
+        ("heads", dict(k=jnp.zeros((B, L, N + 1, H))), "do not agree"),
+        ("mask", dict(mask=jnp.ones((B, L + 1), bool)), r"mask has shape \(2, 8\)"),
+        (
+            "causal_lengths",
+            dict(k=jnp.zeros((B, 3, N, H)), v=jnp.zeros((B, 3, N, H)), causal=True),
+            "L == M; got L=7, M=3",
+        ),
+        ("feature_map", dict(feature_map="tanh"), "feature_map='tanh'"),
+        ("placement", dict(rope="sideways", q_positions=jnp.arange(L)), "rope='sideways'"),
+        ("positions_without_rope", dict(q_positions=jnp.arange(L)), "rope=None"),
+        ("rope_without_positions", dict(rope="numerator"), "needs q_positions"),
+        ("k_positions_alone", dict(rope="both", k_positions=jnp.arange(L)), "without q_pos"),
+    )
+    def test_linear_bad_inputs(self, overrides, message):
+        args = dict(zip("qkv", _qkv(0), strict=True)) | overrides
+        with self.assertRaisesRegex(ValueError, message):
+            attention.linear_attention(**args)
+
+    def test_dropout_needs_rng(self):
+        with self.assertRaisesRegex(ValueError, "dropout_rate=0.1 needs a dropout_rng"):
+            attention.softmax_attention(*_qkv(0), dropout_rate=0.1)
+
+    def test_kinds_in_table_reject_mismatched_shapes(self):
+        q, k, _ = _qkv(0)
+        for fn in attention.ATTENTION_FUNCTIONS.values():
+            with self.assertRaisesRegex(ValueError, "do not agree"):
+                fn(q, k, k[:, :-1])
+
+
+if __name__ == "__main__":
+    absltest.main()
