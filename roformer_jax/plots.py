@@ -13,9 +13,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def _save(fig, path: str) -> str:
+def _save(fig, path: str, *, bottom: float = 0.0) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
@@ -72,9 +72,8 @@ def plot_curves(
         ax.legend(fontsize=8)
     fig.suptitle(title)
     if footnote:
-        fig.text(0.01, 0.005, footnote, fontsize=7, va="bottom")
-        fig.subplots_adjust(bottom=0.2)
-    return _save(fig, path)
+        fig.text(0.01, 0.01, footnote, fontsize=7, va="bottom")
+    return _save(fig, path, bottom=0.05 if footnote else 0.0)
 
 
 def _aligned(seeds, metric):

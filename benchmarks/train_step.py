@@ -1,0 +1,157 @@
+"""Tokens/s and model FLOP utilization (MFU) of the jitted train step.
+
+    python benchmarks/train_step.py [--sizes=small,base] [--attention=softmax,linear]
+        [--dtypes=float32,bfloat16] [--batch=8] [--seq_len=128] [--rounds=5]
+        [--output=train_step.jsonl]
+
+MFU = model FLOPs per step / step time / matmul peak. The peak is the best rate of a jitted
+4096 x 4096 x 4096 matmul of the same dtype in this run, timed in turns with the steps; step
+times are the best of --rounds runs (the least disturbed ones, on a shared machine).
+
+Model FLOPs count the matmuls of forward and backward (3 x forward): per token and layer
+8 D^2 (q, k, v, o) + 4 D F (feed-forward) + attention (softmax: 4 L D for q k^T and a v;
+linear/cosine: 4 D H for phi(k)^T v and phi(q) (k^T v)), plus the MLM head 2 D E + 2 E V.
+Element-wise work (softmax, LayerNorm, GELU, Adam) is not counted, as in the PaLM paper's
+MFU. The XLA column is XLA's own FLOP count of the compiled step, a check on ours.
+"""
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+from timing import report
+
+from roformer_jax import optim, train
+from roformer_jax.model import ModelConfig, RoFormer, model_config
+
+_SIZES = flags.DEFINE_list("sizes", ["small", "base"], "Model sizes (roformer_jax.model.SIZES).")
+_ATTENTION = flags.DEFINE_list("attention", ["softmax", "linear"], "Attention kinds.")
+_DTYPES = flags.DEFINE_list("dtypes", ["float32", "bfloat16"], "Compute dtypes.")
+_BATCH = flags.DEFINE_integer("batch", 8, "Sequences per step.")
+_SEQ_LEN = flags.DEFINE_integer("seq_len", 128, "Tokens per sequence.")
+_ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed (matmul, step) pairs per case.")
+_OUTPUT = flags.DEFINE_string("output", None, "Append JSON lines here.")
+
+VOCAB = {"small": 8192, "base": 30522}  # our WordPiece default; bert-base-uncased's
+
+
+def model_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
+    """Matmul FLOPs of one training token (forward + backward = 3 x forward)."""
+    d, f, e, h = cfg.hidden_size, cfg.intermediate_size, cfg.embed_dim, cfg.head_dim
+    attention = 4 * seq_len * d if cfg.attention == "softmax" else 4 * d * h
+    layer = 8 * d * d + 4 * d * f + attention
+    forward = cfg.num_layers * layer + 2 * d * e + 2 * e * cfg.vocab_size
+    if e != d:
+        forward += 2 * e * d  # embeddings_project
+    return 3.0 * forward
+
+
+def _seconds(fn) -> float:
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn())
+    return time.perf_counter() - t0
+
+
+def _matmul(dtype, n: int = 4096):
+    """A jitted [n, n] x [n, n] matmul (compiled) and its FLOPs."""
+    a = jax.random.normal(jax.random.key(0), (n, n), dtype)
+    matmul = jax.jit(lambda x, y: x @ y)
+    jax.block_until_ready(matmul(a, a))
+    return lambda: matmul(a, a), 2 * n**3
+
+
+def _train_step(cfg: ModelConfig, batch: int, seq_len: int):
+    """The jitted train step (compiled, run once) as a thunk, and XLA's FLOP count of it."""
+    model = RoFormer(cfg)
+    tx = optim.make_optimizer(optim.OptimConfig(warmup_steps=0), total_steps=10_000)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, cfg.vocab_size, size=(batch, seq_len)).astype(np.int32)
+    data = {
+        "input_ids": ids,
+        "attention_mask": np.ones_like(ids),
+        "token_type_ids": np.zeros_like(ids),
+        "targets": ids,
+        "weights": (rng.random(ids.shape) < 0.15).astype(np.float32),
+    }
+
+    @jax.jit
+    def init(key):
+        params = model.init(key, ids[:1])["params"]
+        return train.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
+
+    step = jax.jit(train.make_train_step(model, tx), donate_argnums=(0,))
+    box = [init(jax.random.key(0))]  # the state, donated and replaced by every call
+    key = jax.random.key(1)
+    xla_flops = step.lower(box[0], data, key).compile().cost_analysis().get("flops")
+
+    def run():
+        box[0], metrics = step(box[0], data, key)
+        return metrics
+
+    jax.block_until_ready(run())  # compile
+    return run, xla_flops
+
+
+def bench(size, attention, dtype, *, batch, seq_len, rounds):
+    """Best-of-`rounds` step time and matmul peak, interleaved: [matmul, step] x rounds.
+
+    On a machine shared with other jobs the fastest run of each is the least disturbed one;
+    interleaving exposes both to the same conditions.
+    """
+    cfg = model_config(size, vocab_size=VOCAB[size], attention=attention, dtype=dtype)
+    step, xla_flops = _train_step(cfg, batch, seq_len)
+    matmul, matmul_flops = _matmul(jnp.dtype(dtype))
+    step_s, matmul_s = [], []
+    for _ in range(rounds):
+        matmul_s.append(_seconds(matmul))
+        step_s.append(_seconds(step))
+    seconds, peak = min(step_s), matmul_flops / min(matmul_s)
+    flops = model_flops_per_token(cfg, seq_len) * batch * seq_len
+    return {
+        "size": size,
+        "attention": attention,
+        "dtype": dtype,
+        "ms": 1e3 * seconds,
+        "ms_median": 1e3 * float(np.median(step_s)),
+        "tokens/s": batch * seq_len / seconds,
+        "GFLOP/step": flops / 1e9,
+        "XLA GFLOP": None if xla_flops is None else xla_flops / 1e9,
+        "TFLOP/s": flops / seconds / 1e12,
+        "matmul TFLOP/s": peak / 1e12,  # best of this case's rounds
+        "batch": batch,
+        "seq_len": seq_len,
+        "backend": jax.default_backend(),
+    }
+
+
+def main(argv):
+    del argv
+    records = []
+    for size in _SIZES.value:
+        for attention in _ATTENTION.value:
+            for dtype in _DTYPES.value:
+                records.append(
+                    bench(
+                        size,
+                        attention,
+                        dtype,
+                        batch=_BATCH.value,
+                        seq_len=_SEQ_LEN.value,
+                        rounds=_ROUNDS.value,
+                    )  # fmt: skip
+                )
+                print(records[-1], flush=True)
+    # The peak of a dtype is the best matmul rate seen in the whole run: MFU is never
+    # flattered by a matmul that happened to be slowed down next to a lucky step.
+    for r in records:
+        r["peak TFLOP/s"] = max(q["matmul TFLOP/s"] for q in records if q["dtype"] == r["dtype"])
+        r["MFU"] = r["TFLOP/s"] / r["peak TFLOP/s"]
+    columns = ["size", "attention", "dtype", "ms", "tokens/s", "GFLOP/step", "XLA GFLOP",
+               "TFLOP/s", "peak TFLOP/s", "MFU"]  # fmt: skip
+    report(records, columns, _OUTPUT.value)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,35 @@
+"""BERT vs RoFormer, small size, on the builtin corpus: the README's main command.
+
+  python experiments/compare.py --config=configs/compare.py --workdir=runs/compare
+
+The same 4-layer, 256-wide encoder trained twice on the same batches and masks: once with
+BERT's learned absolute positions, once with RoPE (RoFormer). Expect: RESULT_COMPARE.
+More seeds: --config.seeds=0,1,2. Another corpus: --config.experiment.data.source=PATH.
+"""
+
+from ml_collections import ConfigDict
+
+from configs import base
+
+
+def get_config(arg=None):
+    config = ConfigDict()
+    experiment = base.get_base_config("small")
+    experiment.train.update(
+        steps=300, batch_size=32, log_every=20, eval_every=100, checkpoint_every=100,
+        eval_batches=8,
+    )  # fmt: skip
+    experiment.optim.update(learning_rate=1e-3, warmup_steps=50)
+    experiment.data.valid_lengths = ()  # extrapolation is configs/study_extrapolation.py
+    config.experiment = base.finish(experiment, arg)  # every run starts from this
+    config.runs = ConfigDict(
+        {
+            "BERT (learned absolute)": {"model": {"position": "learned"}},
+            "RoFormer (RoPE)": {"model": {"position": "rope"}},
+        }
+    )  # run name -> overrides of `experiment`
+    config.seeds = (0,)  # every run is trained once per seed
+    config.title = "MLM: BERT vs RoFormer (small)"
+    config.plot_keys = ("train/loss", "valid/loss_128")  # one panel each
+    config.table_keys = ("train/loss", "valid/loss_128", "valid/accuracy_128")
+    return config

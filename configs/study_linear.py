@@ -1,0 +1,33 @@
+"""Study 2, the analogue of the paper's Fig. 3 (right): RoPE with linear attention, 3 seeds.
+
+  python experiments/compare.py --config=configs/study_linear.py --workdir=runs/linear
+
+Linear attention with φ = elu + 1 and no positions, learned absolute positions, RoPE in the
+numerator only (eq. 19), RoPE in numerator and denominator (eq. 18), RoPE before φ (the
+paper's Performer placement); and the normalized-cosine attention with RoPE.
+"""
+
+from ml_collections import ConfigDict
+
+from configs import compare
+
+
+def _linear(position, placement="numerator"):
+    return {"model": {"attention": "linear", "position": position, "linear_rope": placement}}
+
+
+def get_config(arg=None):
+    config = compare.get_config(arg)
+    config.runs = ConfigDict(
+        {
+            "linear, none": _linear("none"),
+            "linear, learned": _linear("learned"),
+            "linear, RoPE numerator (eq. 19)": _linear("rope", "numerator"),
+            "linear, RoPE both (eq. 18)": _linear("rope", "both"),
+            "linear, RoPE before φ": _linear("rope", "before_feature_map"),
+            "cosine, RoPE": {"model": {"attention": "cosine", "position": "rope"}},
+        }
+    )
+    config.seeds = (0, 1, 2)
+    config.title = "MLM, linear attention (elu+1): where RoPE goes"
+    return config

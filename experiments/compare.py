@@ -1,0 +1,66 @@
+r"""Trains several configurations on the same data, seeds and steps; draws their MLM curves.
+
+  python experiments/compare.py                       # BERT vs RoFormer small, builtin corpus
+  python experiments/compare.py --config=configs/study_positions.py --workdir=runs/positions
+  python experiments/compare.py --config.experiment.data.source=../shared/data/wikitext-2/train.txt
+
+Writes <workdir>/curves.png (train and valid loss of every run, seeds as a band) and
+<workdir>/results.md (final losses and accuracies, mean ± std over seeds). Rerunning the same
+command skips finished runs, resumes interrupted ones and redraws the figures.
+"""
+
+import os
+import platform
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+# Config files import `configs.base`: make the repository root importable for a plain run.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _ROOT)
+
+import jax  # noqa: E402
+
+from roformer_jax import study, train  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", os.path.join(_ROOT, "configs", "compare.py"),
+    "Study config: an `experiment` every run shares, `runs` (name -> overrides) and `seeds`.",
+    lock_config=True,
+)  # fmt: skip
+_WORKDIR = flags.DEFINE_string("workdir", "runs/compare", "Each run trains in <workdir>/<name>/.")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    config = _CONFIG.value
+    runs = {}
+    for name, overrides in config.runs.items():
+        runs[name] = []
+        for seed in config.seeds:
+            run = config.experiment.copy_and_resolve_references()
+            run.update(overrides.to_dict())
+            run.seed = seed
+            runs[name].append(train.experiment_config_from_dict(run.to_dict()))
+    results = study.run_study(runs, _WORKDIR.value)
+    exp = next(iter(runs.values()))[0]
+    footnote = (
+        f"data: {exp.data.source} ({exp.data.tokenizer}, vocab {exp.model.vocab_size}), "
+        f"length {exp.data.seq_len}, batch {exp.train.batch_size}, {exp.train.steps} steps, "
+        f"{exp.model.num_layers} layers x {exp.model.hidden_size}, seeds {tuple(config.seeds)}; "
+        f"{jax.device_count()} {jax.default_backend()} device(s), {os.cpu_count()} cores "
+        f"({platform.machine()})"
+    )
+    png, md = study.write_report(
+        results, _WORKDIR.value, title=config.title, plot_keys=config.plot_keys,
+        table_keys=config.table_keys, footnote=footnote,
+    )  # fmt: skip
+    with open(md, encoding="utf-8") as f:
+        print(f.read())
+    logging.info("wrote %s and %s", png, md)
+
+
+if __name__ == "__main__":
+    app.run(main)

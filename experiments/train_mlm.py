@@ -1,0 +1,66 @@
+r"""Pre-trains an encoder by masked language modelling: parses flags, calls the library.
+
+  python experiments/train_mlm.py --config=configs/roformer_small.py --workdir=/tmp/rs \
+      --config.model.position=learned --config.train.steps=2000
+
+Rerunning with the same --workdir resumes from its latest checkpoint. Several hosts: start
+the same command on every host with --distributed (see README, "Multi-host").
+"""
+
+import logging as pylogging
+import os
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+# Config files import `configs.base`: make the repository root importable for a plain run.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+
+from roformer_jax import train  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Experiment config file, e.g. configs/roformer_small.py[:runlocal].",
+    lock_config=True,
+)  # fmt: skip
+_WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics and logs go here.")
+_DISTRIBUTED = flags.DEFINE_bool(
+    "distributed", False,
+    "Call jax.distributed.initialize() before anything else: needed on several hosts. "
+    "Without the three flags below JAX reads the cluster from the environment (TPU pods, "
+    "SLURM, Open MPI, Kubernetes).",
+)  # fmt: skip
+_COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0.")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes (hosts).")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index, 0 ... n-1.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    # orbax logs every save step by step at INFO; keep its warnings, drop its chatter.
+    logging.get_absl_handler().addFilter(
+        lambda r: r.levelno > pylogging.INFO or "/orbax/" not in r.pathname
+    )
+    if _DISTRIBUTED.value:
+        jax.distributed.initialize(
+            coordinator_address=_COORDINATOR.value,
+            num_processes=_NUM_PROCESSES.value,
+            process_id=_PROCESS_ID.value,
+        )
+    cfg = train.experiment_config_from_dict(_CONFIG.value.to_dict())
+    logging.info("process %d of %d, %d local devices: %s", jax.process_index(),
+                 jax.process_count(), jax.local_device_count(), jax.local_devices())  # fmt: skip
+    try:
+        final = train.train_and_evaluate(cfg, _WORKDIR.value)
+    except train.TrainingInterrupted as e:
+        logging.warning("%s", e)
+        sys.exit(1)
+    logging.info("final metrics: %s", final)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,137 @@
+"""Where training metrics go: workdir/metrics.jsonl, TensorBoard, and a progress line.
+
+One record per logged step, e.g.
+  {"step": 200, "train/loss": 5.31, "train/accuracy": 0.21, "train/lr": 1e-3,
+   "train/grad_norm": 0.9, "train/tokens_per_s": 8123.0, "elapsed_s": 61.2,
+   "valid/loss_128": 5.40, "valid/accuracy_128": 0.20, "valid/tokens_128": 1843}
+(valid/*_<length> for the training length and each of data.valid_lengths).
+Losses and accuracies are sums over masked tokens divided by their count, the sums taken over
+every step since the previous record and every device (never a mean of means).
+TensorBoard goes through tensorboardX, which needs no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import tensorboardX
+from absl import logging
+
+METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+# Keys that depend on the wall clock; everything else in a record is a function of the config.
+TIMING_KEYS = ("train/tokens_per_s", "elapsed_s")
+
+
+def read_metrics(workdir: str) -> list[dict]:
+    """The records of workdir/metrics.jsonl, in order ([] if there is none)."""
+    path = os.path.join(workdir, METRICS_FILE)
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+class MetricsWriter:
+    """Appends records to metrics.jsonl and TensorBoard; a no-op on processes other than 0.
+
+    `resume_step`: records after this step (written by a run that was stopped before its
+    next checkpoint) are dropped, so that a resumed run's file reads as one uninterrupted run.
+    """
+
+    def __init__(self, workdir: str, *, resume_step: int = 0, enabled: bool = True):
+        self._enabled = enabled
+        if not enabled:
+            return
+        os.makedirs(workdir, exist_ok=True)
+        path = os.path.join(workdir, METRICS_FILE)
+        kept = [r for r in read_metrics(workdir) if r["step"] <= resume_step]
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r) + "\n" for r in kept)
+        os.replace(path + ".tmp", path)
+        self._file = open(path, "a", encoding="utf-8")  # closed in close()
+        self._tb = tensorboardX.SummaryWriter(
+            os.path.join(workdir, TENSORBOARD_DIR), purge_step=resume_step + 1
+        )
+
+    def write(self, record: dict) -> None:
+        if not self._enabled:
+            return
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        for key, value in record.items():
+            if key != "step" and value is not None:
+                self._tb.add_scalar(key, value, record["step"])
+        self._tb.flush()
+
+    def close(self) -> None:
+        if self._enabled:
+            self._file.close()
+            self._tb.close()
+
+
+def empty_window() -> dict:
+    """Host-side sums over the steps since the last record (JSON: it rides in checkpoints)."""
+    return {"loss": 0.0, "correct": 0.0, "count": 0.0, "grad_norm": 0.0, "steps": 0}
+
+
+def accumulate(window: dict, fetched: list[dict], first_step: int) -> None:
+    """Adds the per-step metrics of steps first_step, first_step + 1, ... to `window`.
+
+    Raises FloatingPointError naming the first step whose loss or gradient norm is not
+    finite. The sums are float64 additions of float32 values in step order, so a run
+    resumed from a checkpointed window adds up bitwise the same.
+    """
+    for step, m in enumerate(fetched, start=first_step):
+        if not (math.isfinite(m["loss"]) and math.isfinite(m["grad_norm"])):
+            raise FloatingPointError(
+                f"non-finite loss ({float(m['loss'])}) or gradient norm "
+                f"({float(m['grad_norm'])}) at step {step}"
+            )
+        for key in ("loss", "correct", "count", "grad_norm"):
+            window[key] += float(m[key])
+        window["steps"] += 1
+
+
+def window_record(window: dict, *, lr: float, tokens_per_s: float | None) -> dict:
+    """The train/* entries of a record: masked-token loss and accuracy, mean grad norm."""
+    count = max(window["count"], 1.0)
+    return {
+        "train/loss": window["loss"] / count,
+        "train/accuracy": window["correct"] / count,
+        "train/lr": lr,
+        "train/grad_norm": window["grad_norm"] / max(window["steps"], 1),
+        "train/tokens_per_s": tokens_per_s,
+    }
+
+
+def log_progress(record: dict, *, total_steps: int, eta_s: float | None = None) -> None:
+    """One absl INFO line: step, loss, accuracy, lr, grad norm, tokens/s and ETA."""
+    step = record["step"]
+    parts = [f"step {step}/{total_steps}"]
+    for key, fmt in (
+        ("train/loss", "loss {:.4f}"),
+        ("train/accuracy", "acc {:.3f}"),
+        ("train/lr", "lr {:.2e}"),
+        ("train/grad_norm", "|g| {:.3f}"),
+    ):
+        if record.get(key) is not None:
+            parts.append(fmt.format(record[key]))
+    speed = record.get("train/tokens_per_s")
+    if speed:
+        parts.append(f"{speed:,.0f} tok/s")
+    if eta_s is not None:
+        parts.append(f"ETA {_hms(eta_s)}")
+    for key, value in record.items():
+        if key.startswith("valid/loss_"):
+            length = key.rsplit("_", 1)[1]
+            acc = record.get(f"valid/accuracy_{length}", math.nan)
+            parts.append(f"valid@{length} {value:.4f} / {acc:.3f}")
+    logging.info("  ".join(parts))
+
+
+def _hms(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

@@ -1,0 +1,131 @@
+"""Optimizers for MLM pre-training: AdamW (BERT) or LAMB (RoFormerV2), warm-up then decay.
+
+The update for one step, with g the gradient averaged over every masked token of the global
+batch (see `train.py`):
+
+  g <- g * min(1, clip_norm / ||g||_2)             global-norm clipping (BERT, Devlin et al. 2019)
+  u <- AdamW(g) or LAMB(g), weight decay λ·w on the masked leaves only
+  w <- w - lr(t) · u
+
+`lr(t)` rises linearly from 0 to the peak over `warmup_steps`, then decays to
+`end_learning_rate` linearly (BERT) or along a half cosine (Loshchilov & Hutter 2017).
+
+Weight decay follows BERT's `AdamWeightDecayOptimizer`: every parameter decays except biases
+and LayerNorm parameters. In a Flax tree those are exactly the 1-D leaves (biases, LayerNorm
+scales and offsets), while kernels and embedding tables are 2-D or more, so the mask is built
+from the ranks of the leaves and not from their names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import optax
+
+OPTIMIZERS = ("adamw", "lamb")
+SCHEDULES = ("linear", "cosine", "constant")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """Hyperparameters of the optimizer and its learning-rate schedule.
+
+    Defaults are BERT's pre-training recipe (Devlin et al. 2019, appendix A.2): AdamW with
+    lr 1e-4, β = (0.9, 0.999), ε = 1e-6, weight decay 0.01, 10k warm-up steps, linear decay
+    to zero, gradients clipped to global norm 1.
+    """
+
+    optimizer: str = "adamw"  # "adamw" | "lamb"
+    learning_rate: float = 1e-4  # peak learning rate, reached at the end of warm-up
+    end_learning_rate: float = 0.0  # learning rate at the last step
+    schedule: str = "linear"  # decay after warm-up: "linear" | "cosine" | "constant"
+    warmup_steps: int = 10_000
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-6
+    weight_decay: float = 0.01  # decoupled (AdamW) or trust-ratio (LAMB) decay, masked
+    clip_norm: float = 1.0  # global-norm clipping threshold; 0 = no clipping
+
+    def __post_init__(self):
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule {self.schedule!r} is not one of {SCHEDULES}")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if self.clip_norm < 0:
+            raise ValueError(f"clip_norm must be >= 0 (0 = no clipping), got {self.clip_norm}")
+
+
+def learning_rate_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
+    """Returns lr(t) for update t = 0, 1, ..., total_steps - 1.
+
+    Warm-up: lr(t) = peak · t / W for t < W (so the first update has lr 0, as in BERT).
+    Decay, with p = (t - W) / (T - W) clipped to [0, 1]:
+      linear   lr = peak + (end - peak) · p
+      cosine   lr = end + (peak - end) · (1 + cos(π p)) / 2
+      constant lr = peak
+    """
+    if total_steps <= 0:
+        raise ValueError(f"total_steps must be > 0, got {total_steps}")
+    if cfg.warmup_steps > total_steps:
+        raise ValueError(
+            f"warmup_steps={cfg.warmup_steps} is longer than the whole run ({total_steps} steps); "
+            "lower the warm-up or train longer"
+        )
+    peak, end, warmup = cfg.learning_rate, cfg.end_learning_rate, cfg.warmup_steps
+    decay_steps = max(total_steps - warmup, 1)
+
+    def schedule(count):
+        t = jnp.asarray(count, jnp.float32)
+        warm = peak * t / max(warmup, 1)
+        p = jnp.clip((t - warmup) / decay_steps, 0.0, 1.0)
+        if cfg.schedule == "linear":
+            decayed = peak + (end - peak) * p
+        elif cfg.schedule == "cosine":
+            decayed = end + (peak - end) * 0.5 * (1.0 + jnp.cos(jnp.pi * p))
+        else:
+            decayed = jnp.full_like(p, peak)
+        return jnp.where(t < warmup, warm, decayed)
+
+    return schedule
+
+
+def weight_decay_mask(params):
+    """True for the leaves that decay: every leaf of rank >= 2 (kernels, embedding tables).
+
+    Rank-1 leaves are biases and LayerNorm scales/offsets, which BERT exempts from decay.
+    """
+    return jax.tree.map(lambda p: jnp.ndim(p) >= 2, params)
+
+
+def make_optimizer(cfg: OptimConfig, total_steps: int) -> optax.GradientTransformation:
+    """Clipping followed by AdamW or LAMB on the schedule of `learning_rate_schedule`."""
+    schedule = learning_rate_schedule(cfg, total_steps)
+    if cfg.optimizer == "adamw":
+        opt = optax.adamw(
+            schedule,
+            b1=cfg.b1,
+            b2=cfg.b2,
+            eps=cfg.eps,
+            weight_decay=cfg.weight_decay,
+            mask=weight_decay_mask,
+        )
+    else:
+        opt = optax.lamb(
+            schedule,
+            b1=cfg.b1,
+            b2=cfg.b2,
+            eps=cfg.eps,
+            weight_decay=cfg.weight_decay,
+            mask=weight_decay_mask,
+        )
+    if not cfg.clip_norm:
+        return opt
+    return optax.chain(optax.clip_by_global_norm(cfg.clip_norm), opt)

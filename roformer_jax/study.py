@@ -1,0 +1,120 @@
+"""Runs several experiment configurations side by side and summarizes them as a study.
+
+A study is `{run name: [ExperimentConfig, one per seed]}`. Every run trains in
+`workdir/<name>/seed<k>/`; a run whose metrics.jsonl already reaches its last step is not
+trained again, and an interrupted one resumes from its checkpoint, so rerunning a study only
+does the missing work and redraws the figures.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from absl import logging
+
+from roformer_jax import metrics as metrics_lib
+from roformer_jax import plots
+from roformer_jax.train import ExperimentConfig, train_and_evaluate
+
+
+def run_dir(workdir: str, name: str, seed: int) -> str:
+    slug = re.sub(r"[^A-Za-z0-9_.+-]+", "_", name)
+    return os.path.join(workdir, slug, f"seed{seed}")
+
+
+def is_finished(directory: str, steps: int) -> bool:
+    """True when the run logged its final step (the trainer evaluates at the last step)."""
+    records = metrics_lib.read_metrics(directory)
+    return bool(records) and records[-1]["step"] >= steps
+
+
+def run_study(runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str) -> dict:
+    """Trains every (run, seed) that is not finished; returns their metrics records.
+
+    Returns:
+      {name: [records of seed 0, records of seed 1, ...]}, records as in metrics.jsonl.
+    """
+    total = sum(len(seeds) for seeds in runs.values())
+    done = 0
+    results = {}
+    for name, configs in runs.items():
+        results[name] = []
+        for cfg in configs:
+            done += 1
+            directory = run_dir(workdir, name, cfg.seed)
+            if is_finished(directory, cfg.train.steps):
+                logging.info("[%d/%d] %s seed %d: finished earlier, cached", done, total, name,
+                             cfg.seed)  # fmt: skip
+            else:
+                logging.info("[%d/%d] %s seed %d: training in %s", done, total, name, cfg.seed,
+                             directory)  # fmt: skip
+                train_and_evaluate(cfg, directory)
+            results[name].append(metrics_lib.read_metrics(directory))
+    return results
+
+
+def curves(results: Mapping[str, Sequence[list[dict]]], keys: Sequence[str]) -> dict:
+    """{name: [{"step": [...], key: [...]} per seed]} from metrics records, for plots."""
+    out = {}
+    for name, seeds in results.items():
+        out[name] = []
+        for records in seeds:
+            series = {"step": [r["step"] for r in records]}
+            for key in keys:
+                series[key] = [r.get(key) for r in records]
+            out[name].append(series)
+    return out
+
+
+def final_values(records: list[dict], key: str) -> float | None:
+    """The last value of `key` in a run's records (None if it was never logged)."""
+    values = [r[key] for r in records if r.get(key) is not None]
+    return values[-1] if values else None
+
+
+def summary_table(results: Mapping[str, Sequence[list[dict]]], keys: Sequence[str]) -> str:
+    """Markdown table: one row per run, mean ± std over seeds of each key's final value."""
+    header = "| run | seeds | " + " | ".join(keys) + " | wall time (s) |"
+    lines = [header, "|" + "---|" * (len(keys) + 3)]
+    for name, seeds in results.items():
+        cells = []
+        for key in [*keys, "elapsed_s"]:
+            values = [v for v in (final_values(r, key) for r in seeds) if v is not None]
+            cells.append(_mean_std(values))
+        lines.append(f"| {name} | {len(seeds)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _mean_std(values: list[float]) -> str:
+    if not values:
+        return "n/a"
+    if len(values) == 1:
+        return f"{values[0]:.4g}"
+    return f"{np.mean(values):.4g} ± {np.std(values):.2g}"
+
+
+def write_report(
+    results: Mapping[str, Sequence[list[dict]]],
+    workdir: str,
+    *,
+    title: str,
+    plot_keys: Sequence[str],
+    table_keys: Sequence[str],
+    footnote: str,
+) -> tuple[str, str]:
+    """Writes workdir/curves.png and workdir/results.md; returns their paths."""
+    png = plots.plot_curves(
+        curves(results, plot_keys),
+        os.path.join(workdir, "curves.png"),
+        title=title,
+        metrics=plot_keys,
+        footnote=footnote,
+    )
+    table = summary_table(results, table_keys)
+    md = os.path.join(workdir, "results.md")
+    with open(md, "w", encoding="utf-8") as f:
+        f.write(f"# {title}\n\n{footnote}\n\n![curves](curves.png)\n\n{table}\n")
+    return png, md

@@ -1,0 +1,133 @@
+"""Tests for configs/*.py: every config loads, converts, and builds its model."""
+
+import dataclasses
+import glob
+import importlib
+import os
+
+import jax
+import jax.numpy as jnp
+from absl import flags
+from absl.testing import absltest, parameterized
+from ml_collections import config_flags
+
+from configs import base
+from roformer_jax import data, optim, train
+from roformer_jax.model import ModelConfig, RoFormer
+
+_CONFIGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+
+# Parameter counts of each config's model (MLM head included, decoder tied to the
+# embeddings). A changed count means the config or the model changed: update on purpose.
+# bert_base equals HF bert-base-uncased's BertForMaskedLM (109,514,298); roformer_base has
+# its 512 x 768 position table fewer.
+GOLDEN_PARAMS = {
+    "tiny": 121_477,
+    "bert_small": 5_462_784,
+    "roformer_small": 5_331_712,
+    "linear_small": 5_331_712,
+    "cosine_small": 5_331_712,
+    "bert_base": 109_514_298,
+    "roformer_base": 109_121_082,
+}
+
+
+def _load(name: str, arg=None):
+    return importlib.import_module(f"configs.{name}").get_config(arg)
+
+
+class ConfigsTest(parameterized.TestCase):
+    def test_every_training_config_is_listed(self):
+        # The configs of experiments/train_mlm.py name it in their docstring; the other
+        # entry points' configs (compare.py, study_*.py) are tested with those.
+        training = set()
+        for path in glob.glob(os.path.join(_CONFIGS_DIR, "*.py")):
+            name = os.path.basename(path)[:-3]
+            doc = importlib.import_module(f"configs.{name}").__doc__ or ""
+            if "experiments/train_mlm.py --config" in doc:
+                training.add(name)
+        self.assertEqual(training, set(GOLDEN_PARAMS))
+
+    @parameterized.parameters(*GOLDEN_PARAMS)
+    def test_config_builds_its_model(self, name):
+        for arg in (None, "runlocal"):
+            cfg = train.experiment_config_from_dict(_load(name, arg).to_dict())
+            ids = jax.ShapeDtypeStruct((1, cfg.data.seq_len), jnp.int32)
+            shapes = jax.eval_shape(RoFormer(cfg.model).init, jax.random.key(0), ids)
+            count = sum(x.size for x in jax.tree.leaves(shapes))
+            self.assertEqual(count, GOLDEN_PARAMS[name], f"{name}:{arg}")
+            self.assertLessEqual(cfg.optim.warmup_steps, cfg.train.steps)
+
+    @parameterized.parameters(*GOLDEN_PARAMS)
+    def test_docstring_gives_the_command(self, name):
+        doc = importlib.import_module(f"configs.{name}").__doc__
+        self.assertIn(f"python experiments/train_mlm.py --config=configs/{name}.py", doc)
+        self.assertIn("Expect", doc)
+
+    def test_base_has_every_library_field(self):
+        config = base.get_base_config()
+        for section, cls in (
+            ("model", ModelConfig),
+            ("data", data.DataConfig),
+            ("optim", optim.OptimConfig),
+            ("train", train.TrainConfig),
+        ):
+            fields = {f.name for f in dataclasses.fields(cls)}
+            self.assertEqual(set(config[section].keys()), fields, section)
+
+    def test_position_and_attention_variants(self):
+        got = {
+            name: (_load(name).model.position, _load(name).model.attention)
+            for name in GOLDEN_PARAMS
+        }
+        self.assertEqual(got["bert_small"], ("learned", "softmax"))
+        self.assertEqual(got["roformer_small"], ("rope", "softmax"))
+        self.assertEqual(got["linear_small"], ("rope", "linear"))
+        self.assertEqual(got["cosine_small"], ("rope", "cosine"))
+        self.assertEqual(got["bert_base"], ("learned", "softmax"))
+        self.assertEqual(got["roformer_base"], ("rope", "softmax"))
+        paper = _load("roformer_base")  # the paper's MLM recipe
+        self.assertEqual((paper.train.batch_size, paper.data.seq_len), (64, 512))
+        self.assertEqual(paper.optim.optimizer, "adamw")
+
+    def test_command_line_overrides_and_misspelt_keys(self):
+        path = os.path.join(_CONFIGS_DIR, "tiny.py")
+        overrides = [
+            "--config.seed=3",
+            "--config.model.position=learned",
+            "--config.model.attention=linear",
+            "--config.data.source=/tmp/corpus.txt",
+            "--config.data.seq_len=96",
+            "--config.train.steps=7",
+            "--config.train.batch_size=4",
+            "--config.train.checkpoint_every=2",
+            "--config.optim.clip_norm=0",
+            "--config.model.vocab_size=300",
+        ]
+        argv = ["prog", f"--config={path}", *overrides]
+        values = flags.FlagValues()
+        config_flags.DEFINE_config_file("config", flag_values=values, sys_argv=argv)
+        values(argv)
+        cfg = train.experiment_config_from_dict(values.config.to_dict())
+        self.assertEqual(
+            (cfg.seed, cfg.model.position, cfg.model.attention, cfg.data.source),
+            (3, "learned", "linear", "/tmp/corpus.txt"),
+        )
+        self.assertEqual((cfg.data.seq_len, cfg.train.steps, cfg.train.batch_size), (96, 7, 4))
+        self.assertEqual((cfg.train.checkpoint_every, cfg.optim.clip_norm), (2, 0.0))
+        self.assertEqual(cfg.model.vocab_size, 300)
+
+        argv = ["prog", f"--config={path}", "--config.train.stepz=7"]
+        values = flags.FlagValues()
+        config_flags.DEFINE_config_file("config", flag_values=values, sys_argv=argv)
+        # lock_config=True (the default): a misspelt key is an error, not a new field.
+        with self.assertRaisesRegex(AttributeError, 'stepz.*Did you mean "steps"'):
+            values(argv)
+
+    def test_unknown_config_argument_is_an_error(self):
+        with self.assertRaisesRegex(ValueError, "'fast'.*runlocal"):
+            _load("tiny", "fast")
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -1,0 +1,63 @@
+"""Tests for roformer_jax/metrics.py."""
+
+import json
+import os
+import tempfile
+
+import numpy as np
+from absl.testing import absltest, parameterized
+
+from roformer_jax import metrics
+
+
+class WindowTest(parameterized.TestCase):
+    def test_record_divides_sums_over_all_steps(self):
+        window = metrics.empty_window()
+        steps = [
+            {"loss": 6.0, "correct": 1.0, "count": 3.0, "grad_norm": 1.0},
+            {"loss": 4.0, "correct": 1.0, "count": 1.0, "grad_norm": 3.0},
+        ]
+        metrics.accumulate(window, steps, first_step=1)
+        record = metrics.window_record(window, lr=0.1, tokens_per_s=None)
+        # Over the 4 tokens: 10 / 4, not the mean (6/3 + 4/1) / 2 = 3 of the per-step means.
+        self.assertEqual(record["train/loss"], 2.5)
+        self.assertEqual(record["train/accuracy"], 0.5)
+        self.assertEqual(record["train/grad_norm"], 2.0)
+        self.assertEqual(window["steps"], 2)
+
+    @parameterized.parameters(("loss", np.nan), ("grad_norm", np.inf), ("loss", -np.inf))
+    def test_non_finite_loss_or_gradient_names_the_step(self, key, value):
+        good = {"loss": 2.0, "correct": 1.0, "count": 3.0, "grad_norm": 0.5}
+        window = metrics.empty_window()
+        with self.assertRaisesRegex(FloatingPointError, "at step 8$"):
+            metrics.accumulate(window, [good, {**good, key: np.float32(value)}], first_step=7)
+
+
+class WriterTest(absltest.TestCase):
+    def test_resume_drops_records_after_the_checkpoint(self):
+        workdir = tempfile.mkdtemp()
+        writer = metrics.MetricsWriter(workdir)
+        for step in (1, 2, 3):
+            writer.write({"step": step, "train/loss": float(step), "train/tokens_per_s": None})
+        writer.close()
+        writer = metrics.MetricsWriter(workdir, resume_step=2)
+        writer.write({"step": 3, "train/loss": 30.0})
+        writer.close()
+        self.assertEqual(
+            [(r["step"], r["train/loss"]) for r in metrics.read_metrics(workdir)],
+            [(1, 1.0), (2, 2.0), (3, 30.0)],
+        )
+        with open(os.path.join(workdir, metrics.METRICS_FILE)) as f:
+            self.assertEqual(json.loads(f.readline())["step"], 1)
+        self.assertNotEmpty(os.listdir(os.path.join(workdir, metrics.TENSORBOARD_DIR)))
+
+    def test_disabled_writer_writes_nothing(self):
+        workdir = tempfile.mkdtemp()
+        writer = metrics.MetricsWriter(workdir, enabled=False)
+        writer.write({"step": 1, "train/loss": 1.0})
+        writer.close()
+        self.assertEqual(os.listdir(workdir), [])
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -1,0 +1,77 @@
+"""Tests for roformer_jax/study.py: caching of finished runs, curves and the summary table."""
+
+import json
+import os
+import tempfile
+from unittest import mock
+
+from absl.testing import absltest
+
+from roformer_jax import study, train
+
+
+def _config(seed, steps=4):
+    return train.experiment_config_from_dict(
+        {
+            "seed": seed,
+            "data": {"tokenizer": "bytes"},
+            "model": {"hidden_size": 8, "num_layers": 1, "num_heads": 2, "intermediate_size": 8},
+            "optim": {"warmup_steps": 1},
+            "train": {"steps": steps},
+        }
+    )
+
+
+def _fake_training(cfg, workdir):
+    """Writes what a finished run leaves: one record per step, the last with a valid loss."""
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "metrics.jsonl"), "w", encoding="utf-8") as f:
+        for step in range(1, cfg.train.steps + 1):
+            record = {"step": step, "train/loss": 10.0 - step - cfg.seed, "elapsed_s": step}
+            if step == cfg.train.steps:
+                record["valid/loss_128"] = 9.0 - cfg.seed
+            f.write(json.dumps(record) + "\n")
+    return {}
+
+
+class StudyTest(absltest.TestCase):
+    def test_trains_missing_runs_only(self):
+        workdir = self.enter_context(tempfile.TemporaryDirectory())
+        runs = {"a": [_config(0), _config(1)], "b/c": [_config(0)]}
+        with mock.patch.object(study, "train_and_evaluate", side_effect=_fake_training) as fake:
+            results = study.run_study(runs, workdir)
+            self.assertEqual(fake.call_count, 3)
+            self.assertEqual(study.run_study(runs, workdir), results)
+            self.assertEqual(fake.call_count, 3)  # all finished: nothing retrained
+            # A run that stopped early is trained again (the trainer resumes it).
+            path = os.path.join(study.run_dir(workdir, "a", 1), "metrics.jsonl")
+            with open(path, encoding="utf-8") as f:
+                lines = f.readlines()
+            with open(path, "w", encoding="utf-8") as f:
+                f.writelines(lines[:2])
+            study.run_study(runs, workdir)
+            self.assertEqual(fake.call_count, 4)
+        self.assertEqual([len(seeds) for seeds in results.values()], [2, 1])
+        self.assertNotIn("/", os.path.relpath(study.run_dir(workdir, "b/c", 0), workdir)[:3])
+
+    def test_summary_and_report(self):
+        workdir = self.enter_context(tempfile.TemporaryDirectory())
+        results = {
+            "x": [[{"step": 1, "train/loss": 3.0, "elapsed_s": 1.0}],
+                  [{"step": 1, "train/loss": 5.0, "elapsed_s": 1.0}]],
+            "y": [[{"step": 1, "train/loss": 2.0}]],
+        }  # fmt: skip
+        table = study.summary_table(results, ["train/loss", "valid/loss_128"])
+        self.assertIn("| x | 2 | 4 ± 1 | n/a | 1 ± 0 |", table)
+        self.assertIn("| y | 1 | 2 | n/a | n/a |", table)
+        png, md = study.write_report(
+            results, workdir, title="t", plot_keys=["train/loss"], table_keys=["train/loss"],
+            footnote="data: test",
+        )  # fmt: skip
+        self.assertGreater(os.path.getsize(png), 1000)
+        with open(md, encoding="utf-8") as f:
+            self.assertIn("data: test", f.read())
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -1,0 +1,254 @@
+"""Tests for roformer_jax/train.py (with checkpoints.py and metrics.py): end to end on `tiny`.
+
+Every run trains configs/tiny.py on a small generated corpus with the byte tokenizer.
+"""
+
+import dataclasses
+import functools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from unittest import mock
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest, parameterized
+from jax.experimental.compilation_cache import compilation_cache
+
+from configs import tiny
+from roformer_jax import data as data_lib
+from roformer_jax import metrics as metrics_lib
+from roformer_jax import train
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TMP = tempfile.mkdtemp(prefix="train_test_")
+
+
+def setUpModule():
+    # Runs of one config in this process then compile their steps once (~10 s each on CPU).
+    jax.config.update("jax_compilation_cache_dir", os.path.join(_TMP, "jax_cache"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
+
+def tearDownModule():
+    jax.config.update("jax_compilation_cache_dir", None)
+    compilation_cache.reset_cache()
+    shutil.rmtree(_TMP, ignore_errors=True)
+
+
+def _corpus() -> str:
+    """~60 kB of sentences drawn from a fixed vocabulary, one document per line."""
+    path = os.path.join(_TMP, "corpus.txt")
+    if not os.path.exists(path):
+        rng = np.random.default_rng(0)
+        words = "the a cat dog sat on mat and ran to see big small red blue sun moon".split()
+        lines = [" ".join(rng.choice(words, size=rng.integers(8, 30))) for _ in range(2000)]
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+    return path
+
+
+def _config(**overrides) -> train.ExperimentConfig:
+    """configs/tiny.py, one layer, on the generated corpus, 3 short steps.
+
+    overrides: section__field=value, e.g. train__steps=8.
+    """
+    d = tiny.get_config().to_dict()
+    d["data"].update(source=_corpus(), seq_len=32, valid_lengths=(64,), max_chars=None)
+    d["model"].update(num_layers=1, hidden_dropout=0.0, attention_dropout=0.0)
+    d["optim"].update(warmup_steps=1)
+    d["train"].update(
+        steps=3, batch_size=8, log_every=1, eval_every=2, checkpoint_every=2, eval_batches=2,
+        data_cache_dir=os.path.join(_TMP, "data"),
+    )  # fmt: skip
+    for key, value in overrides.items():
+        section, field = key.split("__")
+        d[section][field] = value
+    return train.experiment_config_from_dict(d)
+
+
+def _config_json(**overrides) -> str:
+    return json.dumps(dataclasses.asdict(_config(**overrides)))
+
+
+def _records(workdir):
+    """metrics.jsonl without the wall-clock fields."""
+    return [
+        {k: v for k, v in r.items() if k not in metrics_lib.TIMING_KEYS}
+        for r in metrics_lib.read_metrics(workdir)
+    ]
+
+
+def _traced_once():
+    """Fails a run whose train step is traced twice (a retrace after the first step)."""
+    real = train.make_train_step
+
+    def traced_once(*args, **kwargs):
+        return chex.assert_max_traces(real(*args, **kwargs), n=1)
+
+    return mock.patch.object(train, "make_train_step", traced_once)
+
+
+@functools.cache
+def _reference_run() -> tuple[str, dict]:
+    """The 3-step run of `_config()`."""
+    workdir = os.path.join(_TMP, "reference")
+    with _traced_once():
+        final = train.train_and_evaluate(_config(), workdir)
+    return workdir, final
+
+
+class EndToEndTest(parameterized.TestCase):
+    def test_three_steps_write_metrics_config_and_checkpoints(self):
+        # The step is wrapped in chex.assert_max_traces(n=1): a retrace after step 1 fails.
+        workdir, final = _reference_run()
+        records = metrics_lib.read_metrics(workdir)
+        self.assertEqual([r["step"] for r in records], [1, 2, 3])
+        for key in ("train/loss", "train/accuracy", "train/lr", "train/grad_norm", "elapsed_s"):
+            self.assertTrue(np.isfinite(records[-1][key]), key)
+        self.assertIsNone(records[0]["train/tokens_per_s"])  # step 1 compiles: not timed
+        self.assertGreater(records[1]["train/tokens_per_s"], 0)
+        for length in (32, 64):
+            self.assertGreater(final[f"valid/tokens_{length}"], 0)
+            self.assertBetween(final[f"valid/loss_{length}"], 1.0, 7.0)
+        self.assertEqual(sorted(os.listdir(os.path.join(workdir, "checkpoints"))), ["2", "3"])
+        with open(os.path.join(workdir, "config.json")) as f:
+            self.assertEqual(json.load(f)["model"]["hidden_size"], 64)
+        self.assertNotEmpty(os.listdir(os.path.join(workdir, metrics_lib.TENSORBOARD_DIR)))
+
+    def test_rerun_of_a_finished_run_trains_nothing(self):
+        workdir, final = _reference_run()
+        copy = os.path.join(_TMP, "finished_copy")
+        shutil.copytree(workdir, copy)
+        again = train.train_and_evaluate(_config(), copy)
+        self.assertEqual(_records(copy), _records(workdir))
+        self.assertEqual(again["valid/loss_64"], final["valid/loss_64"])
+
+    def test_resume_after_signal_and_crash_is_bitwise_identical(self):
+        overrides = dict(
+            model__hidden_dropout=0.1,  # dropout on: its keys must be redrawn identically
+            train__steps=8, train__log_every=2, train__eval_every=4, train__checkpoint_every=3,
+        )  # fmt: skip
+        whole = os.path.join(_TMP, "whole")
+        train.train_and_evaluate(_config(**overrides), whole)
+
+        parts = os.path.join(_TMP, "parts")
+        real_write = metrics_lib.MetricsWriter.write
+
+        def write_then(step, action):
+            def write(self, record):
+                real_write(self, record)
+                if record["step"] == step:
+                    action()
+
+            return mock.patch.object(metrics_lib.MetricsWriter, "write", write)
+
+        # SIGTERM while writing step 4 is seen after step 5: saved there, off the grid of 3.
+        with write_then(4, lambda: os.kill(os.getpid(), signal.SIGTERM)):
+            with self.assertRaisesRegex(train.TrainingInterrupted, "step 5"):
+                train.train_and_evaluate(_config(**overrides), parts)
+
+        def crash():
+            raise RuntimeError("power cut")
+
+        # A crash after record 6 is written but before checkpoint 6: record 6 is redone.
+        with write_then(6, crash), self.assertRaisesRegex(RuntimeError, "power cut"):
+            train.train_and_evaluate(_config(**overrides), parts)
+        self.assertEqual(metrics_lib.read_metrics(parts)[-1]["step"], 6)
+        with _traced_once():  # a restored state has the types of a stepped one
+            train.train_and_evaluate(_config(**overrides), parts)
+
+        self.assertEqual([r["step"] for r in _records(whole)], [2, 4, 6, 8])
+        self.assertEqual(_records(parts), _records(whole))  # bitwise: floats compared with ==
+
+    def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(self):
+        real = data_lib.Corpus.train_batches
+
+        def nan_at_step_3(self, **kwargs):
+            for step, batch in enumerate(real(self, **kwargs), start=kwargs["start_step"] + 1):
+                if step == 3:  # NaN weights: a NaN loss and NaN gradients
+                    batch = {**batch, "weights": np.full_like(batch["weights"], np.nan)}
+                yield batch
+
+        workdir = os.path.join(_TMP, "nan")
+        with mock.patch.object(data_lib.Corpus, "train_batches", nan_at_step_3):
+            with self.assertRaisesRegex(
+                FloatingPointError, r"at step 3\. The last good checkpoint is step 2"
+            ):
+                train.train_and_evaluate(_config(), workdir)
+        self.assertEqual(os.listdir(os.path.join(workdir, "checkpoints")), ["2"])
+        self.assertEqual([r["step"] for r in metrics_lib.read_metrics(workdir)], [1, 2])
+
+    def test_checkpoint_of_another_model_is_a_clear_error(self):
+        workdir, _ = _reference_run()
+        copy = os.path.join(_TMP, "mismatch")
+        shutil.copytree(workdir, copy)
+        with self.assertRaisesRegex(ValueError, r"hidden_size: 64 in the checkpoint, 32 now"):
+            train.train_and_evaluate(_config(model__hidden_size=32), copy)
+        with open(os.path.join(copy, "config.json")) as f:  # left as it was
+            self.assertEqual(json.load(f)["model"]["hidden_size"], 64)
+
+    def test_gradient_accumulation_matches_one_batch(self):
+        workdir, _ = _reference_run()
+        accumulated = os.path.join(_TMP, "accumulated")
+        train.train_and_evaluate(_config(train__grad_accum=4), accumulated)
+        self._assert_records_close(_records(accumulated), _records(workdir))
+
+    def _assert_records_close(self, records, expected):
+        self.assertEqual([r["step"] for r in records], [1, 2, 3])
+        for a, b in zip(expected, records, strict=True):
+            self.assertEqual(a.keys(), b.keys())
+            for key in a:
+                np.testing.assert_allclose(b[key], a[key], rtol=2e-5, err_msg=key)
+
+    def test_eight_devices_match_one_device(self):
+        workdir, _ = _reference_run()
+        eight = os.path.join(_TMP, "eight")
+        script = textwrap.dedent(f"""
+            import json, jax
+            from roformer_jax import train
+            assert jax.local_device_count() == 8, jax.devices()
+            cfg = train.experiment_config_from_dict(json.loads({_config_json()!r}))
+            train.train_and_evaluate(cfg, {eight!r})
+        """)
+        env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+        subprocess.run(
+            [sys.executable, "-c", script], cwd=_ROOT, env=env, check=True, capture_output=True
+        )
+        self._assert_records_close(_records(eight), _records(workdir))
+
+
+class MlmSumsTest(absltest.TestCase):
+    def test_mlm_sums_count_only_weighted_positions(self):
+        logits = jnp.log(jnp.array([[[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]]]))  # [1, 2, 3]
+        sums = train.mlm_sums(logits, jnp.array([[0, 0]]), jnp.array([[1.0, 0.0]]))
+        np.testing.assert_allclose(sums["loss"], -np.log(0.7), rtol=1e-6)
+        self.assertEqual((float(sums["correct"]), float(sums["count"])), (1.0, 1.0))
+
+
+class ConfigFromDictTest(absltest.TestCase):
+    def test_unknown_keys_are_errors(self):
+        d = tiny.get_config().to_dict()
+        d["train"]["stepz"] = 3
+        with self.assertRaisesRegex(ValueError, r"config.train: \['stepz'\]"):
+            train.experiment_config_from_dict(d)
+        with self.assertRaisesRegex(ValueError, r"unknown config keys \['extra'\]"):
+            train.experiment_config_from_dict({**tiny.get_config().to_dict(), "extra": {}})
+
+    def test_vocab_size_follows_the_tokenizer(self):
+        d = tiny.get_config().to_dict()
+        self.assertEqual(train.experiment_config_from_dict(d).model.vocab_size, 261)  # bytes
+        d["data"]["tokenizer"] = "wordpiece"
+        d["data"]["vocab_size"] = 1000
+        self.assertEqual(train.experiment_config_from_dict(d).model.vocab_size, 1000)
+
+
+if __name__ == "__main__":
+    absltest.main()
