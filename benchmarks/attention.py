@@ -47,6 +47,7 @@ _HEAD_DIM = flags.DEFINE_integer("head_dim", 64, "H.")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed calls per case (at least).")
 _MAX_GB = flags.DEFINE_float("max_gb", 18.0, "Skip running cases needing more temp memory.")
 _OUTPUT = flags.DEFINE_string("output", None, "Append JSON lines here.")
+_REPORT = flags.DEFINE_string("report", None, "Print the tables of saved JSON lines; run nothing.")
 _CASE = flags.DEFINE_string("case", None, "Internal: 'kind,L,mode' run in this process.")
 
 KINDS = {
@@ -57,6 +58,7 @@ KINDS = {
     "cosine": (attention.cosine_attention, {}),
 }
 MODES = ("fwd", "fwd+bwd")
+FIRST_TOUCH = ("fresh us/page", "again us/page")
 
 
 def make_fn(kind, length, mode, causal):
@@ -107,7 +109,7 @@ def first_touch_us(mib=256):
         start = time.perf_counter()
         pages.fill(value)
         times.append(1e6 * (time.perf_counter() - start) / ((mib << 20) // 4096))
-    return {"kind": "first touch", "fresh us/page": times[0], "again us/page": times[1]}
+    return {"kind": "first touch", **dict(zip(FIRST_TOUCH, times, strict=True))}
 
 
 def allocator():
@@ -143,8 +145,10 @@ def run_isolated(kind, length, mode):
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode or not lines:
-        tail = done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
-        return {"kind": kind, "L": length, "mode": mode, "skipped": f"failed: {tail[0]}"}
+        why = f"exit code {done.returncode}"
+        if done.returncode == -9:
+            why += " (killed: out of memory?)"
+        return {"kind": kind, "L": length, "mode": mode, "skipped": why}
     return json.loads(lines[-1])
 
 
@@ -165,7 +169,7 @@ def summary(records):
                 row[column] = o["ms_min"] / r["ms_min"]
         for name in KINDS:
             previous, current = by.get((name, length // 2, mode)), by.get((name, length, mode))
-            if previous and current:
+            if previous and current and "temp MB" in previous and "temp MB" in current:
                 row[f"{name} temp x"] = current["temp MB"] / previous["temp MB"]
         rows.append(row)
     return rows
@@ -182,7 +186,7 @@ def crossover(records):
             softmax = [ms.get(("softmax", n, mode)) for n in lengths]
             mine = [ms.get((kind, n, mode)) for n in lengths]
             wins = [n for n, a, b in zip(lengths, mine, softmax) if a and b and a < b]
-            if kind == "softmax" or not any(mine):
+            if kind == "softmax" or not any(mine) or not any(softmax):
                 continue
             where = (
                 f"<= {wins[0]}" if wins and wins[0] == lengths[0] else str(wins[0]) if wins else "-"
@@ -191,33 +195,42 @@ def crossover(records):
     return rows
 
 
+def print_tables(records, output=None):
+    """The per-case table (records appended to `output` as JSON lines), ratios, crossovers."""
+    kinds = [kind for kind in KINDS if any(r["kind"] == kind for r in records)]
+    columns = ["kind", "L", "mode", "ms", "cpu ms", "temp MB", "peak MB", "faults", "skipped"]
+    report(records, columns, output)
+    print()
+    ratios = ["L", "mode", "numerator / linear", "softmax / linear"]
+    report(summary(records), ratios + [f"{k} temp x" for k in kinds])
+    print()
+    report(crossover(records), ["kind", "mode", "faster than softmax from L"])
+
+
 def main(argv):
     del argv
     if _CASE.value:
         kind, length, mode = _CASE.value.split(",")
         print(json.dumps(run_case(kind, int(length), mode)))
         return
+    if _REPORT.value:
+        with open(_REPORT.value, encoding="utf-8") as f:
+            records = [json.loads(line) for line in f]
+        report([r for r in records if r["kind"] == "first touch"], ["kind", *FIRST_TOUCH])
+        print_tables([r for r in records if r["kind"] != "first touch"])
+        return
     lengths = [512, 1024, 2048] if _QUICK.value else [int(n) for n in _LENGTHS.value]
     if _QUICK.value:
         flags.FLAGS.repeats = 3
-    kinds = _KINDS.value or list(KINDS)
     start, records = time.time(), []
     touch = first_touch_us()
-    report([touch], list(touch), _OUTPUT.value)
+    report([touch], ["kind", *FIRST_TOUCH], _OUTPUT.value)
     for length in lengths:
-        for kind in kinds:
+        for kind in _KINDS.value or KINDS:
             for mode in MODES:
                 records.append(run_isolated(kind, length, mode))
                 print(json.dumps(records[-1]), file=sys.stderr, flush=True)
-    columns = ["kind", "L", "mode", "ms", "cpu ms", "temp MB", "peak MB", "faults", "skipped"]
-    report(records, columns, _OUTPUT.value)
-    print()
-    report(
-        summary(records),
-        ["L", "mode", "numerator / linear", "softmax / linear"] + [f"{k} temp x" for k in kinds],
-    )
-    print()
-    report(crossover(records), ["kind", "mode", "faster than softmax from L"])
+    print_tables(records, _OUTPUT.value)
     print(f"\n{time.time() - start:.0f} s; {allocator()}; causal={_CAUSAL.value}")
 
 

@@ -2,7 +2,8 @@
 
 Glossary of shapes:
   B batch, L query length, M key length, N heads, H head dim,
-  F feature dim (of a feature map φ), K number of chunks, C chunk length.
+  F feature dim (of a feature map φ), E value columns (H, or H + 1 with a column of ones),
+  K number of chunks, C chunk length.
 
 Every function takes q [B, L, N, H] and k, v [B, M, N, H] and returns [B, L, N, H] in q's
 dtype. Common keyword arguments:
@@ -18,7 +19,8 @@ dtype. Common keyword arguments:
 The linear kinds (`linear_attention`, `cosine_attention`) never form the L x M matrix: their
 memory is O(L) with or without `causal`. The causal form splits the sequence into chunks of
 C positions, is quadratic inside a chunk and carries prefix sums of the per-chunk states
-[K, N, F, H] across chunks, so no [L, F, H] tensor is ever built.
+[K, B, N, F, E] across chunks, so no [L, F, E] tensor is ever built.
+Speed is measured in benchmarks/attention.py.
 """
 
 import functools
@@ -27,8 +29,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-# _materialize: see the note in linear_attention; it should become public in rope.py.
-from roformer_jax.rope import _materialize, apply_rope
+from roformer_jax.rope import apply_rope, materialize
 
 
 def _elu_plus_one(x):
@@ -264,7 +265,7 @@ def linear_attention(
         # RoPE reads each feature twice (both members of its pair); fused into that pass φ
         # would be evaluated twice per feature, unvectorized on CPU: 3x slower than computing
         # φ once. A conditional is a fusion boundary (on CPU only; elsewhere a no-op).
-        qf, kf = _materialize((qf, kf))
+        qf, kf = materialize((qf, kf))
         den_features = (qf, kf) if rope == "numerator" else None
         qf, kf = rotate(qf, kf, heads_major=True)
     kernel = dict(mask=mask, causal=causal, eps=eps, chunk_size=chunk_size)

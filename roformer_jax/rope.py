@@ -164,22 +164,31 @@ def _merge_pairs(first, second, layout):
     return jnp.concatenate([first, second], axis=-1)
 
 
-def _materialize(tables):
-    """Returns `tables` unchanged, computed as tables before the element-wise pass that uses them.
+def _identity(tree):
+    return tree
 
-    XLA fuses cheap producers into element-wise consumers: the [L, R/2] cos and sin tables
+
+def _plus_zero(tree):
+    return jax.tree.map(lambda a: a + 0 * a, tree)
+
+
+def materialize(arrays):
+    """Returns `arrays` (a pytree) unchanged, computed in full before any consumer reads them.
+
+    XLA fuses cheap producers into element-wise consumers: RoPE's [L, R/2] cos and sin tables
     would be evaluated once per element of x, B·N times too often, which on the CPU made RoPE
-    3x slower than a copy (benchmarks/rope.py). `lax.optimization_barrier` is removed before
-    fusion; a conditional is not fused across. Its branches agree on every value (a + 0·a == a,
-    NaN included) but differ, so XLA keeps it. On accelerators recomputing sin and cos is cheap
-    and a conditional costs a host round trip, so there the tables are left to the compiler.
+    3x slower than a copy (benchmarks/rope.py); attention.py uses it the same way for φ(q),
+    φ(k). `lax.optimization_barrier` is removed before fusion; a conditional is not fused
+    across. Its branches agree on every value (a + 0·a == a, NaN included) but differ, so XLA
+    keeps it; they are module-level functions so that un-jitted calls reuse one compilation.
+    On accelerators recomputing is cheap and a conditional costs a host round trip, so there
+    the arrays are left to the compiler.
     """
-    if jax.default_backend() != "cpu" or tables[0].size == 0:
-        return tables
-    probe = tables[0].reshape(-1)[0]
-    return lax.cond(
-        probe == probe, lambda t: t, lambda t: jax.tree.map(lambda a: a + 0 * a, t), tables
-    )
+    leaves = jax.tree.leaves(arrays)
+    if jax.default_backend() != "cpu" or not leaves or leaves[0].size == 0:
+        return arrays
+    probe = leaves[0].reshape(-1)[0]
+    return lax.cond(probe == probe, _identity, _plus_zero, arrays)
 
 
 def _pair_view(x, layout):
@@ -220,7 +229,7 @@ def apply_rope(
     positions, rotary_dim = _validate(x, positions, layout, rotary_dim, seq_axis)
     angles = _angles_for(x, positions, base, rotary_dim, seq_axis)  # [..., L, (1,) R/2]
     pairs, member_axis = _pair_view(x[..., :rotary_dim].astype(angles.dtype), layout)
-    cos, sin = _materialize((jnp.cos(angles), jnp.sin(angles)))
+    cos, sin = materialize((jnp.cos(angles), jnp.sin(angles)))
     # (a, b) -> (a cos - b sin, b cos + a sin) = pairs * cos + swapped * [-sin, +sin]: one fused
     # element-wise pass, no strided gathers or concatenations of the two members.
     sign = jnp.array([-1.0, 1.0], angles.dtype).reshape((2, 1) if member_axis == -2 else (2,))
