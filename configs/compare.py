@@ -16,10 +16,10 @@ def get_config(arg=None):
     config = ConfigDict()
     experiment = base.get_base_config("small")
     experiment.train.update(
-        steps=300, batch_size=32, log_every=20, eval_every=100, checkpoint_every=100,
+        steps=300, batch_size=16, log_every=10, eval_every=50, checkpoint_every=50,
         eval_batches=8,
     )  # fmt: skip
-    experiment.optim.update(learning_rate=1e-3, warmup_steps=50)
+    experiment.optim.update(learning_rate=1e-3, warmup_steps=60)
     experiment.data.valid_lengths = ()  # extrapolation is configs/study_extrapolation.py
     config.experiment = base.finish(experiment, arg)  # every run starts from this
     config.runs = ConfigDict(
