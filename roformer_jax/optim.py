@@ -108,24 +108,15 @@ def weight_decay_mask(params):
 def make_optimizer(cfg: OptimConfig, total_steps: int) -> optax.GradientTransformation:
     """Clipping followed by AdamW or LAMB on the schedule of `learning_rate_schedule`."""
     schedule = learning_rate_schedule(cfg, total_steps)
-    if cfg.optimizer == "adamw":
-        opt = optax.adamw(
-            schedule,
-            b1=cfg.b1,
-            b2=cfg.b2,
-            eps=cfg.eps,
-            weight_decay=cfg.weight_decay,
-            mask=weight_decay_mask,
-        )
-    else:
-        opt = optax.lamb(
-            schedule,
-            b1=cfg.b1,
-            b2=cfg.b2,
-            eps=cfg.eps,
-            weight_decay=cfg.weight_decay,
-            mask=weight_decay_mask,
-        )
+    # AdamW and LAMB (RoFormerV2) take the same hyperparameters; LAMB adds layer-wise trust ratios.
+    opt = {"adamw": optax.adamw, "lamb": optax.lamb}[cfg.optimizer](
+        schedule,
+        b1=cfg.b1,
+        b2=cfg.b2,
+        eps=cfg.eps,
+        weight_decay=cfg.weight_decay,
+        mask=weight_decay_mask,
+    )
     if not cfg.clip_norm:
         return opt
     return optax.chain(optax.clip_by_global_norm(cfg.clip_norm), opt)
