@@ -191,6 +191,29 @@ def materialize(arrays):
     return lax.cond(probe == probe, _identity, _plus_zero, arrays)
 
 
+def _widen(x, dtype):
+    """x.astype(dtype), with bfloat16 -> float32 as a 16-bit shift.
+
+    XLA's CPU backend does not vectorize bfloat16 converts inside a fused loop: RoPE on bf16
+    ran at half the copy bandwidth. The bit form is exact and vectorizes (0.75x the copy).
+    """
+    if x.dtype != jnp.bfloat16 or dtype != jnp.float32:
+        return x.astype(dtype)
+    bits = lax.bitcast_convert_type(x, jnp.uint16).astype(jnp.uint32) << 16
+    return lax.bitcast_convert_type(bits, jnp.float32)
+
+
+def _narrow(y, dtype):
+    """y.astype(dtype), with float32 -> bfloat16 rounded to nearest even in integer arithmetic."""
+    if y.dtype != jnp.float32 or dtype != jnp.bfloat16:
+        return y.astype(dtype)
+    bits = lax.bitcast_convert_type(y, jnp.uint32)
+    rounded = (bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16
+    # A NaN whose payload sits in the low half would round to inf: keep it a quiet NaN.
+    rounded = jnp.where(jnp.isnan(y), jnp.uint32(0x7FC0), rounded)
+    return lax.bitcast_convert_type(rounded.astype(jnp.uint16), jnp.bfloat16)
+
+
 def _pair_view(x, layout):
     """x [..., R] -> [..., R/2, 2] (interleaved) or [..., 2, R/2] (half); member axis = -1 / -2."""
     half = x.shape[-1] // 2
@@ -228,7 +251,7 @@ def apply_rope(
     """
     positions, rotary_dim = _validate(x, positions, layout, rotary_dim, seq_axis)
     angles = _angles_for(x, positions, base, rotary_dim, seq_axis)  # [..., L, (1,) R/2]
-    pairs, member_axis = _pair_view(x[..., :rotary_dim].astype(angles.dtype), layout)
+    pairs, member_axis = _pair_view(_widen(x[..., :rotary_dim], angles.dtype), layout)
     cos, sin = materialize((jnp.cos(angles), jnp.sin(angles)))
     # (a, b) -> (a cos - b sin, b cos + a sin) = pairs * cos + swapped * [-sin, +sin]: one fused
     # element-wise pass, no strided gathers or concatenations of the two members.
@@ -236,7 +259,7 @@ def apply_rope(
     cos = jnp.expand_dims(cos, member_axis)
     sin = jnp.expand_dims(sin, member_axis) * sign
     out = (pairs * cos + jnp.flip(pairs, member_axis) * sin).reshape(*x.shape[:-1], rotary_dim)
-    out = out.astype(x.dtype)
+    out = _narrow(out, x.dtype)
     if rotary_dim == x.shape[-1]:
         return out
     return jnp.concatenate([out, x[..., rotary_dim:]], axis=-1)

@@ -143,6 +143,20 @@ class RopeTest(parameterized.TestCase):
         reference = rope.apply_rope(self.q, self.positions + 1000, layout=layout)
         chex.assert_trees_all_close(out.astype(jnp.float32), reference, atol=0.05)
 
+    def test_bfloat16_rounds_to_nearest(self):
+        x = self.q.astype(jnp.bfloat16)
+        x = x.at[0, 0, 0, :2].set(jnp.array([jnp.nan, jnp.inf], jnp.bfloat16))
+        out = rope.apply_rope(x, jnp.zeros(12, jnp.int32))  # the identity rotation
+        chex.assert_trees_all_equal(out[0, 0, 0, 2:], x[0, 0, 0, 2:])
+        self.assertTrue(bool(jnp.isnan(out[0, 0, 0, 0])))
+        chex.assert_trees_all_equal(out[1:], x[1:])
+        # The bit-level converts equal XLA's, ties and overflow included.
+        y = jax.random.normal(jax.random.key(5), (4096,)) * jnp.logspace(-40, 38.5, 4096)
+        y = jnp.concatenate([y, jnp.array([1 + 2**-8, 1 + 3 * 2**-8, -jnp.inf, 3.4e38])])
+        chex.assert_trees_all_equal(rope._narrow(y, jnp.bfloat16), y.astype(jnp.bfloat16))
+        b = y.astype(jnp.bfloat16)
+        chex.assert_trees_all_equal(rope._widen(b, jnp.float32), b.astype(jnp.float32))
+
     @parameterized.parameters(10**5, 10**6, 10**9)
     def test_far_positions_match_float64(self, centre):
         # A plain float32 product m·θ is off by ~0.03 rad at m = 10^6; the exact phase reduction
