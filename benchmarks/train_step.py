@@ -1,8 +1,8 @@
 """Tokens/s and model FLOP utilization (MFU) of the jitted train step.
 
     python benchmarks/train_step.py [--sizes=small,base] [--attention=softmax,linear]
-        [--dtypes=float32,bfloat16] [--batch=8] [--seq_len=128] [--rounds=5]
-        [--output=train_step.jsonl]
+        [--dtypes=float32,bfloat16] [--mlm_head=targets,all] [--batch=8] [--seq_len=128]
+        [--rounds=5] [--output=train_step.jsonl]
 
 MFU = model FLOPs per step / step time / matmul peak. The peak is the best rate of a jitted
 4096 x 4096 x 4096 matmul of the same dtype in this run, timed in turns with the steps; step
@@ -10,11 +10,14 @@ times are the best of --rounds runs (the least disturbed ones, on a shared machi
 
 Model FLOPs count the matmuls of forward and backward (3 x forward): per token and layer
 8 D^2 (q, k, v, o) + 4 D F (feed-forward) + attention (softmax: 4 L D for q k^T and a v;
-linear/cosine: 4 D H for phi(k)^T v and phi(q) (k^T v)), plus the MLM head 2 D E + 2 E V.
+linear/cosine: 4 D H for phi(k)^T v and phi(q) (k^T v)), plus the MLM head 2 D E + 2 E V at
+each position it runs at: every position ("all") or the masking.max_targets(L) positions per
+row that can hold a target ("targets", what training does).
 Element-wise work (softmax, LayerNorm, GELU, Adam) is not counted, as in the PaLM paper's
 MFU. The XLA column is XLA's own FLOP count of the compiled step, a check on ours.
 """
 
+import itertools
 import time
 
 import jax
@@ -23,26 +26,31 @@ import numpy as np
 from absl import app, flags
 from timing import report
 
-from roformer_jax import optim, train
+from roformer_jax import masking, optim, train
 from roformer_jax.model import ModelConfig, RoFormer, model_config
 
 _SIZES = flags.DEFINE_list("sizes", ["small", "base"], "Model sizes (roformer_jax.model.SIZES).")
 _ATTENTION = flags.DEFINE_list("attention", ["softmax", "linear"], "Attention kinds.")
 _DTYPES = flags.DEFINE_list("dtypes", ["float32", "bfloat16"], "Compute dtypes.")
+_HEADS = flags.DEFINE_list("mlm_head", ["targets", "all"], "Where the MLM head runs.")
 _BATCH = flags.DEFINE_integer("batch", 8, "Sequences per step.")
 _SEQ_LEN = flags.DEFINE_integer("seq_len", 128, "Tokens per sequence.")
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed (matmul, step) pairs per case.")
 _OUTPUT = flags.DEFINE_string("output", None, "Append JSON lines here.")
 
 VOCAB = {"small": 8192, "base": 30522}  # our WordPiece default; bert-base-uncased's
+MASK_PROB = 0.15  # BERT's, the data default
 
 
-def model_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
-    """Matmul FLOPs of one training token (forward + backward = 3 x forward)."""
+def model_flops_per_token(cfg: ModelConfig, seq_len: int, head_share: float = 1.0) -> float:
+    """Matmul FLOPs of one training token (forward + backward = 3 x forward).
+
+    head_share: the share of positions the MLM head runs at.
+    """
     d, f, e, h = cfg.hidden_size, cfg.intermediate_size, cfg.embed_dim, cfg.head_dim
     attention = 4 * seq_len * d if cfg.attention == "softmax" else 4 * d * h
     layer = 8 * d * d + 4 * d * f + attention
-    forward = cfg.num_layers * layer + 2 * d * e + 2 * e * cfg.vocab_size
+    forward = cfg.num_layers * layer + head_share * (2 * d * e + 2 * e * cfg.vocab_size)
     if e != d:
         forward += 2 * e * d  # embeddings_project
     return 3.0 * forward
@@ -62,26 +70,22 @@ def _matmul(dtype, n: int = 4096):
     return lambda: matmul(a, a), 2 * n**3
 
 
-def _train_step(cfg: ModelConfig, batch: int, seq_len: int):
+def _train_step(cfg: ModelConfig, batch: int, seq_len: int, mask_prob: float | None):
     """The jitted train step (compiled, run once) as a thunk, and XLA's FLOP count of it."""
     model = RoFormer(cfg)
     tx = optim.make_optimizer(optim.OptimConfig(warmup_steps=0), total_steps=10_000)
     rng = np.random.default_rng(0)
     ids = rng.integers(5, cfg.vocab_size, size=(batch, seq_len)).astype(np.int32)
-    data = {
-        "input_ids": ids,
-        "attention_mask": np.ones_like(ids),
-        "token_type_ids": np.zeros_like(ids),
-        "targets": ids,
-        "weights": (rng.random(ids.shape) < 0.15).astype(np.float32),
-    }
+    data = masking.mask_tokens(ids, rng, vocab_size=cfg.vocab_size, mask_id=4,
+                               special_ids=range(5))  # fmt: skip
+    data.update(attention_mask=np.ones_like(ids), token_type_ids=np.zeros_like(ids))
 
     @jax.jit
     def init(key):
         params = model.init(key, ids[:1])["params"]
         return train.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
 
-    step = jax.jit(train.make_train_step(model, tx), donate_argnums=(0,))
+    step = jax.jit(train.make_train_step(model, tx, mask_prob=mask_prob), donate_argnums=(0,))
     box = [init(jax.random.key(0))]  # the state, donated and replaced by every call
     key = jax.random.key(1)
     xla_flops = step.lower(box[0], data, key).compile().cost_analysis().get("flops")
@@ -94,25 +98,27 @@ def _train_step(cfg: ModelConfig, batch: int, seq_len: int):
     return run, xla_flops
 
 
-def bench(size, attention, dtype, *, batch, seq_len, rounds):
+def bench(size, attention, dtype, head, *, batch, seq_len, rounds):
     """Best-of-`rounds` step time and matmul peak, interleaved: [matmul, step] x rounds.
 
     On a machine shared with other jobs the fastest run of each is the least disturbed one;
     interleaving exposes both to the same conditions.
     """
     cfg = model_config(size, vocab_size=VOCAB[size], attention=attention, dtype=dtype)
-    step, xla_flops = _train_step(cfg, batch, seq_len)
+    step, xla_flops = _train_step(cfg, batch, seq_len, MASK_PROB if head == "targets" else None)
     matmul, matmul_flops = _matmul(jnp.dtype(dtype))
     step_s, matmul_s = [], []
     for _ in range(rounds):
         matmul_s.append(_seconds(matmul))
         step_s.append(_seconds(step))
     seconds, peak = min(step_s), matmul_flops / min(matmul_s)
-    flops = model_flops_per_token(cfg, seq_len) * batch * seq_len
+    share = masking.max_targets(seq_len, MASK_PROB) / seq_len if head == "targets" else 1.0
+    flops = model_flops_per_token(cfg, seq_len, share) * batch * seq_len
     return {
         "size": size,
         "attention": attention,
         "dtype": dtype,
+        "mlm_head": head,
         "ms": 1e3 * seconds,
         "ms_median": 1e3 * float(np.median(step_s)),
         "tokens/s": batch * seq_len / seconds,
@@ -129,27 +135,19 @@ def bench(size, attention, dtype, *, batch, seq_len, rounds):
 def main(argv):
     del argv
     records = []
-    for size in _SIZES.value:
-        for attention in _ATTENTION.value:
-            for dtype in _DTYPES.value:
-                records.append(
-                    bench(
-                        size,
-                        attention,
-                        dtype,
-                        batch=_BATCH.value,
-                        seq_len=_SEQ_LEN.value,
-                        rounds=_ROUNDS.value,
-                    )  # fmt: skip
-                )
-                print(records[-1], flush=True)
+    cases = itertools.product(_SIZES.value, _ATTENTION.value, _DTYPES.value, _HEADS.value)
+    for case in cases:
+        records.append(
+            bench(*case, batch=_BATCH.value, seq_len=_SEQ_LEN.value, rounds=_ROUNDS.value)
+        )
+        print(records[-1], flush=True)
     # The peak of a dtype is the best matmul rate seen in the whole run: MFU is never
     # flattered by a matmul that happened to be slowed down next to a lucky step.
     for r in records:
         r["peak TFLOP/s"] = max(q["matmul TFLOP/s"] for q in records if q["dtype"] == r["dtype"])
         r["MFU"] = r["TFLOP/s"] / r["peak TFLOP/s"]
-    columns = ["size", "attention", "dtype", "ms", "tokens/s", "GFLOP/step", "XLA GFLOP",
-               "TFLOP/s", "peak TFLOP/s", "MFU"]  # fmt: skip
+    columns = ["size", "attention", "dtype", "mlm_head", "ms", "tokens/s", "GFLOP/step",
+               "XLA GFLOP", "TFLOP/s", "peak TFLOP/s", "MFU"]  # fmt: skip
     report(records, columns, _OUTPUT.value)
 
 

@@ -88,6 +88,15 @@ def mask_tokens(
     }
 
 
+def max_targets(length: int, mask_prob: float = 0.15) -> int:
+    """The most targets `mask_tokens` chooses in a row of `length` tokens without word_starts.
+
+    A row has at most `length` real tokens and the count rounds monotonically, so a gather of
+    this many positions per row holds every target (whole words can run over it).
+    """
+    return min(length, max(1, int(np.floor(mask_prob * length + 0.5))))
+
+
 def _choose_words(score, real, word_starts, num_chosen):
     """Whole words in random order until each row has >= num_chosen tokens. All [B, L]."""
     B, L = score.shape

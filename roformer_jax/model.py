@@ -140,7 +140,7 @@ def model_config(size: str, **overrides) -> ModelConfig:
 
 class EncoderOutput(NamedTuple):
     hidden_states: jax.Array  # [B, L, D], compute dtype
-    logits: jax.Array | None  # [B, L, V] float32; None without the MLM head
+    logits: jax.Array | None  # [B, L or P, V] float32; None without the MLM head
 
 
 def sinusoidal_embedding(positions, dim: int) -> jax.Array:
@@ -301,7 +301,9 @@ class RoFormer(nn.Module):
     Call with input_ids int [B, L]; attention_mask [B, L] (1/True = real token; padded keys are
     never attended to); token_type_ids int [B, L] (default 0); positions int [L] or [B, L]
     (default arange(L); RoPE is invariant to adding a constant). Dropout draws from the
-    "dropout" rng stream when deterministic=False.
+    "dropout" rng stream when deterministic=False. With mlm_positions int [B, P] the MLM head
+    runs only at those positions of each row and logits are [B, P, V]: BERT's
+    `gather_indexes`, which saves the decoder's P·V·E work at the L - P unmasked positions.
     """
 
     config: ModelConfig
@@ -316,6 +318,7 @@ class RoFormer(nn.Module):
         token_type_ids=None,
         positions=None,
         deterministic=True,
+        mlm_positions=None,
     ) -> EncoderOutput:
         cfg = self.config
         input_ids = jnp.asarray(input_ids)
@@ -351,5 +354,13 @@ class RoFormer(nn.Module):
         logits = None
         if self.with_mlm_head:
             table = embeddings.variables["params"]["word_embeddings"]["embedding"]  # [V, E]
-            logits = MlmHead(cfg, name="mlm_head")(x, table)
+            head_in = x
+            if mlm_positions is not None:
+                mlm_positions = jnp.asarray(mlm_positions)
+                if mlm_positions.ndim != 2 or mlm_positions.shape[0] != b:
+                    raise ValueError(
+                        f"mlm_positions has shape {mlm_positions.shape}; expected [{b}, P]"
+                    )
+                head_in = jnp.take_along_axis(x, mlm_positions[..., None], axis=1)  # [B, P, D]
+            logits = MlmHead(cfg, name="mlm_head")(head_in, table)
         return EncoderOutput(hidden_states=x, logits=logits)

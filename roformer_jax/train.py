@@ -45,6 +45,7 @@ from jax import lax
 from jax.experimental import multihost_utils
 
 from roformer_jax import data as data_lib
+from roformer_jax import masking
 from roformer_jax import metrics as metrics_lib
 from roformer_jax import optim
 from roformer_jax.checkpoints import Checkpoints
@@ -159,29 +160,52 @@ def mlm_sums(logits, targets, weights) -> dict[str, jax.Array]:
     }
 
 
-def _apply(model, params, batch, **kwargs):
-    return model.apply(
+def _mlm_apply(model, params, batch, mask_prob, **kwargs) -> dict[str, jax.Array]:
+    """`mlm_sums` of the model on `batch`; with mask_prob, the head runs at targets only.
+
+    Each row's masking.max_targets(L, mask_prob) highest-weight positions are gathered: they
+    hold every target that masking.mask_tokens chose at that rate without whole words, so the
+    sums are those of the full head.
+    """
+    targets, weights = batch["targets"], batch["weights"]
+    if mask_prob is not None:
+        _, mlm_positions = lax.top_k(weights, masking.max_targets(weights.shape[-1], mask_prob))
+        targets, weights = (
+            jnp.take_along_axis(x, mlm_positions, axis=-1) for x in (targets, weights)
+        )  # [B, P]
+        kwargs["mlm_positions"] = mlm_positions
+    out = model.apply(
         {"params": params},
         batch["input_ids"],
         attention_mask=batch["attention_mask"],
         token_type_ids=batch["token_type_ids"],
         **kwargs,
     )
+    return mlm_sums(out.logits, targets, weights)
 
 
-def make_train_step(model: RoFormer, tx, *, grad_accum: int = 1, axis_name: str | None = None):
+def make_train_step(
+    model: RoFormer,
+    tx,
+    *,
+    grad_accum: int = 1,
+    axis_name: str | None = None,
+    mask_prob: float | None = None,
+):
     """The pure update `(state, batch, rng) → (state, metrics)`.
 
     batch: dict of [b, L] arrays (b divisible by grad_accum). Gradients of the summed loss are
     accumulated over `grad_accum` micro-batches of b / A rows by a scan, summed over
     `axis_name` (when pmapped) and divided by the total masked-token count. metrics: summed
     "loss", "correct", "count" over the global batch, and "grad_norm" of the mean gradient
-    (before clipping).
+    (before clipping). mask_prob: the rate the targets were chosen at without whole words;
+    when given, the MLM head runs only where targets can be (see `_mlm_apply`).
     """
 
     def loss_fn(params, batch, rng):
-        out = _apply(model, params, batch, deterministic=False, rngs={"dropout": rng})
-        sums = mlm_sums(out.logits, batch["targets"], batch["weights"])
+        sums = _mlm_apply(
+            model, params, batch, mask_prob, deterministic=False, rngs={"dropout": rng}
+        )
         return sums["loss"], sums
 
     grad_fn = jax.grad(loss_fn, has_aux=True)
@@ -216,12 +240,16 @@ def make_train_step(model: RoFormer, tx, *, grad_accum: int = 1, axis_name: str 
     return train_step
 
 
-def make_eval_step(model: RoFormer, *, axis_name: str | None = None):
-    """`(params, batch) → sums` of `mlm_sums`, summed over `axis_name` when pmapped."""
+def make_eval_step(
+    model: RoFormer, *, axis_name: str | None = None, mask_prob: float | None = None
+):
+    """`(params, batch) → sums` of `mlm_sums`, summed over `axis_name` when pmapped.
+
+    mask_prob as in `make_train_step`.
+    """
 
     def eval_step(params, batch):
-        out = _apply(model, params, batch, deterministic=True)
-        sums = mlm_sums(out.logits, batch["targets"], batch["weights"])
+        sums = _mlm_apply(model, params, batch, mask_prob, deterministic=True)
         return sums if axis_name is None else lax.psum(sums, axis_name)
 
     return eval_step
@@ -290,9 +318,14 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
             json.dump(cfg_dict, f, indent=2)
 
     # --- Step functions: one code path, jitted on one device or pmapped.
+    # Whole-word masking can choose more targets than masking.max_targets; then the head
+    # runs at every position.
+    mask_prob = None if cfg.data.whole_word else cfg.data.mask_prob
     train_step, eval_step = devices.compile(
-        make_train_step(model, tx, grad_accum=tcfg.grad_accum, axis_name=devices.axis),
-        make_eval_step(model, axis_name=devices.axis),
+        make_train_step(
+            model, tx, grad_accum=tcfg.grad_accum, axis_name=devices.axis, mask_prob=mask_prob
+        ),
+        make_eval_step(model, axis_name=devices.axis, mask_prob=mask_prob),
     )
     state = devices.replicate(state)
 

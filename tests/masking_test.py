@@ -3,7 +3,7 @@
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax.masking import mask_tokens
+from roformer_jax.masking import mask_tokens, max_targets
 
 PAD, UNK, CLS, SEP, MASK = range(5)
 SPECIALS = (PAD, UNK, CLS, SEP, MASK)
@@ -51,6 +51,14 @@ class MaskTokensTest(parameterized.TestCase):
         num_real = (~np.isin(tokens, SPECIALS)).sum(-1)
         expected = np.maximum(1, np.floor(0.2 * num_real + 0.5))
         np.testing.assert_array_equal(out["weights"].sum(-1), expected)
+
+    @parameterized.parameters(0.15, 0.2, 0.5)
+    def test_max_targets_bounds_every_row(self, mask_prob):
+        for length in (1, 2, 3, 7, 10, 13, 64, 127, 128, 512):
+            tokens = _rows(np.random.default_rng(length), batch=20, length=length)
+            tokens[0] = 5  # a row of real tokens only reaches the bound
+            counts = _mask(tokens, seed=1, mask_prob=mask_prob)["weights"].sum(-1)
+            self.assertEqual(counts.max(), max_targets(length, mask_prob), length)
 
     @parameterized.parameters(False, True)
     def test_specials_and_padding_never_chosen(self, whole_word):

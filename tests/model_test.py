@@ -71,6 +71,17 @@ class ModelTest(parameterized.TestCase):
         jitted = jax.jit(lambda v, i, t: model.apply(v, i, token_type_ids=t))(variables, ids, types)
         chex.assert_trees_all_close(jitted, eager, atol=1e-5)
 
+    def test_mlm_positions_gather_the_head(self):
+        model, variables = _init(_config())
+        ids, types = _inputs()
+        full = model.apply(variables, ids, token_type_ids=types).logits  # [B, L, V]
+        where = jnp.array([[7, 0, 3], [2, 2, 5]])  # [B, P]: any order, repeats allowed
+        out = model.apply(variables, ids, token_type_ids=types, mlm_positions=where)
+        chex.assert_shape(out.logits, (B, 3, V))
+        chex.assert_trees_all_close(out.logits, full[jnp.arange(B)[:, None], where], atol=1e-5)
+        with self.assertRaisesRegex(ValueError, r"mlm_positions has shape \(3,\)"):
+            model.apply(variables, ids, mlm_positions=where[0])
+
     def test_dropout(self):
         model, variables = _init(_config(hidden_dropout=0.2, attention_dropout=0.2))
         ids, _ = _inputs()

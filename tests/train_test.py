@@ -24,8 +24,10 @@ from jax.experimental.compilation_cache import compilation_cache
 
 from configs import tiny
 from roformer_jax import data as data_lib
+from roformer_jax import masking
 from roformer_jax import metrics as metrics_lib
-from roformer_jax import train
+from roformer_jax import optim, train
+from roformer_jax.model import RoFormer
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TMP = tempfile.mkdtemp(prefix="train_test_")
@@ -223,6 +225,26 @@ class EndToEndTest(parameterized.TestCase):
             [sys.executable, "-c", script], cwd=_ROOT, env=env, check=True, capture_output=True
         )
         self._assert_records_close(_records(eight), _records(workdir))
+
+
+class MlmHeadAtTargetsTest(absltest.TestCase):
+    def test_train_and_eval_steps_match_the_head_everywhere(self):
+        cfg = _config(data__tokenizer="bytes")
+        model = RoFormer(cfg.model)
+        tx = optim.make_optimizer(cfg.optim, 10)
+        rng = np.random.default_rng(0)
+        tokens = rng.integers(5, cfg.model.vocab_size, size=(4, 64))
+        tokens[1, 40:] = 0  # padding: fewer targets in that row
+        batch = masking.mask_tokens(tokens, rng, vocab_size=cfg.model.vocab_size, mask_id=4,
+                                    special_ids=range(5))  # fmt: skip
+        batch.update(attention_mask=tokens != 0, token_type_ids=np.zeros_like(tokens))
+        params = model.init(jax.random.key(0), tokens[:1])["params"]
+        state = train.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
+        step = {p: jax.jit(train.make_train_step(model, tx, mask_prob=p)) for p in (None, 0.15)}
+        full, at_targets = (step[p](state, batch, jax.random.key(1)) for p in (None, 0.15))
+        chex.assert_trees_all_close(at_targets, full, rtol=1e-5, atol=1e-6)
+        evals = [train.make_eval_step(model, mask_prob=p)(params, batch) for p in (None, 0.15)]
+        chex.assert_trees_all_close(evals[1], evals[0], rtol=1e-5)
 
 
 class MlmSumsTest(absltest.TestCase):
