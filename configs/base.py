@@ -79,6 +79,7 @@ def get_base_config(size: str = "small") -> ConfigDict:
     t.checkpoint_every = 500  # steps between checkpoints (and at the end, and on SIGTERM)
     t.keep_checkpoints = 3  # the last K are kept
     t.data_cache_dir = config_dict.placeholder(str)  # tokenizer + ids; None = <workdir>/data
+    t.stages = ()  # ((steps, seq_len, batch_size), ...) in turn; () = steps at data.seq_len
     return config
 
 

@@ -2,26 +2,34 @@
 
   python experiments/compare.py --config=configs/study_positions.py --workdir=runs/positions
 
-Learned absolute (BERT) vs sinusoidal (Vaswani) vs RoPE (RoFormer) vs none, everything else
-as configs/compare.py. On WikiText-2:
+Learned absolute (BERT) vs sinusoidal (Vaswani) vs RoPE (RoFormer) vs none, with the shared
+setting of configs/studies.py. Trained at 128 tokens and evaluated at 128, 256, 512 and 1024
+as well, which is the first half of study 3: BERT's learned table has 128 rows here, so it
+cannot run past 128 and its longer columns read n/a. On WikiText-2:
   --config.experiment.data.source=../shared/data/wikitext-2/train.txt
 """
 
 from ml_collections import ConfigDict
 
-from configs import compare
+from configs import studies
+
+LENGTHS = (256, 512, 1024)
 
 
 def get_config(arg=None):
-    config = compare.get_config(arg)
+    config = studies.get_config(arg)
+    config.experiment.data.valid_lengths = LENGTHS
     config.runs = ConfigDict(
         {
-            "learned (BERT)": {"model": {"position": "learned"}},
+            "learned (BERT)": {"model": {"position": "learned", "max_len": 128}},
             "sinusoidal": {"model": {"position": "sinusoidal"}},
             "RoPE (RoFormer)": {"model": {"position": "rope"}},
             "none": {"model": {"position": "none"}},
         }
     )
-    config.seeds = (0, 1, 2)
     config.title = "MLM, softmax attention: position encodings"
+    config.plot_keys = ("train/loss", "valid/loss_128", "valid/loss_512")
+    config.table_keys = tuple(
+        f"valid/{m}_{n}" for n in (128, *LENGTHS) for m in ("loss", "accuracy")
+    )
     return config

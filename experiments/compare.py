@@ -22,7 +22,7 @@ sys.path.insert(0, _ROOT)
 
 import jax  # noqa: E402
 
-from roformer_jax import study, train  # noqa: E402
+from roformer_jax import study  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(_ROOT, "configs", "compare.py"),
@@ -36,14 +36,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     config = _CONFIG.value
-    runs = {}
-    for name, overrides in config.runs.items():
-        runs[name] = []
-        for seed in config.seeds:
-            run = config.experiment.copy_and_resolve_references()
-            run.update(overrides.to_dict())
-            run.seed = seed
-            runs[name].append(train.experiment_config_from_dict(run.to_dict()))
+    runs = study.study_runs(config)
     results = study.run_study(runs, _WORKDIR.value)
     exp = next(iter(runs.values()))[0]
     footnote = (

@@ -252,11 +252,14 @@ class Corpus:
         batch_size: int,
         seed: int,
         start_step: int = 0,
+        seq_len: int | None = None,
         process_index: int | None = None,
         process_count: int | None = None,
         prefetch: int = 2,
     ) -> Iterator[dict[str, np.ndarray]]:
         """This host's rows of the batches for steps start_step, start_step + 1, ... (endless).
+
+        Rows are `seq_len` tokens long (default: the config's).
 
         `batch_size` is global; host p of P gets rows [p b, (p + 1) b) with b = batch_size / P
         (the trainer splits them over its local devices). Epoch e of the global example
@@ -277,7 +280,9 @@ class Corpus:
             raise ValueError(
                 f"seed {seed}, start_step {start_step} and prefetch {prefetch} must be >= 0"
             )
-        seq_len, local = self.config.seq_len, batch_size // count
+        seq_len, local = seq_len or self.config.seq_len, batch_size // count
+        if seq_len < 3:
+            raise ValueError(f"seq_len {seq_len} leaves no room for [CLS] text [SEP]")
         span, stream = seq_len - 2, self.train_tokens
         num = self.num_train_sequences(seq_len)
         max_offset = min(span - 1, stream.size - span)

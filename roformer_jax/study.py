@@ -8,16 +8,44 @@ does the missing work and redraws the figures.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 from absl import logging
+from ml_collections import ConfigDict
 
 from roformer_jax import metrics as metrics_lib
 from roformer_jax import plots
-from roformer_jax.train import ExperimentConfig, train_and_evaluate
+from roformer_jax.data import DataConfig
+from roformer_jax.model import ModelConfig
+from roformer_jax.optim import OptimConfig
+from roformer_jax.train import (
+    ExperimentConfig,
+    TrainConfig,
+    experiment_config_from_dict,
+    train_and_evaluate,
+)
+
+
+def study_runs(config: ConfigDict) -> dict[str, list[ExperimentConfig]]:
+    """{run name: one ExperimentConfig per seed} of a study config (see configs/compare.py).
+
+    config.experiment is what every run shares, config.runs maps a name to overrides of it,
+    and config.seeds lists the seeds every run is trained with.
+    """
+    runs = {}
+    for name, overrides in config.runs.items():
+        runs[name] = []
+        for seed in config.seeds:
+            run = config.experiment.copy_and_resolve_references()
+            run.update(overrides.to_dict())
+            run.seed = seed
+            runs[name].append(experiment_config_from_dict(run.to_dict()))
+    return runs
 
 
 def run_dir(workdir: str, name: str, seed: int) -> str:
@@ -29,6 +57,44 @@ def is_finished(directory: str, steps: int) -> bool:
     """True when the run logged its final step (the trainer evaluates at the last step)."""
     records = metrics_lib.read_metrics(directory)
     return bool(records) and records[-1]["step"] >= steps
+
+
+def check_same_config(directory: str, cfg: ExperimentConfig) -> None:
+    """Raises ValueError when `directory` holds a run of another config than `cfg`.
+
+    A cached run is reused by name, so a changed config must not silently reuse it. Where the
+    data cache lives is not part of what a run is.
+    """
+    path = os.path.join(directory, "config.json")
+    if not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        saved = _flat(json.load(f))
+    wanted = _flat(json.loads(json.dumps(dataclasses.asdict(cfg))))  # tuples -> lists, as saved
+    defaults = _flat(json.loads(json.dumps(dataclasses.asdict(_DEFAULTS))))
+    changed = sorted(  # a field added since the run was saved counts as its default
+        key
+        for key in saved.keys() | wanted.keys()
+        if key != "train.data_cache_dir" and saved.get(key, defaults.get(key)) != wanted.get(key)
+    )
+    if changed:
+        raise ValueError(
+            f"{directory} holds a run of another config (differs in {', '.join(changed)}); "
+            "delete it or use another --workdir"
+        )
+
+
+_DEFAULTS = ExperimentConfig(ModelConfig(), DataConfig(), OptimConfig(), TrainConfig())
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
 
 
 def run_study(runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str) -> dict:
@@ -45,6 +111,12 @@ def run_study(runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str) -> d
         for cfg in configs:
             done += 1
             directory = run_dir(workdir, name, cfg.seed)
+            check_same_config(directory, cfg)
+            if cfg.train.data_cache_dir is None:  # the runs share one tokenizer and token cache
+                train_cfg = dataclasses.replace(
+                    cfg.train, data_cache_dir=os.path.join(workdir, "data")
+                )
+                cfg = dataclasses.replace(cfg, train=train_cfg)
             if is_finished(directory, cfg.train.steps):
                 logging.info("[%d/%d] %s seed %d: finished earlier, cached", done, total, name,
                              cfg.seed)  # fmt: skip

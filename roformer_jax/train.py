@@ -45,9 +45,8 @@ from jax import lax
 from jax.experimental import multihost_utils
 
 from roformer_jax import data as data_lib
-from roformer_jax import masking
+from roformer_jax import masking, optim
 from roformer_jax import metrics as metrics_lib
-from roformer_jax import optim
 from roformer_jax.checkpoints import Checkpoints
 from roformer_jax.model import ModelConfig, RoFormer
 from roformer_jax.tokenizer import ByteTokenizer, WordPieceTokenizer
@@ -69,8 +68,20 @@ class TrainConfig:
     checkpoint_every: int = 1000  # steps between checkpoints (and always at the end)
     keep_checkpoints: int = 3  # the last K are kept
     data_cache_dir: str | None = None  # tokenizer + token ids; None = <workdir>/data
+    # (steps, seq_len, batch_size) of each stage in turn, e.g. the alternating lengths and
+    # batch sizes of RoFormer's Table 4; the steps sum to `steps`. () = one stage of `steps`
+    # at data.seq_len and batch_size.
+    stages: tuple[tuple[int, int, int], ...] = ()
 
     def __post_init__(self):
+        object.__setattr__(self, "stages", tuple(tuple(s) for s in self.stages))  # JSON lists
+        if any(len(s) != 3 or min(s) < 1 for s in self.stages):
+            raise ValueError(f"stages {self.stages} must be (steps, seq_len, batch_size) >= 1")
+        if self.stages and sum(s[0] for s in self.stages) != self.steps:
+            raise ValueError(
+                f"the stages' steps {[s[0] for s in self.stages]} sum to "
+                f"{sum(s[0] for s in self.stages)}, not steps={self.steps}"
+            )
         for name in ("steps", "batch_size", "grad_accum", "log_every", "eval_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
@@ -271,8 +282,15 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
     when workdir holds a checkpoint of a different model.
     """
     tcfg, cfg_dict = cfg.train, dataclasses.asdict(cfg)
+    stages = tcfg.stages or ((tcfg.steps, cfg.data.seq_len, tcfg.batch_size),)
     devices = _Devices()
-    devices.check_batch(tcfg.batch_size, tcfg.grad_accum, "batch_size")
+    for _, seq_len, batch_size in stages:
+        devices.check_batch(batch_size, tcfg.grad_accum, "batch_size")
+        if cfg.model.position == "learned" and seq_len > cfg.model.max_len:
+            raise ValueError(
+                f"a stage trains at length {seq_len}, past the learned position table of "
+                f"max_len {cfg.model.max_len} rows"
+            )
     devices.check_batch(tcfg.eval_batch_size or tcfg.batch_size, 1, "eval_batch_size")
 
     # --- Data: this host's rows of every global batch.
@@ -339,11 +357,10 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
 
     # --- Loop: steps are dispatched asynchronously (the host prepares step t + 1 while the
     # devices run step t); metrics reach the host only to log, evaluate or save.
-    batches = corpus.train_batches(
-        batch_size=tcfg.batch_size, seed=cfg.seed, start_step=start,
-        process_index=jax.process_index(), process_count=jax.process_count(),
-    )  # fmt: skip
-    tokens_per_step = tcfg.batch_size * cfg.data.seq_len
+    batches = _staged_batches(corpus, stages, seed=cfg.seed, start_step=start)
+    stage_steps = [s[0] for s in stages]
+    stage_starts = set(np.cumsum([1, *stage_steps[:-1]]).tolist())  # each stage's first step
+    step_tokens = np.repeat([s[1] * s[2] for s in stages], stage_steps)  # [steps]: of step t + 1
     writer = metrics_lib.MetricsWriter(workdir, resume_step=start, enabled=jax.process_index() == 0)
     pending, last = [], {"step": start}
     with (
@@ -357,13 +374,15 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
                 pending.append(step_metrics)
                 if len(pending) > 2:  # at most 2 steps in flight: a stop request or a save
                     jax.block_until_ready(pending[-3])  # waits for 2 steps, not for a backlog
-                if done == start + 1:  # the first step compiles: keep it out of tokens/s
+                if done == start + 1 or done in stage_starts:  # a new shape compiles: untimed
                     jax.block_until_ready(step_metrics)
-                    seconds = time.time() - session_start
-                    logging.info("first step (with compilation): %.1f s", seconds)
-                    timed_from, timed_steps = time.time(), 0
+                    if done == start + 1:
+                        seconds = time.time() - session_start
+                        logging.info("first step (with compilation): %.1f s", seconds)
+                    timed_from, timed_steps, timed_tokens = time.time(), 0, 0
                 else:
                     timed_steps += 1
+                    timed_tokens += step_tokens[done - 1]
                 is_log = done % tcfg.log_every == 0 or done == tcfg.steps
                 is_eval = done % tcfg.eval_every == 0 or done == tcfg.steps
                 is_save = done % tcfg.checkpoint_every == 0 or done == tcfg.steps
@@ -377,7 +396,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
                 record = {"step": done}
                 if is_log:
                     seconds, lr = time.time() - timed_from, float(schedule(done - 1))
-                    speed = timed_steps * tokens_per_step / seconds if timed_steps else None
+                    speed = timed_tokens / seconds if timed_steps else None
                     record.update(metrics_lib.window_record(window, lr=lr, tokens_per_s=speed))
                     window.update(metrics_lib.empty_window())
                 if is_eval:
@@ -386,7 +405,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
                     record["elapsed_s"] = elapsed()
                     writer.write(record)
                     speed = record.get("train/tokens_per_s")
-                    eta = (tcfg.steps - done) * tokens_per_step / speed if speed else None
+                    eta = step_tokens[done:].sum() / speed if speed else None
                     metrics_lib.log_progress(record, total_steps=tcfg.steps, eta_s=eta)
                     last.update(record)
                 if is_save or stop:
@@ -396,12 +415,32 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
                         f"stopped at step {done} on request; checkpoint saved in "
                         f"{checkpoints.directory}. Rerun with the same workdir to resume."
                     )
-                timed_from, timed_steps = time.time(), 0  # evals and saves are not timed
+                timed_from, timed_steps, timed_tokens = time.time(), 0, 0  # evals and saves not
             if start >= tcfg.steps:  # a finished run rerun: report, write nothing
                 last.update(evaluate())
         finally:
             checkpoints.close()
     return last
+
+
+def _staged_batches(corpus: data_lib.Corpus, stages, *, seed: int, start_step: int):
+    """This host's batches for steps start_step + 1, ..., each at its stage's length and size.
+
+    Stage k draws the rows of global steps [first_k, first_k + steps_k) from the windows at
+    its length, so a resumed run sees the batches it would have seen.
+    """
+    first = 0
+    for steps, seq_len, batch_size in stages:
+        if start_step < first + steps:
+            begin = max(start_step, first)
+            batches = corpus.train_batches(
+                batch_size=batch_size, seq_len=seq_len, seed=seed, start_step=begin,
+                process_index=jax.process_index(), process_count=jax.process_count(),
+            )  # fmt: skip
+            with contextlib.closing(batches):
+                for _ in range(first + steps - begin):
+                    yield next(batches)
+        first += steps
 
 
 def _valid_sets(corpus: data_lib.Corpus, cfg: ExperimentConfig) -> dict[int, list[dict]]:

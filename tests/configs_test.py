@@ -12,7 +12,7 @@ from absl.testing import absltest, parameterized
 from ml_collections import config_flags
 
 from configs import base
-from roformer_jax import data, optim, train
+from roformer_jax import data, optim, study, train
 from roformer_jax.model import ModelConfig, RoFormer
 
 _CONFIGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
@@ -57,6 +57,21 @@ class ConfigsTest(parameterized.TestCase):
             count = sum(x.size for x in jax.tree.leaves(shapes))
             self.assertEqual(count, GOLDEN_PARAMS[name], f"{name}:{arg}")
             self.assertLessEqual(cfg.optim.warmup_steps, cfg.train.steps)
+
+    @parameterized.parameters("compare", "study_positions", "study_linear", "study_extrapolation")
+    def test_study_config_builds_every_run(self, name):
+        doc = importlib.import_module(f"configs.{name}").__doc__
+        self.assertIn(f"python experiments/compare.py --config=configs/{name}.py", doc)
+        for arg in (None, "runlocal"):
+            config = _load(name, arg)
+            runs = study.study_runs(config)
+            self.assertEqual(list(runs), list(config.runs))
+            for seeds in runs.values():
+                self.assertEqual([c.seed for c in seeds], list(config.seeds))
+                cfg = seeds[0]
+                ids = jax.ShapeDtypeStruct((1, cfg.data.seq_len), jnp.int32)
+                jax.eval_shape(RoFormer(cfg.model).init, jax.random.key(0), ids)
+            self.assertTrue(set(config.plot_keys) <= set(config.table_keys) | {"train/loss"})
 
     @parameterized.parameters(*GOLDEN_PARAMS)
     def test_docstring_gives_the_command(self, name):

@@ -1,5 +1,6 @@
 """Tests for roformer_jax/study.py: caching of finished runs, curves and the summary table."""
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -53,6 +54,27 @@ class StudyTest(absltest.TestCase):
             self.assertEqual(fake.call_count, 4)
         self.assertEqual([len(seeds) for seeds in results.values()], [2, 1])
         self.assertNotIn("/", os.path.relpath(study.run_dir(workdir, "b/c", 0), workdir)[:3])
+
+    def test_a_changed_config_is_not_reused(self):
+        workdir = self.enter_context(tempfile.TemporaryDirectory())
+        directory = study.run_dir(workdir, "a", 0)
+        os.makedirs(directory)
+        with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(dataclasses.asdict(_config(0)), f)
+        study.check_same_config(directory, _config(0))
+        with self.assertRaisesRegex(ValueError, r"differs in train.steps\)"):
+            study.check_same_config(directory, _config(0, steps=5))
+        with mock.patch.object(study, "train_and_evaluate", side_effect=_fake_training) as fake:
+            with self.assertRaisesRegex(ValueError, "another config"):
+                study.run_study({"a": [_config(0, steps=5)]}, workdir)
+            fake.assert_not_called()
+
+    def test_runs_share_one_data_cache(self):
+        workdir = self.enter_context(tempfile.TemporaryDirectory())
+        with mock.patch.object(study, "train_and_evaluate", side_effect=_fake_training) as fake:
+            study.run_study({"a": [_config(0), _config(1)], "b": [_config(0)]}, workdir)
+        caches = {call.args[0].train.data_cache_dir for call in fake.call_args_list}
+        self.assertEqual(caches, {os.path.join(workdir, "data")})
 
     def test_summary_and_report(self):
         workdir = self.enter_context(tempfile.TemporaryDirectory())

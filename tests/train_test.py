@@ -24,9 +24,8 @@ from jax.experimental.compilation_cache import compilation_cache
 
 from configs import tiny
 from roformer_jax import data as data_lib
-from roformer_jax import masking
+from roformer_jax import masking, optim, train
 from roformer_jax import metrics as metrics_lib
-from roformer_jax import optim, train
 from roformer_jax.model import RoFormer
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -225,6 +224,37 @@ class EndToEndTest(parameterized.TestCase):
             [sys.executable, "-c", script], cwd=_ROOT, env=env, check=True, capture_output=True
         )
         self._assert_records_close(_records(eight), _records(workdir))
+
+
+class StagesTest(absltest.TestCase):
+    def test_one_stage_is_the_plain_run(self):
+        workdir, _ = _reference_run()
+        staged = os.path.join(_TMP, "one_stage")
+        train.train_and_evaluate(_config(train__stages=((3, 32, 8),)), staged)
+        self.assertEqual(_records(staged), _records(workdir))
+
+    def test_stages_alternate_shapes_and_resume_where_they_were(self):
+        cfg = _config(train__steps=5, train__stages=((2, 32, 8), (1, 64, 4), (2, 16, 8)))
+        corpus = data_lib.load_corpus(cfg.data, cfg.train.data_cache_dir)
+        stages = cfg.train.stages
+        every = list(train._staged_batches(corpus, stages, seed=0, start_step=0))
+        shapes = [b["input_ids"].shape for b in every]
+        self.assertEqual(shapes, [(8, 32), (8, 32), (4, 64), (8, 16), (8, 16)])
+        for start in (1, 2, 3):
+            resumed = list(train._staged_batches(corpus, stages, seed=0, start_step=start))
+            chex.assert_trees_all_equal(resumed, every[start:])
+        final = train.train_and_evaluate(cfg, os.path.join(_TMP, "stages"))
+        self.assertTrue(np.isfinite(final["train/loss"]))
+
+    def test_bad_stages(self):
+        with self.assertRaisesRegex(ValueError, r"sum to 4, not steps=3"):
+            _config(train__stages=((2, 32, 8), (2, 64, 4)))
+        with self.assertRaisesRegex(ValueError, r"must be \(steps, seq_len, batch_size\)"):
+            _config(train__stages=((3, 32),))
+        cfg = _config(model__position="learned", model__max_len=32,
+                      train__stages=((2, 32, 8), (1, 64, 4)))  # fmt: skip
+        with self.assertRaisesRegex(ValueError, "length 64, past the learned position table"):
+            train.train_and_evaluate(cfg, os.path.join(_TMP, "too_long"))
 
 
 class MlmHeadAtTargetsTest(absltest.TestCase):

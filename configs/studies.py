@@ -1,0 +1,20 @@
+"""What studies 1-3 share: configs/compare.py with a smaller encoder, fewer steps, 3 seeds.
+
+4 layers x 128 wide in 2 heads of 64 (BERT-base's head size, so RoPE's frequencies θ_i are
+the paper's), feed-forward 512, WordPiece vocabulary 8192; 200 steps of 16 x 128 tokens.
+About 10,000 training tokens/s on 2 CPU cores, so one run takes about a minute and a study
+of 12-18 runs about 15-30 min per corpus (times of the runs are in docs/results.md).
+"""
+
+from configs import base, compare
+
+
+def get_config(arg=None):
+    config = compare.get_config()
+    experiment = config.experiment
+    experiment.model.update(hidden_size=128, num_heads=2, intermediate_size=512)
+    experiment.train.update(steps=200, eval_batches=4)
+    experiment.optim.warmup_steps = 40
+    base.finish(experiment, arg)
+    config.seeds = (0, 1, 2)
+    return config
