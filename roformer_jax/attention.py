@@ -29,7 +29,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from roformer_jax.rope import apply_rope, materialize
+from roformer_jax.rope import apply_rope
 
 
 def _elu_plus_one(x):
@@ -72,24 +72,14 @@ def _compute_dtype(x):
     return jnp.promote_types(x.dtype, jnp.float32)
 
 
-def _rope_qk(q, k, q_positions, k_positions, *, base, layout, rotary_dim, heads_major=False):
-    """Rotates q by q_positions and k by k_positions (default: q_positions).
-
-    q, k: [B, L, N, F] and [B, M, N, F], or [B, N, L, F] and [B, N, M, F] when heads_major.
-    """
+def _rope_qk(q, k, q_positions, k_positions, *, base, layout, rotary_dim):
+    """Rotates q [B, L, N, F] by q_positions and k [B, M, N, F] by k_positions (default: q's)."""
     if q_positions is None:
         raise ValueError("k_positions given without q_positions")
     if k_positions is None:
         k_positions = q_positions
-    rope = dict(base=base, layout=layout, rotary_dim=rotary_dim, seq_axis=-2 if heads_major else -3)
-
-    def rotate(x, positions):
-        positions = jnp.asarray(positions)
-        if heads_major and positions.ndim == 2:  # [B, L] -> [B, 1, L], broadcast over heads
-            positions = positions[:, None, :]
-        return apply_rope(x, positions, **rope)
-
-    return rotate(q, q_positions), rotate(k, k_positions)
+    rope = dict(base=base, layout=layout, rotary_dim=rotary_dim)
+    return apply_rope(q, q_positions, **rope), apply_rope(k, k_positions, **rope)
 
 
 def softmax_attention(
@@ -182,12 +172,25 @@ def _heads(x):
     return jnp.swapaxes(x, 1, 2)
 
 
-def _kernel_attention(qn, kn, v, *, den_features=None, mask, causal, eps, chunk_size):
+def _feature_sums(qf, kf):
+    """Σ_j qf_i·kf_j for each query and head: [B, L, N, F], [B, M, N, F] -> [B, N, L, 1].
+
+    One GEMM of qf as [L, N·F] against the key sums laid out block-diagonally, [N·F, N]: N
+    times the needed products, yet far faster on CPU than XLA's batched matrix-vector
+    products (one per head), which it runs as an unvectorized loop.
+    """
+    b, length, n, f = qf.shape
+    blocks = jnp.sum(kf, axis=1)[..., None] * jnp.eye(n, dtype=kf.dtype)[:, None, :]
+    den = jnp.einsum("BLK,BKN->BLN", qf.reshape(b, length, n * f), blocks.reshape(b, n * f, n))
+    return _heads(den[..., None])
+
+
+def _kernel_attention(qn, kn, v, *, den=None, den_features=None, mask, causal, eps, chunk_size):
     """Σ_j (qn_i·kn_j) v_j / guard(Σ_j qd_i·kd_j), all heads-major: [B, N, L, F], [B, N, M, F].
 
-    den_features=(qd, kd) when the denominator has its own features (eq. 19); otherwise it
-    is Σ_j qn_i·kn_j, read off a column of ones appended to v in the same products.
-    Returns [B, N, L, H].
+    den_features=(qd, kd) when the denominator has its own features (eq. 19); den [B, N, L, 1]
+    when it is already summed; otherwise it is Σ_j qn_i·kn_j, read off a column of ones
+    appended to v in the same products. Returns [B, N, L, H].
     """
 
     def keys(x):  # padded keys -> 0; where, not *: a NaN in the padding must not leak
@@ -195,7 +198,9 @@ def _kernel_attention(qn, kn, v, *, den_features=None, mask, causal, eps, chunk_
 
     sums = functools.partial(_kernel_sums, causal=causal, chunk_size=chunk_size)
     ones = jnp.ones_like(v[..., :1])
-    if den_features is None:
+    if den is not None:
+        num = sums(qn, keys(kn), keys(v))
+    elif den_features is None:
         out = sums(qn, keys(kn), keys(jnp.concatenate([v, ones], axis=-1)))
         num, den = out[..., :-1], out[..., -1:]
     else:
@@ -259,17 +264,23 @@ def linear_attention(
     )
     if rope == "before_feature_map":
         q, k = rotate(q, k)
-    qf, kf, v = _heads(phi(q)), _heads(phi(k)), _heads(v)
-    den_features = None
+    qf, kf = phi(q), phi(k)  # [B, L, N, F], [B, M, N, F]
+    if mask is not None:  # padded keys -> 0; where, not *: a NaN in the padding must not leak
+        kf = jnp.where(mask[:, :, None, None], kf, 0.0)
+    den = den_features = None
+    if rope == "numerator" and not causal:
+        den = _feature_sums(qf, kf)
+    elif rope == "numerator":
+        den_features = (_heads(qf), _heads(kf))
     if rope in ("numerator", "both"):
-        # RoPE reads each feature twice (both members of its pair); fused into that pass φ
-        # would be evaluated twice per feature, unvectorized on CPU: 3x slower than computing
-        # φ once. A conditional is a fusion boundary (on CPU only; elsewhere a no-op).
-        qf, kf = materialize((qf, kf))
-        den_features = (qf, kf) if rope == "numerator" else None
-        qf, kf = rotate(qf, kf, heads_major=True)
+        # Fused into the rotation, φ is evaluated twice per feature (RoPE reads both members
+        # of a pair). Still faster on CPU than materializing φ first: the separate buffers
+        # that costs are fresh pages, and a first touch is slow (benchmarks/attention.py).
+        qf, kf = rotate(qf, kf)
     kernel = dict(mask=mask, causal=causal, eps=eps, chunk_size=chunk_size)
-    out = _kernel_attention(qf, kf, v, den_features=den_features, **kernel)
+    out = _kernel_attention(
+        _heads(qf), _heads(kf), _heads(v), den=den, den_features=den_features, **kernel
+    )
     return _heads(out).astype(out_dtype)
 
 
