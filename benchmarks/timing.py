@@ -30,7 +30,7 @@ def report(records: list[dict], columns: list[str], path: str | None = None) -> 
             for record in records:
                 f.write(json.dumps(record) + "\n")
     cells = [[_cell(r.get(c)) for c in columns] for r in records]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
     print("| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths)) + " |")
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for row in cells:
