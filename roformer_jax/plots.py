@@ -56,16 +56,21 @@ def plot_curves(
       footnote: corpus, model, steps and hardware, printed under the panels.
     """
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4), squeeze=False)
+    colors = {name: f"C{i % 10}" for i, name in enumerate(curves)}  # a run's color in every panel
     for ax, metric in zip(axes[0], metrics):
+        missing = []
         for name, seeds in curves.items():
             steps, values = _aligned(seeds, metric)
             if steps.size == 0:
+                missing.append(name)
                 continue
-            mean = values.mean(axis=0)
-            (line,) = ax.plot(steps, mean, label=f"{name} (n={len(values)})")
+            mean, color = values.mean(axis=0), colors[name]
+            ax.plot(steps, mean, color=color, label=f"{name} (n={len(values)})")
             if len(values) > 1:
                 std = values.std(axis=0)
-                ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+                ax.fill_between(steps, mean - std, mean + std, color=color, alpha=0.2)
+        if missing:  # e.g. learned positions evaluated past their table
+            ax.set_title(f"no values: {', '.join(missing)}", fontsize=8)
         ax.set_xlabel("step")
         ax.set_ylabel(metric.replace("_", " "))
         ax.grid(alpha=0.3)
