@@ -31,6 +31,7 @@ def get_config(arg=None):
         }
     )  # run name -> overrides of `experiment`
     config.seeds = (0,)  # every run is trained once per seed
+    config.baseline = "BERT (learned absolute)"  # results.md: every run minus it, seed by seed
     config.title = "MLM: BERT vs RoFormer (small)"
     config.plot_keys = ("train/loss", "valid/loss_128")  # one panel each
     config.table_keys = ("train/loss", "valid/loss_128", "valid/accuracy_128")

@@ -39,6 +39,7 @@ def get_config(arg=None):
             },
         }
     )
+    config.baseline = "RoPE, length 128"
     config.title = "MLM with RoPE: one training length or RoFormer's alternating lengths"
     config.plot_keys = ("train/loss", "valid/loss_128", "valid/loss_1024")
     config.table_keys = tuple(

@@ -29,5 +29,6 @@ def get_config(arg=None):
             "cosine, RoPE": {"model": {"attention": "cosine", "position": "rope"}},
         }
     )
+    config.baseline = "linear, none"
     config.title = "MLM, linear attention (elu+1): where RoPE goes"
     return config

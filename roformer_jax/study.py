@@ -160,6 +160,30 @@ def summary_table(results: Mapping[str, Sequence[list[dict]]], keys: Sequence[st
     return "\n".join(lines)
 
 
+def paired_table(results: Mapping[str, Sequence[list[dict]]], baseline: str, key: str) -> str:
+    """Markdown table: each run's final `key` minus the baseline's, seed by seed.
+
+    Runs of one seed see the same batches and masks, so much of the spread over seeds cancels
+    in these differences: a sharper comparison than two means ± std.
+    """
+    if baseline not in results:
+        raise ValueError(f"baseline {baseline!r} is not one of the runs {list(results)}")
+    base = [final_values(r, key) for r in results[baseline]]
+    lines = [f"| run − {baseline} | {key}: mean ± std | per seed |", "|---|---|---|"]
+    for name, seeds in results.items():
+        if name == baseline:
+            continue
+        diffs = [
+            v - b
+            for v, b in zip((final_values(r, key) for r in seeds), base)
+            if v is not None and b is not None
+        ]
+        per_seed = ", ".join(f"{d:+.3f}" for d in diffs) or "n/a"
+        mean = f"{np.mean(diffs):+.3f} ± {np.std(diffs):.3f}" if diffs else "n/a"
+        lines.append(f"| {name} | {mean} | {per_seed} |")
+    return "\n".join(lines)
+
+
 def _mean_std(values: list[float]) -> str:
     if not values:
         return "n/a"
@@ -176,8 +200,13 @@ def write_report(
     plot_keys: Sequence[str],
     table_keys: Sequence[str],
     footnote: str,
+    baseline: str | None = None,
+    paired_key: str | None = None,
 ) -> tuple[str, str]:
-    """Writes workdir/curves.png and workdir/results.md; returns their paths."""
+    """Writes workdir/curves.png and workdir/results.md; returns their paths.
+
+    With a baseline run name, results.md also gets `paired_table` of `paired_key`.
+    """
     png = plots.plot_curves(
         curves(results, plot_keys),
         os.path.join(workdir, "curves.png"),
@@ -186,6 +215,9 @@ def write_report(
         footnote=footnote,
     )
     table = summary_table(results, table_keys)
+    if baseline is not None:
+        table += "\n\nPaired by seed (same batches and masks):\n\n"
+        table += paired_table(results, baseline, paired_key)
     md = os.path.join(workdir, "results.md")
     with open(md, "w", encoding="utf-8") as f:
         f.write(f"# {title}\n\n{footnote}\n\n![curves](curves.png)\n\n{table}\n")

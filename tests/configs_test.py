@@ -72,6 +72,7 @@ class ConfigsTest(parameterized.TestCase):
                 ids = jax.ShapeDtypeStruct((1, cfg.data.seq_len), jnp.int32)
                 jax.eval_shape(RoFormer(cfg.model).init, jax.random.key(0), ids)
             self.assertTrue(set(config.plot_keys) <= set(config.table_keys) | {"train/loss"})
+            self.assertIn(config.baseline, config.runs)
 
     @parameterized.parameters(*GOLDEN_PARAMS)
     def test_docstring_gives_the_command(self, name):

@@ -86,13 +86,21 @@ class StudyTest(absltest.TestCase):
         table = study.summary_table(results, ["train/loss", "valid/loss_128"])
         self.assertIn("| x | 2 | 4 ± 1 | n/a | 1 ± 0 |", table)
         self.assertIn("| y | 1 | 2 | n/a | n/a |", table)
+        self.assertEqual(
+            study.paired_table(results, "x", "train/loss").splitlines()[2:],
+            ["| y | -1.000 ± 0.000 | -1.000 |"],  # y's one seed against x's seed 0
+        )
+        with self.assertRaisesRegex(ValueError, "baseline 'z' is not one of the runs"):
+            study.paired_table(results, "z", "train/loss")
         png, md = study.write_report(
             results, workdir, title="t", plot_keys=["train/loss"], table_keys=["train/loss"],
-            footnote="data: test",
+            footnote="data: test", baseline="y", paired_key="train/loss",
         )  # fmt: skip
         self.assertGreater(os.path.getsize(png), 1000)
         with open(md, encoding="utf-8") as f:
-            self.assertIn("data: test", f.read())
+            text = f.read()
+        self.assertIn("data: test", text)
+        self.assertIn("| x | +1.000 ± 0.000 | +1.000 |", text)
 
 
 if __name__ == "__main__":
