@@ -27,7 +27,7 @@ def get_config(arg=None):
             "none": {"model": {"position": "none"}},
         }
     )
-    config.baseline = "none"
+    config.baseline = "learned (BERT)"
     config.title = "MLM, softmax attention: position encodings"
     config.plot_keys = ("train/loss", "valid/loss_128", "valid/loss_512")
     config.table_keys = tuple(
