@@ -22,7 +22,7 @@ sys.path.insert(0, _ROOT)
 
 import jax  # noqa: E402
 
-from roformer_jax import study  # noqa: E402
+from roformer_jax import data, study  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(_ROOT, "configs", "compare.py"),
@@ -46,6 +46,10 @@ def main(argv):
         f"{jax.device_count()} {jax.default_backend()} device(s), {os.cpu_count()} cores "
         f"({platform.machine()})"
     )
+    # The loss of predicting token frequencies alone: what a short run is read against.
+    cache = exp.train.data_cache_dir or os.path.join(_WORKDIR.value, "data")
+    unigram = data.load_corpus(exp.data, cache).unigram_cross_entropy()
+    footnote += f"; unigram cross-entropy of the validation tokens {unigram:.3f}"
     png, md = study.write_report(
         results, _WORKDIR.value, title=config.title, plot_keys=config.plot_keys,
         table_keys=config.table_keys, footnote=footnote, baseline=config.get("baseline"),

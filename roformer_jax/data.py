@@ -246,6 +246,22 @@ class Corpus:
             )
         return (total - min(span - 1, total - span)) // span
 
+    def unigram_cross_entropy(self) -> float:
+        """Nats per held-out token under the training split's token frequencies.
+
+        The loss of an MLM that ignores context, a floor to read a short run's loss against.
+        Special tokens are left out on both sides; counts are add-one smoothed so that a token
+        unseen in training has a finite cost.
+        """
+        specials = np.asarray(sorted(self.tokenizer.special_ids))
+        vocab = self.tokenizer.vocab_size
+        train = np.asarray(self.train_tokens)
+        counts = np.bincount(train[~np.isin(train, specials)], minlength=vocab) + 1.0
+        counts[specials[specials < vocab]] = 0.0
+        valid = np.asarray(self.valid_tokens)
+        valid = valid[~np.isin(valid, specials)]
+        return float(np.log(counts.sum()) - np.mean(np.log(counts[valid])))
+
     def train_batches(
         self,
         *,

@@ -76,6 +76,17 @@ class LoadTest(CorpusTestCase):
         again_text = again.tokenizer.decode(again.valid_tokens).split("[SEP]")
         self.assertEqual({d.strip() for d in again_text if d.strip()}, valid_docs)
 
+    def test_unigram_cross_entropy(self):
+        corpus = self.load()
+        specials = corpus.tokenizer.special_ids
+        train = [t for t in corpus.train_tokens.tolist() if t not in specials]
+        valid = [t for t in corpus.valid_tokens.tolist() if t not in specials]
+        real_vocab = corpus.tokenizer.vocab_size - len(specials)
+        total = len(train) + real_vocab
+        expected = -np.mean([np.log((train.count(t) + 1) / total) for t in valid])
+        self.assertAlmostEqual(corpus.unigram_cross_entropy(), expected, places=6)
+        self.assertBetween(expected, 1.0, np.log(real_vocab))
+
     def test_cache_is_reused_and_invalidated(self):
         first = self.load()
         with mock.patch.object(data, "_build_cache", side_effect=AssertionError("rebuilt")):
