@@ -8,6 +8,8 @@ of 12-18 runs about 15-30 min per corpus (times of the runs are in docs/results.
 
 from configs import base, compare
 
+LENGTHS = (256, 512, 1024)  # evaluated besides the training length, 128
+
 
 def get_config(arg=None):
     config = compare.get_config()
@@ -17,4 +19,13 @@ def get_config(arg=None):
     experiment.optim.warmup_steps = 40
     base.finish(experiment, arg)
     config.seeds = (0, 1, 2)
+    return config
+
+
+def evaluate_at_lengths(config):
+    """Evaluates every run at 128 and LENGTHS too, and tabulates loss and accuracy at each."""
+    config.experiment.data.valid_lengths = LENGTHS
+    config.table_keys = tuple(
+        f"valid/{m}_{n}" for n in (128, *LENGTHS) for m in ("loss", "accuracy")
+    )
     return config

@@ -14,7 +14,6 @@ from ml_collections import ConfigDict
 
 from configs import studies
 
-LENGTHS = (256, 512, 1024)
 # (steps, seq_len, batch_size): 2,048 tokens per step in every stage.
 MULTI_LENGTH = (
     (60, 128, 16),
@@ -27,8 +26,7 @@ MULTI_LENGTH = (
 
 
 def get_config(arg=None):
-    config = studies.get_config(arg)
-    config.experiment.data.valid_lengths = LENGTHS
+    config = studies.evaluate_at_lengths(studies.get_config(arg))
     steps = config.experiment.train.steps
     config.runs = ConfigDict(
         {
@@ -42,9 +40,6 @@ def get_config(arg=None):
     config.baseline = "RoPE, length 128"
     config.title = "MLM with RoPE: one training length or RoFormer's alternating lengths"
     config.plot_keys = ("train/loss", "valid/loss_128", "valid/loss_1024")
-    config.table_keys = tuple(
-        f"valid/{m}_{n}" for n in (128, *LENGTHS) for m in ("loss", "accuracy")
-    )
     return config
 
 

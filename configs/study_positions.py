@@ -13,12 +13,9 @@ from ml_collections import ConfigDict
 
 from configs import studies
 
-LENGTHS = (256, 512, 1024)
-
 
 def get_config(arg=None):
-    config = studies.get_config(arg)
-    config.experiment.data.valid_lengths = LENGTHS
+    config = studies.evaluate_at_lengths(studies.get_config(arg))
     config.runs = ConfigDict(
         {
             "learned (BERT)": {"model": {"position": "learned", "max_len": 128}},
@@ -30,7 +27,4 @@ def get_config(arg=None):
     config.baseline = "learned (BERT)"
     config.title = "MLM, softmax attention: position encodings"
     config.plot_keys = ("train/loss", "valid/loss_128", "valid/loss_512")
-    config.table_keys = tuple(
-        f"valid/{m}_{n}" for n in (128, *LENGTHS) for m in ("loss", "accuracy")
-    )
     return config

@@ -265,11 +265,12 @@ def linear_attention(
     if rope == "before_feature_map":
         q, k = rotate(q, k)
     qf, kf = phi(q), phi(k)  # [B, L, N, F], [B, M, N, F]
-    if mask is not None:  # padded keys -> 0; where, not *: a NaN in the padding must not leak
-        kf = jnp.where(mask[:, :, None, None], kf, 0.0)
     den = den_features = None
     if rope == "numerator" and not causal:
-        den = _feature_sums(qf, kf)
+        # Padded keys -> 0 (where, not *: a NaN in the padding must not leak); the other
+        # paths mask in _kernel_attention.
+        real_kf = kf if mask is None else jnp.where(mask[:, :, None, None], kf, 0.0)
+        den = _feature_sums(qf, real_kf)
     elif rope == "numerator":
         den_features = (_heads(qf), _heads(kf))
     if rope in ("numerator", "both"):
