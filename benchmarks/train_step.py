@@ -26,6 +26,7 @@ import numpy as np
 from absl import app, flags
 from timing import report
 
+from roformer_jax import data as data_lib
 from roformer_jax import masking, optim, train
 from roformer_jax.model import ModelConfig, RoFormer, model_config
 
@@ -39,7 +40,7 @@ _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed (matmul, step) pairs per case
 _OUTPUT = flags.DEFINE_string("output", None, "Append JSON lines here.")
 
 VOCAB = {"small": 8192, "base": 30522}  # our WordPiece default; bert-base-uncased's
-MASK_PROB = 0.15  # BERT's, the data default
+MASK_PROB = data_lib.DataConfig().mask_prob  # the rate training masks at
 
 
 def model_flops_per_token(cfg: ModelConfig, seq_len: int, head_share: float = 1.0) -> float:
