@@ -214,12 +214,18 @@ def _narrow(y, dtype):
     return lax.bitcast_convert_type(rounded.astype(jnp.uint16), jnp.bfloat16)
 
 
-def _pair_view(x, layout):
-    """x [..., R] -> [..., R/2, 2] (interleaved) or [..., 2, R/2] (half); member axis = -1 / -2."""
-    half = x.shape[-1] // 2
-    if layout == "interleaved":
-        return x.reshape(*x.shape[:-1], half, 2), -1
-    return x.reshape(*x.shape[:-1], 2, half), -2
+def _partners(x, layout):
+    """x [..., R] -> the other member of each feature's pair: b at a's place, a at b's."""
+    if layout == "half":
+        half = x.shape[-1] // 2
+        return jnp.concatenate([x[..., half:], x[..., :half]], axis=-1)
+    # x[j + 1] at even j, x[j - 1] at odd j: two shifted contiguous reads and a select, which
+    # XLA's CPU backend vectorizes. Reversing a [..., R/2, 2] view does not vectorize (its
+    # innermost loop has 2 steps): bf16 RoPE ran at 0.63x the copy that way, now 0.8x.
+    zero = jnp.zeros_like(x[..., :1])
+    following = jnp.concatenate([x[..., 1:], zero], axis=-1)
+    preceding = jnp.concatenate([zero, x[..., :-1]], axis=-1)
+    return jnp.where(jnp.arange(x.shape[-1]) % 2 == 0, following, preceding)
 
 
 def apply_rope(
@@ -251,14 +257,12 @@ def apply_rope(
     """
     positions, rotary_dim = _validate(x, positions, layout, rotary_dim, seq_axis)
     angles = _angles_for(x, positions, base, rotary_dim, seq_axis)  # [..., L, (1,) R/2]
-    pairs, member_axis = _pair_view(_widen(x[..., :rotary_dim], angles.dtype), layout)
-    cos, sin = materialize((jnp.cos(angles), jnp.sin(angles)))
-    # (a, b) -> (a cos - b sin, b cos + a sin) = pairs * cos + swapped * [-sin, +sin]: one fused
-    # element-wise pass, no strided gathers or concatenations of the two members.
-    sign = jnp.array([-1.0, 1.0], angles.dtype).reshape((2, 1) if member_axis == -2 else (2,))
-    cos = jnp.expand_dims(cos, member_axis)
-    sin = jnp.expand_dims(sin, member_axis) * sign
-    out = (pairs * cos + jnp.flip(pairs, member_axis) * sin).reshape(*x.shape[:-1], rotary_dim)
+    # (a, b) -> (a cos - b sin, b cos + a sin) = x * cos + partners(x) * [-sin, +sin]: one
+    # fused element-wise pass over features in their own order, with [..., L, (1,) R] tables.
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    cos, sin = materialize((_merge_pairs(cos, cos, layout), _merge_pairs(-sin, sin, layout)))
+    rotated = _widen(x[..., :rotary_dim], angles.dtype)
+    out = rotated * cos + _partners(rotated, layout) * sin
     out = _narrow(out, x.dtype)
     if rotary_dim == x.shape[-1]:
         return out
