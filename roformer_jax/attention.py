@@ -274,9 +274,11 @@ def linear_attention(
     elif rope == "numerator":
         den_features = (_heads(qf), _heads(kf))
     if rope in ("numerator", "both"):
-        # Fused into the rotation, φ is evaluated twice per feature (RoPE reads both members
-        # of a pair). Still faster on CPU than materializing φ first: the separate buffers
-        # that costs are fresh pages, and a first touch is slow (benchmarks/attention.py).
+        # Fused into the rotation, φ is evaluated up to three times per feature (RoPE reads
+        # each feature and its two neighbours). Still faster on CPU than materializing φ
+        # first: the separate buffers that costs are fresh pages, and a first touch is slow
+        # (benchmarks/attention.py). For eq. (19) the denominator's GEMM needs φ in a buffer
+        # anyway, and XLA then rotates from that buffer.
         qf, kf = rotate(qf, kf)
     kernel = dict(mask=mask, causal=causal, eps=eps, chunk_size=chunk_size)
     out = _kernel_attention(

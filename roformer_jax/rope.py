@@ -175,14 +175,13 @@ def _plus_zero(tree):
 def materialize(arrays):
     """Returns `arrays` (a pytree) unchanged, computed in full before any consumer reads them.
 
-    XLA fuses cheap producers into element-wise consumers: RoPE's [L, R/2] cos and sin tables
+    XLA fuses cheap producers into element-wise consumers: RoPE's [L, R] cos and sin tables
     would be evaluated once per element of x, B·N times too often, which on the CPU made RoPE
-    3x slower than a copy (benchmarks/rope.py); attention.py uses it the same way for φ(q),
-    φ(k). `lax.optimization_barrier` is removed before fusion; a conditional is not fused
-    across. Its branches agree on every value (a + 0·a == a, NaN included) but differ, so XLA
-    keeps it; they are module-level functions so that un-jitted calls reuse one compilation.
-    On accelerators recomputing is cheap and a conditional costs a host round trip, so there
-    the arrays are left to the compiler.
+    3x slower than a copy (benchmarks/rope.py). `lax.optimization_barrier` is removed before
+    fusion; a conditional is not fused across. Its branches agree on every value (a + 0·a == a,
+    NaN included) but differ, so XLA keeps it; they are module-level functions so that un-jitted
+    calls reuse one compilation. On accelerators recomputing is cheap and a conditional costs a
+    host round trip, so there the arrays are left to the compiler.
     """
     leaves = jax.tree.leaves(arrays)
     if jax.default_backend() != "cpu" or not leaves or leaves[0].size == 0:
@@ -195,7 +194,7 @@ def _widen(x, dtype):
     """x.astype(dtype), with bfloat16 -> float32 as a 16-bit shift.
 
     XLA's CPU backend does not vectorize bfloat16 converts inside a fused loop: RoPE on bf16
-    ran at half the copy bandwidth. The bit form is exact and vectorizes (0.75x the copy).
+    ran at half the copy bandwidth. The bit form is exact and vectorizes.
     """
     if x.dtype != jnp.bfloat16 or dtype != jnp.float32:
         return x.astype(dtype)
@@ -221,7 +220,7 @@ def _partners(x, layout):
         return jnp.concatenate([x[..., half:], x[..., :half]], axis=-1)
     # x[j + 1] at even j, x[j - 1] at odd j: two shifted contiguous reads and a select, which
     # XLA's CPU backend vectorizes. Reversing a [..., R/2, 2] view does not vectorize (its
-    # innermost loop has 2 steps): bf16 RoPE ran at 0.63x the copy that way, now 0.8x.
+    # innermost loop has 2 steps): bf16 RoPE ran at 0.63x the copy that way (benchmarks/rope.py).
     zero = jnp.zeros_like(x[..., :1])
     following = jnp.concatenate([x[..., 1:], zero], axis=-1)
     preceding = jnp.concatenate([zero, x[..., :-1]], axis=-1)
