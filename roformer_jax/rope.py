@@ -14,8 +14,9 @@ Layouts (which features form a rotated pair):
   "interleaved"  (0, 1), (2, 3), ...        the paper's eq. (13), HF RoFormer, bert4keras
   "half"         (i, i + R/2) for i < R/2   GPT-NeoX, LLaMA
 
-Precision: the angle m·θ_i is reduced modulo one turn in integer arithmetic before any
-rounding (see `rotation_angles`), so sin and cos are as accurate at position 10^6 as at
+Precision: the phase m·θ_i/2π is reduced modulo one turn in integer arithmetic before any
+rounding (`rotation_turns`), and sin and cos are evaluated from that phase in turns
+(`cos_sin_turns`), never from a rounded angle, so they are as accurate at position 10^6 as at
 position 10, for float32 and (with `jax_enable_x64`) float64 alike.
 """
 
@@ -77,42 +78,108 @@ def _phase_constants(dim: int, base: float, bits: int) -> tuple[np.ndarray, np.n
     return np.array(ints, dtype=np.uint64), np.array(rests, dtype=np.float64)
 
 
-def rotation_angles(positions, dim: int, *, base: float = 10000.0, dtype=jnp.float32):
-    """Angles m·θ_i, reduced to about [0, 2π), for every position m and pair i.
+def rotation_turns(
+    positions, dim: int, *, base: float = 10000.0, dtype=jnp.float32, layout: str | None = None
+):
+    """The phase m·θ_i / 2π in turns, reduced to about [0, 1.5), for every position m and pair i.
 
-    For integer positions the phase m·θ_i/2π is computed as (m·P_i mod 2^bits)/2^bits + m·δ_i:
-    the product m·P_i wraps exactly in unsigned integers, which removes whole turns without
-    rounding, so the error stays near one ulp of 2π however large m is. A plain float32
-    product m·θ_i is off by about 0.03 rad at m = 10^6 (measured in tests/rope_test.py).
-    Floating-point positions (interpolated positions) use the plain product.
+    For integer positions it is computed as (m·P_i mod 2^bits)/2^bits + m·δ_i: the product
+    m·P_i wraps exactly in unsigned integers, which removes whole turns without rounding, so
+    the error stays near one ulp of a turn however large m is. A plain float32 product m·θ_i
+    is off by about 0.03 rad at m = 10^6 (measured in tests/rope_test.py). Floating-point
+    positions (interpolated positions) use the plain product m·(θ_i/2π).
 
     Args:
       positions: array of shape [..., L], integer (exact path) or floating.
       dim: rotary dim R (even).
       base: θ_i = base^(-2i/R).
       dtype: float32, or float64 when `jax_enable_x64` is on.
+      layout: None for one phase per pair; "interleaved" or "half" for one per feature, in
+        that layout's order (each pair's phase at both its features).
 
     Returns:
-      Array of shape [..., L, R/2] of `dtype`.
+      Array of shape [..., L, R/2] (layout None) or [..., L, R] of `dtype`.
     """
     _check_dim(dim, "rotary dim")
     dtype = jnp.dtype(dtype)
     positions = jnp.asarray(positions)
+
+    def per_feature(values):  # numpy [R/2] -> [R/2], or [R] in layout order
+        if layout is None:
+            return values
+        _check_layout(layout)
+        return np.repeat(values, 2) if layout == "interleaved" else np.tile(values, 2)
+
     if not jnp.issubdtype(positions.dtype, jnp.integer):
-        theta = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
-        return positions.astype(dtype)[..., None] * jnp.asarray(theta, dtype)
+        turns = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim) / (2 * np.pi)
+        return positions.astype(dtype)[..., None] * jnp.asarray(per_feature(turns), dtype)
     bits = 64 if dtype == jnp.float64 else 32
     uint = jnp.uint64 if bits == 64 else jnp.uint32
-    ints, rests = _phase_constants(dim, float(base), bits)
+    ints, rests = (per_feature(c) for c in _phase_constants(dim, float(base), bits))
     if bits == 32:
         ints = ints.astype(np.uint32)
     m = positions[..., None]  # [..., L, 1]
     # Casting a negative int to unsigned adds 2^bits, a whole number of turns after the product.
-    wrapped = m.astype(uint) * jnp.asarray(ints, uint)  # [..., L, R/2]
-    turns = wrapped.astype(dtype) * dtype.type(2.0**-bits) + m.astype(dtype) * jnp.asarray(
+    wrapped = m.astype(uint) * jnp.asarray(ints, uint)  # [..., L, R/2 or R]
+    return wrapped.astype(dtype) * dtype.type(2.0**-bits) + m.astype(dtype) * jnp.asarray(
         rests, dtype
     )
-    return turns * dtype.type(2 * np.pi)
+
+
+def rotation_angles(positions, dim: int, *, base: float = 10000.0, dtype=jnp.float32):
+    """Angles m·θ_i = 2π · `rotation_turns`, about [0, 3π): same arguments, same shape."""
+    turns = rotation_turns(positions, dim, base=base, dtype=dtype)
+    return turns * turns.dtype.type(2 * np.pi)
+
+
+@functools.lru_cache(maxsize=4)
+def _taylor_coefficients(dtype) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Coefficients in s² of sin(2πs)/s and cos(2πs) for |s| <= 1/8, to `dtype`'s precision."""
+    eps = decimal.Decimal(float(jnp.finfo(dtype).eps)) / 8
+    with decimal.localcontext() as ctx:
+        ctx.prec = _DIGITS
+        x = 2 * _PI / 8  # the largest |2πs|
+        sin, cos, k, factorial = [], [], 0, decimal.Decimal(1)  # factorial = k!
+        while True:
+            term = (2 * _PI) ** k / factorial * (-1 if k % 4 in (2, 3) else 1)
+            (cos if k % 2 == 0 else sin).append(float(term))
+            if x**k / factorial < eps and k % 2:
+                return tuple(sin), tuple(cos)
+            k += 1
+            factorial *= k
+
+
+def _horner(u, coefficients):
+    result = jnp.full_like(u, coefficients[-1])
+    for c in reversed(coefficients[:-1]):
+        result = result * u + c
+    return result
+
+
+def cos_sin_turns(turns):
+    """cos(2πt) and sin(2πt), element-wise, for a phase t in turns (float32 or float64).
+
+    t - round(t) and a further quarter turn n/4 come off exactly in floating point, which
+    leaves s in [-1/8, 1/8]; Taylor polynomials in s, to the dtype's precision, and the
+    quadrant n do the rest. Errors stay within one ulp, below those of rounding 2πt to an
+    angle first (tests/rope_test.py). Only multiplies, adds and selects: XLA's CPU backend
+    vectorizes them, where jnp.cos and jnp.sin are a scalar libm call per element, which at
+    B = 1 made RoPE's tables cost more than the rotation itself.
+
+    Returns:
+      (cos, sin), each of `turns`' shape and dtype.
+    """
+    remainder = turns - jnp.round(turns)  # [-1/2, 1/2]
+    quadrant = jnp.round(4 * remainder)  # -2 ... 2
+    s = remainder - quadrant / 4  # [-1/8, 1/8]
+    u = s * s
+    sin_coefficients, cos_coefficients = _taylor_coefficients(jnp.dtype(turns.dtype))
+    sin, cos = s * _horner(u, sin_coefficients), _horner(u, cos_coefficients)
+    # cos(nπ/2 + a), sin(nπ/2 + a) for n mod 4 = 0, 1, 2, 3: (c, s), (-s, c), (-c, -s), (s, -c).
+    n = quadrant.astype(jnp.int32)
+    swap = (n & 1) == 1
+    cos, sin = jnp.where(swap, sin, cos), jnp.where(swap, cos, sin)
+    return jnp.where((n + 1) & 2, -cos, cos), jnp.where(n & 2, -sin, sin)
 
 
 def _angle_dtype(x_dtype):
@@ -142,12 +209,11 @@ def _validate(x, positions, layout, rotary_dim, seq_axis):
     return positions, rotary_dim
 
 
-def _angles_for(x, positions, base, rotary_dim, seq_axis):
-    """Angles [..., L, 1, ..., 1, R/2] broadcastable against x's pair axis."""
-    angles = rotation_angles(positions, rotary_dim, base=base, dtype=_angle_dtype(x.dtype))
-    for _ in range(-seq_axis - 2):  # one singleton per axis between L and H (the heads)
-        angles = angles[..., None, :]
-    return angles
+def _over_heads(table, seq_axis):
+    """[..., L, K] -> [..., L, 1, ..., 1, K]: one singleton per axis between L and H (heads)."""
+    for _ in range(-seq_axis - 2):
+        table = table[..., None, :]
+    return table
 
 
 def _split_pairs(x, layout):
@@ -255,12 +321,16 @@ def apply_rope(
       Array of x's shape and dtype. The rotation itself runs in at least float32.
     """
     positions, rotary_dim = _validate(x, positions, layout, rotary_dim, seq_axis)
-    angles = _angles_for(x, positions, base, rotary_dim, seq_axis)  # [..., L, (1,) R/2]
+    dtype = _angle_dtype(x.dtype)
+    turns = rotation_turns(positions, rotary_dim, base=base, dtype=dtype, layout=layout)
+    turns = _over_heads(turns, seq_axis)  # [..., L, (1,) R]
     # (a, b) -> (a cos - b sin, b cos + a sin) = x * cos + partners(x) * [-sin, +sin]: one
-    # fused element-wise pass over features in their own order, with [..., L, (1,) R] tables.
-    cos, sin = jnp.cos(angles), jnp.sin(angles)
-    cos, sin = materialize((_merge_pairs(cos, cos, layout), _merge_pairs(-sin, sin, layout)))
-    rotated = _widen(x[..., :rotary_dim], angles.dtype)
+    # fused element-wise pass over features in their own order, with [..., L, (1,) R] tables
+    # computed per feature (interleaving per-pair tables would not vectorize).
+    cos, sin = cos_sin_turns(turns)
+    half = np.ones(rotary_dim // 2, dtype)
+    cos, sin = materialize((cos, sin * _merge_pairs(-half, half, layout)))
+    rotated = _widen(x[..., :rotary_dim], dtype)
     out = rotated * cos + _partners(rotated, layout) * sin
     out = _narrow(out, x.dtype)
     if rotary_dim == x.shape[-1]:
@@ -314,7 +384,8 @@ def apply_rope_complex(
 ):
     """Reference: each pair as a complex number x_a + i·x_b multiplied by e^{i m θ} (eq. 12)."""
     positions, rotary_dim = _validate(x, positions, layout, rotary_dim, seq_axis)
-    angles = _angles_for(x, positions, base, rotary_dim, seq_axis)
+    angles = rotation_angles(positions, rotary_dim, base=base, dtype=_angle_dtype(x.dtype))
+    angles = _over_heads(angles, seq_axis)
     first, second = _split_pairs(x[..., :rotary_dim].astype(angles.dtype), layout)
     z = lax.complex(first, second) * jnp.exp(lax.complex(jnp.zeros_like(angles), angles))
     out = _merge_pairs(z.real, z.imag, layout).astype(x.dtype)
