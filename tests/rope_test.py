@@ -204,6 +204,19 @@ class RopeTest(parameterized.TestCase):
         )
 
     @parameterized.parameters("interleaved", "half")
+    def test_gradient_with_respect_to_floating_positions(self, layout):
+        positions = jnp.arange(12) * 0.5 + 0.25
+
+        def grad(form):
+            score = lambda p: jnp.sum(form(self.q, p, layout=layout) * self.k)  # noqa: E731
+            return jax.grad(score)(positions)
+
+        chex.assert_trees_all_close(
+            grad(rope.apply_rope), grad(rope.apply_rope_complex), atol=1e-4, rtol=1e-4
+        )
+        self.assertGreater(float(jnp.abs(grad(rope.apply_rope)).min()), 1e-3)
+
+    @parameterized.parameters("interleaved", "half")
     def test_jit_equals_no_jit(self, layout):
         fn = lambda x, p: rope.apply_rope(x, p, layout=layout, rotary_dim=8)  # noqa: E731
         chex.assert_trees_all_close(
