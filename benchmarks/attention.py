@@ -1,8 +1,7 @@
 """Time and memory of the attention kinds against softmax, L = 512 ... 16384.
 
     python benchmarks/attention.py [--quick] [--causal] [--trials=3] [--output=attention.jsonl]
-    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 \\
-        MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 python benchmarks/attention.py
+        [--malloc=default,hugepages,jemalloc]
 
 Shapes: B = 1, N = 8 (B·N = 8), H = 64, float32, L = M. Kinds: softmax with RoPE, linear
 (elu + 1) without RoPE, with RoPE in the numerator (eq. 19) and in both (eq. 18), cosine with
@@ -22,7 +21,18 @@ one with the fastest call. The summary gives the ratios the project targets, of 
 calls (ms_min; the least disturbed by other processes): numerator-RoPE linear / plain linear
 time, softmax / linear time, and how temp memory grows per doubling of L (2x = linear,
 4x = quadratic). A first line times the first touch of fresh memory pages against writing
-the same pages again.
+the same pages again, and a fresh page again when it is part of a transparent huge page.
+
+XLA allocates each call's temporaries anew, so on this machine, where the first touch of a
+page is slow, large cases pay for it on every call under glibc's default settings. --malloc
+runs every case under each of these settings of the C allocator (environment variables of the
+case's process; the records say which):
+  default    the environment as it is (glibc, unless LD_PRELOAD says otherwise)
+  hugepages  glibc asks the kernel for transparent huge pages for the blocks it maps
+             (glibc >= 2.35; the kernel's THP mode "madvise" or "always"): one fault per
+             2 MiB instead of one per 4 KiB
+  jemalloc   jemalloc preloaded (Debian: apt-get install libjemalloc2) with purging off: it
+             keeps freed pages, so only the first call touches fresh ones
 """
 
 import json
@@ -54,6 +64,15 @@ _TRIALS = flags.DEFINE_integer(
 _MAX_GB = flags.DEFINE_float("max_gb", 18.0, "Skip running cases needing more temp memory.")
 _OUTPUT = flags.DEFINE_string("output", None, "Append JSON lines here.")
 _REPORT = flags.DEFINE_string("report", None, "Print the tables of saved JSON lines; run nothing.")
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+MALLOCS = {
+    "default": {},
+    "hugepages": {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"},
+    "jemalloc": {"LD_PRELOAD": JEMALLOC, "MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"},
+}
+_MALLOC = flags.DEFINE_list(
+    "malloc", ["default"], f"Allocator settings to run every case under: {', '.join(MALLOCS)}."
+)
 _CASE = flags.DEFINE_string("case", None, "Internal: 'kind,L,mode' run in this process.")
 
 KINDS = {
@@ -64,7 +83,7 @@ KINDS = {
     "cosine": (attention.cosine_attention, {}),
 }
 MODES = ("fwd", "fwd+bwd")
-FIRST_TOUCH = ("fresh us/page", "again us/page")
+FIRST_TOUCH = ("fresh us/page", "again us/page", "fresh, huge pages")
 
 
 def make_fn(kind, length, mode, causal):
@@ -107,21 +126,38 @@ def run_case(kind, length, mode):
     return record | timing | {"cpu ms": 1e3 * cpu / calls, "peak MB": peak, "faults": faults}
 
 
-def first_touch_us(mib=256):
-    """µs per 4 KiB page to write fresh anonymous pages, and to write the same pages again."""
-    pages = np.frombuffer(mmap.mmap(-1, mib << 20), np.uint8)
-    times = []
-    for value in (1, 2):
+def first_touch_us(mib=256, rounds=2):
+    """µs per 4 KiB page to write fresh private anonymous memory (as malloc maps it), to write
+    the same memory again, and to write fresh memory in transparent huge pages (where the
+    kernel grants them). The fastest of `rounds` fresh mappings each: the first huge pages
+    may wait for the kernel to compact memory."""
+    size, pages = mib << 20, (mib << 20) // 4096
+
+    def write_us(buffer, value):
+        array = np.frombuffer(buffer, np.uint8)
         start = time.perf_counter()
-        pages.fill(value)
-        times.append(1e6 * (time.perf_counter() - start) / ((mib << 20) // 4096))
-    return {"kind": "first touch", **dict(zip(FIRST_TOUCH, times, strict=True))}
+        array.fill(value)
+        return 1e6 * (time.perf_counter() - start) / pages
+
+    times = {name: [] for name in FIRST_TOUCH}
+    for _ in range(rounds):
+        fresh, huge = (
+            mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS) for _ in range(2)
+        )
+        huge.madvise(mmap.MADV_HUGEPAGE)
+        for name, buffer, value in zip(FIRST_TOUCH, (fresh, fresh, huge), (1, 2, 1), strict=True):
+            times[name].append(write_us(buffer, value))
+        fresh.close()
+        huge.close()
+    return {"kind": "first touch"} | {name: min(t) for name, t in times.items()}
 
 
 def allocator():
-    """The malloc in use: glibc, or what LD_PRELOAD names, with its MALLOC_* settings."""
+    """The malloc in use: glibc, or what LD_PRELOAD names, with its settings in the environment."""
     name = os.path.basename(os.environ.get("LD_PRELOAD", "")) or "glibc"
-    settings = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("MALLOC_")]
+    settings = [
+        f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith(("MALLOC_", "GLIBC_TUN"))
+    ]
     return " ".join([name, *settings])
 
 
@@ -141,40 +177,47 @@ def _reset_peak_rss():
     return _status_kib("VmRSS")
 
 
-def run_isolated(kind, length, mode):
-    """Runs one case in a fresh interpreter and returns its record."""
+def run_isolated(kind, length, mode, malloc):
+    """Runs one case in a fresh interpreter, under MALLOCS[malloc], and returns its record."""
     flags_ = [f"--case={kind},{length},{mode}", f"--causal={_CAUSAL.value}"]
     flags_ += [f"--heads={_HEADS.value}", f"--head_dim={_HEAD_DIM.value}"]
     flags_ += [f"--repeats={_REPEATS.value}", f"--max_gb={_MAX_GB.value}"]
+    env = os.environ | MALLOCS[malloc]
     done = subprocess.run(
-        [sys.executable, __file__, *flags_], capture_output=True, text=True, check=False
+        [sys.executable, __file__, *flags_], capture_output=True, text=True, check=False, env=env
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    case = {"kind": kind, "L": length, "mode": mode, "malloc": malloc}
     if done.returncode or not lines:
         why = f"exit code {done.returncode}"
         if done.returncode == -9:
             why += " (killed: out of memory?)"
-        return {"kind": kind, "L": length, "mode": mode, "skipped": why}
-    return json.loads(lines[-1])
+        return case | {"skipped": why}
+    return case | json.loads(lines[-1])
+
+
+def _malloc(record):
+    return record.get("malloc", "default")  # records saved before --malloc existed
 
 
 def summary(records):
-    """The target ratios, one row per (L, mode)."""
-    by = {(r["kind"], r["L"], r["mode"]): r for r in records}
+    """The target ratios, one row per (malloc, L, mode)."""
+    by = {(_malloc(r), r["kind"], r["L"], r["mode"]): r for r in records}
     rows = []
-    for (kind, length, mode), r in by.items():
+    for (malloc, kind, length, mode), r in by.items():
         if kind != "linear":
             continue
-        row = {"L": length, "mode": mode}
+        row = {"malloc": malloc, "L": length, "mode": mode}
         for other, column in (
             ("linear numerator", "numerator / linear"),
             ("softmax", "softmax / linear"),
         ):
-            o = by.get((other, length, mode), {})
+            o = by.get((malloc, other, length, mode), {})
             if "ms_min" in o and "ms_min" in r:
                 row[column] = o["ms_min"] / r["ms_min"]
         for name in KINDS:
-            previous, current = by.get((name, length // 2, mode)), by.get((name, length, mode))
+            previous = by.get((malloc, name, length // 2, mode))
+            current = by.get((malloc, name, length, mode))
             if previous and current and "temp MB" in previous and "temp MB" in current:
                 row[f"{name} temp x"] = current["temp MB"] / previous["temp MB"]
         rows.append(row)
@@ -182,35 +225,42 @@ def summary(records):
 
 
 def crossover(records):
-    """Per kind and mode, the smallest measured L at which it beats softmax ("<= L" when that
-    is the first L measured: the crossover lies at or below it)."""
-    ms = {(r["kind"], r["L"], r["mode"]): r.get("ms_min") for r in records}
+    """Per allocator setting, kind and mode, the smallest measured L at which it beats softmax
+    ("<= L" when that is the first L measured: the crossover lies at or below it)."""
+    ms = {(_malloc(r), r["kind"], r["L"], r["mode"]): r.get("ms_min") for r in records}
     lengths = sorted({r["L"] for r in records})
     rows = []
-    for mode in MODES:
-        for kind in KINDS:
-            softmax = [ms.get(("softmax", n, mode)) for n in lengths]
-            mine = [ms.get((kind, n, mode)) for n in lengths]
-            wins = [n for n, a, b in zip(lengths, mine, softmax) if a and b and a < b]
-            if kind == "softmax" or not any(mine) or not any(softmax):
-                continue
-            where = (
-                f"<= {wins[0]}" if wins and wins[0] == lengths[0] else str(wins[0]) if wins else "-"
-            )
-            rows.append({"kind": kind, "mode": mode, "faster than softmax from L": where})
+    for malloc in dict.fromkeys(_malloc(r) for r in records):
+        for mode in MODES:
+            for kind in KINDS:
+                softmax = [ms.get((malloc, "softmax", n, mode)) for n in lengths]
+                mine = [ms.get((malloc, kind, n, mode)) for n in lengths]
+                if kind == "softmax" or not any(mine) or not any(softmax):
+                    continue
+                wins = [n for n, a, b in zip(lengths, mine, softmax) if a and b and a < b]
+                first = wins[0] if wins else None
+                where = "-" if first is None else f"<= {first}" if first == lengths[0] else first
+                rows.append(
+                    {
+                        "malloc": malloc,
+                        "kind": kind,
+                        "mode": mode,
+                        "faster than softmax from L": where,
+                    }
+                )
     return rows
 
 
 def print_tables(records, output=None):
     """The per-case table (records appended to `output` as JSON lines), ratios, crossovers."""
     kinds = [kind for kind in KINDS if any(r["kind"] == kind for r in records)]
-    columns = ["kind", "L", "mode", "ms", "cpu ms", "temp MB", "peak MB", "faults", "skipped"]
-    report(records, columns, output)
+    columns = ["malloc", "kind", "L", "mode", "ms", "cpu ms", "temp MB", "peak MB", "faults"]
+    report(records, columns + ["skipped"], output)
     print()
-    ratios = ["L", "mode", "numerator / linear", "softmax / linear"]
+    ratios = ["malloc", "L", "mode", "numerator / linear", "softmax / linear"]
     report(summary(records), ratios + [f"{k} temp x" for k in kinds])
     print()
-    report(crossover(records), ["kind", "mode", "faster than softmax from L"])
+    report(crossover(records), ["malloc", "kind", "mode", "faster than softmax from L"])
 
 
 def main(argv):
@@ -225,21 +275,33 @@ def main(argv):
         report([r for r in records if r["kind"] == "first touch"], ["kind", *FIRST_TOUCH])
         print_tables([r for r in records if r["kind"] != "first touch"])
         return
+    unknown = [m for m in _MALLOC.value if m not in MALLOCS]
+    if unknown:
+        raise app.UsageError(f"--malloc={','.join(unknown)}; expected some of {list(MALLOCS)}")
+    if "jemalloc" in _MALLOC.value and not os.path.exists(JEMALLOC):
+        raise app.UsageError(f"--malloc=jemalloc needs {JEMALLOC}: apt-get install libjemalloc2")
     lengths = [512, 1024, 2048] if _QUICK.value else [int(n) for n in _LENGTHS.value]
     if _QUICK.value:
         flags.FLAGS.repeats = 3
     start, records = time.time(), []
     touch = first_touch_us()
     report([touch], ["kind", *FIRST_TOUCH], _OUTPUT.value)
-    cases = [(kind, mode) for kind in _KINDS.value or KINDS for mode in MODES]
+    cases = [
+        (kind, mode, malloc)
+        for malloc in _MALLOC.value
+        for kind in _KINDS.value or KINDS
+        for mode in MODES
+    ]
     for length in lengths:
-        trials = [[run_isolated(k, length, m) for k, m in cases] for _ in range(_TRIALS.value)]
+        trials = [
+            [run_isolated(k, length, *rest) for k, *rest in cases] for _ in range(_TRIALS.value)
+        ]
         for runs in zip(*trials, strict=True):
             best = min(runs, key=lambda r: r.get("ms_min", float("inf")))
             records.append(best | {"trials": len(runs)})
             print(json.dumps(records[-1]), file=sys.stderr, flush=True)
     print_tables(records, _OUTPUT.value)
-    print(f"\n{time.time() - start:.0f} s; {allocator()}; causal={_CAUSAL.value}")
+    print(f"\n{time.time() - start:.0f} s; default malloc: {allocator()}; causal={_CAUSAL.value}")
 
 
 if __name__ == "__main__":
