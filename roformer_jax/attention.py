@@ -72,12 +72,16 @@ def _compute_dtype(x):
     return jnp.promote_types(x.dtype, jnp.float32)
 
 
-def _rope_qk(q, k, q_positions, k_positions, *, base, layout, rotary_dim):
-    """Rotates q [B, L, N, F] by q_positions and k [B, M, N, F] by k_positions (default: q's)."""
+def _positions(q_positions, k_positions):
+    """(q_positions, k_positions), the keys' defaulting to the queries'."""
     if q_positions is None:
         raise ValueError("k_positions given without q_positions")
-    if k_positions is None:
-        k_positions = q_positions
+    return q_positions, q_positions if k_positions is None else k_positions
+
+
+def _rope_qk(q, k, q_positions, k_positions, *, base, layout, rotary_dim):
+    """Rotates q [B, L, N, F] by q_positions and k [B, M, N, F] by k_positions (default: q's)."""
+    q_positions, k_positions = _positions(q_positions, k_positions)
     rope = dict(base=base, layout=layout, rotary_dim=rotary_dim)
     return apply_rope(q, q_positions, **rope), apply_rope(k, k_positions, **rope)
 
@@ -172,25 +176,56 @@ def _heads(x):
     return jnp.swapaxes(x, 1, 2)
 
 
-def _feature_sums(qf, kf):
-    """Σ_j qf_i·kf_j for each query and head: [B, L, N, F], [B, M, N, F] -> [B, N, L, 1].
+def _feature_sums(qf, key_sums):
+    """qf_i·key_sums for each query and head: [B, L, N, F], [B, N, F] -> [B, N, L, 1].
 
     One GEMM of qf as [L, N·F] against the key sums laid out block-diagonally, [N·F, N]: N
     times the needed products, yet far faster on CPU than XLA's batched matrix-vector
     products (one per head), which it runs as an unvectorized loop.
     """
     b, length, n, f = qf.shape
-    blocks = jnp.sum(kf, axis=1)[..., None] * jnp.eye(n, dtype=kf.dtype)[:, None, :]
+    blocks = key_sums[..., None] * jnp.eye(n, dtype=key_sums.dtype)[:, None, :]
     den = jnp.einsum("BLK,BKN->BLN", qf.reshape(b, length, n * f), blocks.reshape(b, n * f, n))
     return _heads(den[..., None])
 
 
-def _kernel_attention(qn, kn, v, *, den=None, den_features=None, mask, causal, eps, chunk_size):
+def _after(x, dependency):
+    """x, computed only once `dependency` is: XLA orders work by data, and a barrier
+    (optimization_barrier) did not reorder the buffers of `_numerator_rope`. The term added
+    is 0 · isnan(an element of dependency), zero even where that element is inf or NaN, so
+    x changes at most in the sign of a zero.
+    """
+    return x + 0 * jnp.isnan(dependency.ravel()[0]).astype(x.dtype)
+
+
+def _numerator_rope(q, k, v, *, phi, mask, eps, q_positions, k_positions, rope_kw):
+    """Eq. (19), not causal: q [B, L, N, H], k, v [B, M, N, H] -> [B, N, L, H].
+
+    Keys first: S = Σ_j φ(k_j) and the state Σ_j R_jφ(k_j) v_jᵀ; then each query's
+    [R_iφ(q_i)]ᵀ state / guard(φ(q_i)ᵀ S). The queries wait for the state (`_after`): XLA's
+    CPU scheduler would otherwise compute φ(q) first, which the denominator's GEMM needs in
+    a buffer of its own, and keep it beside the keys' buffers: 32 MiB more temporaries at
+    L = 16384, B·N = 8, H = 64, fresh pages on every call (benchmarks/attention.py).
+    """
+    q_positions, k_positions = _positions(q_positions, k_positions)
+    kf = phi(k)
+    if mask is not None:  # where, not *: a NaN in the padding must not leak
+        kf = jnp.where(mask[:, :, None, None], kf, 0.0)
+        v = jnp.where(mask[:, :, None, None], v, 0.0)
+    key_sums = jnp.sum(kf, axis=1)  # [B, N, F]
+    kf = _heads(apply_rope(kf, k_positions, **rope_kw))
+    state = jnp.einsum("BNMF,BNME->BNFE", kf, _heads(v))
+    qf = phi(_after(q, state))
+    num = jnp.einsum("BNLF,BNFE->BNLE", _heads(apply_rope(qf, q_positions, **rope_kw)), state)
+    return num / _guard(_feature_sums(qf, key_sums), eps)
+
+
+def _kernel_attention(qn, kn, v, *, den_features=None, mask, causal, eps, chunk_size):
     """Σ_j (qn_i·kn_j) v_j / guard(Σ_j qd_i·kd_j), all heads-major: [B, N, L, F], [B, N, M, F].
 
-    den_features=(qd, kd) when the denominator has its own features (eq. 19); den [B, N, L, 1]
-    when it is already summed; otherwise it is Σ_j qn_i·kn_j, read off a column of ones
-    appended to v in the same products. Returns [B, N, L, H].
+    den_features=(qd, kd) when the denominator has its own features (eq. 19); otherwise it is
+    Σ_j qn_i·kn_j, read off a column of ones appended to v in the same products.
+    Returns [B, N, L, H].
     """
 
     def keys(x):  # padded keys -> 0; where, not *: a NaN in the padding must not leak
@@ -198,9 +233,7 @@ def _kernel_attention(qn, kn, v, *, den=None, den_features=None, mask, causal, e
 
     sums = functools.partial(_kernel_sums, causal=causal, chunk_size=chunk_size)
     ones = jnp.ones_like(v[..., :1])
-    if den is not None:
-        num = sums(qn, keys(kn), keys(v))
-    elif den_features is None:
+    if den_features is None:
         out = sums(qn, keys(kn), keys(jnp.concatenate([v, ones], axis=-1)))
         num, den = out[..., :-1], out[..., -1:]
     else:
@@ -259,31 +292,23 @@ def linear_attention(
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
 
     rope_kw = dict(base=rope_base, layout=rope_layout, rotary_dim=rotary_dim)
-    rotate = functools.partial(
-        _rope_qk, q_positions=q_positions, k_positions=k_positions, **rope_kw
-    )
+    positions = dict(q_positions=q_positions, k_positions=k_positions)
+    if rope == "numerator" and not causal:
+        out = _numerator_rope(q, k, v, phi=phi, mask=mask, eps=eps, rope_kw=rope_kw, **positions)
+        return _heads(out).astype(out_dtype)
+    rotate = functools.partial(_rope_qk, **positions, **rope_kw)
     if rope == "before_feature_map":
         q, k = rotate(q, k)
     qf, kf = phi(q), phi(k)  # [B, L, N, F], [B, M, N, F]
-    den = den_features = None
-    if rope == "numerator" and not causal:
-        # Padded keys -> 0 (where, not *: a NaN in the padding must not leak); the other
-        # paths mask in _kernel_attention.
-        real_kf = kf if mask is None else jnp.where(mask[:, :, None, None], kf, 0.0)
-        den = _feature_sums(qf, real_kf)
-    elif rope == "numerator":
-        den_features = (_heads(qf), _heads(kf))
+    den_features = (_heads(qf), _heads(kf)) if rope == "numerator" else None
     if rope in ("numerator", "both"):
         # Fused into the rotation, φ is evaluated up to three times per feature (RoPE reads
         # each feature and its two neighbours). Still faster on CPU than materializing φ
         # first: the separate buffers that costs are fresh pages, and a first touch is slow
-        # (benchmarks/attention.py). For eq. (19) the denominator's GEMM needs φ in a buffer
-        # anyway, and XLA then rotates from that buffer.
+        # (benchmarks/attention.py).
         qf, kf = rotate(qf, kf)
     kernel = dict(mask=mask, causal=causal, eps=eps, chunk_size=chunk_size)
-    out = _kernel_attention(
-        _heads(qf), _heads(kf), _heads(v), den=den, den_features=den_features, **kernel
-    )
+    out = _kernel_attention(_heads(qf), _heads(kf), _heads(v), den_features=den_features, **kernel)
     return _heads(out).astype(out_dtype)
 
 

@@ -181,6 +181,19 @@ class LinearKindsTest(parameterized.TestCase):
             )
             chex.assert_trees_all_close(out, v, rtol=1e-5)
 
+    def test_numerator_rope_needs_few_more_temporaries_than_plain_linear(self):
+        # Eq. (19)'s denominator keeps φ(q) in a buffer of its own; computed after the keys
+        # (attention._after), it reuses their buffers. Computed first, as XLA's CPU scheduler
+        # chose, it took 1.44x plain linear attention's temporaries at this size.
+        shape = jax.ShapeDtypeStruct((1, 256, 8, 64), jnp.float32)
+
+        def temporaries(**kw):
+            fn = jax.jit(lambda q, k, v: attention.linear_attention(q, k, v, **kw))
+            return fn.lower(shape, shape, shape).compile().memory_analysis().temp_size_in_bytes
+
+        rope = temporaries(rope="numerator", q_positions=jnp.arange(256))
+        self.assertLess(rope, 1.25 * temporaries())
+
     def test_cosine_weights_are_nonnegative_and_sum_to_one(self):
         # With one-hot values v_j = e_j the output row i is the weight vector of query i.
         keys = L
@@ -347,6 +360,7 @@ class ErrorsTest(parameterized.TestCase):
         ("positions_without_rope", dict(q_positions=jnp.arange(L)), "rope=None"),
         ("rope_without_positions", dict(rope="numerator"), "needs q_positions"),
         ("k_positions_alone", dict(rope="both", k_positions=jnp.arange(L)), "without q_pos"),
+        ("k_positions_alone_19", dict(rope="numerator", k_positions=jnp.arange(L)), "without q_"),
     )
     def test_linear_bad_inputs(self, overrides, message):
         args = dict(zip("qkv", _qkv(0), strict=True)) | overrides
