@@ -20,8 +20,8 @@ VM, cause unknown); --trials=3 runs each case in three processes, interleaved, a
 one with the fastest call. The summary gives the ratios the project targets, of the fastest
 calls (ms_min; the least disturbed by other processes): numerator-RoPE linear / plain linear
 time, softmax / linear time, and how temp memory grows per doubling of L (2x = linear,
-4x = quadratic). A first line times the first touch of fresh memory pages against writing
-the same pages again, and a fresh page again when it is part of a transparent huge page.
+4x = quadratic). A first line times the first touch of fresh memory pages, writing the same
+pages again, and the first touch of fresh memory in transparent huge pages.
 
 XLA allocates each call's temporaries anew, so on this machine, where the first touch of a
 page is slow, large cases pay for it on every call under glibc's default settings. --malloc
