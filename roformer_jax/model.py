@@ -119,6 +119,11 @@ class ModelConfig:
     def embed_dim(self) -> int:
         return self.hidden_size if self.embedding_size is None else self.embedding_size
 
+    @property
+    def max_length(self) -> int | None:
+        """The longest sequence the position encoding supports; None = any length."""
+        return self.max_len if self.position == "learned" else None
+
 
 SIZES: dict[str, dict] = {
     "tiny": dict(num_layers=2, hidden_size=64, num_heads=4, intermediate_size=256),
