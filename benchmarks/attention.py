@@ -49,7 +49,7 @@ import numpy as np
 from absl import app, flags
 from timing import report, time_call
 
-from roformer_jax import attention
+from roformer_jax import attention, rope
 
 _QUICK = flags.DEFINE_bool("quick", False, "L = 512, 1024, 2048 and fewer repeats.")
 _LENGTHS = flags.DEFINE_list("lengths", [str(512 << i) for i in range(6)], "Sequence lengths.")
@@ -75,21 +75,22 @@ _MALLOC = flags.DEFINE_list(
 )
 _CASE = flags.DEFINE_string("case", None, "Internal: 'kind,L,mode' run in this process.")
 
+# (function, keywords, rotated by RoPE)
 KINDS = {
-    "softmax": (attention.softmax_attention, {}),
-    "linear": (attention.linear_attention, {"rope": None}),
-    "linear numerator": (attention.linear_attention, {"rope": "numerator"}),
-    "linear both": (attention.linear_attention, {"rope": "both"}),
-    "cosine": (attention.cosine_attention, {}),
+    "softmax": (attention.softmax_attention, {}, True),
+    "linear": (attention.linear_attention, {}, False),
+    "linear numerator": (attention.linear_attention, {"placement": "numerator"}, True),
+    "linear both": (attention.linear_attention, {"placement": "both"}, True),
+    "cosine": (attention.cosine_attention, {}, True),
 }
 MODES = ("fwd", "fwd+bwd")
 FIRST_TOUCH = ("fresh us/page", "again us/page", "fresh, huge pages")
 
 
 def make_fn(kind, length, mode, causal):
-    fn, kw = KINDS[kind]
-    if kw.get("rope", "rope") is not None:
-        kw = {**kw, "q_positions": jnp.arange(length)}
+    fn, kw, rotated = KINDS[kind]
+    if rotated:
+        kw = {**kw, "rotation": rope.rope_rotation(jnp.arange(length))}
 
     def forward(q, k, v):
         return fn(q, k, v, causal=causal, **kw)

@@ -10,17 +10,19 @@ dtype. Common keyword arguments:
   mask          [B, M] bool, True = real token. Padded keys add nothing to any numerator or
                 denominator; a query whose keys are all padded gets zeros.
   causal        query i sees keys j <= i (needs L == M).
-  q_positions, k_positions
-                integer [L] / [B, L] and [M] / [B, M]; when given, q and k are rotated by RoPE
-                (Su et al. 2021, eq. 14). k_positions defaults to q_positions.
-  rope_base, rope_layout, rotary_dim
-                passed to `roformer_jax.rope.apply_rope`.
+  rotation      how q and k are rotated (a `roformer_jax.rope.Rotation`, e.g.
+                `rope.rope_rotation(positions)`: RoPE, Su et al. 2021, eq. 14), or None. The
+                kinds never see positions themselves, so any encoding that rotates q and k
+                (scaled RoPE, xPos, ...) needs no keyword here.
+Softmax attention also takes `bias` [B or 1, N, L, M], added to the scores (ALiBi); the
+linear kinds cannot, since they never form the scores.
 
 The linear kinds (`linear_attention`, `cosine_attention`) never form the L x M matrix: their
 memory is O(L) with or without `causal`. The causal form splits the sequence into chunks of
 C positions, is quadratic inside a chunk and carries prefix sums of the per-chunk states
 [K, B, N, F, E] across chunks, so no [L, F, E] tensor is ever built.
-Speed is measured in benchmarks/attention.py.
+Speed is measured in benchmarks/attention.py; what makes the CPU path fast is in
+`_attention_cpu.py`, apart from the formulas.
 """
 
 import functools
@@ -29,25 +31,21 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from roformer_jax.rope import apply_rope
-
-
-def _elu_plus_one(x):
-    """elu(x) + 1 > 0: the map of Katharopoulos et al. 2020 and of the RoFormer paper, sec. 3.3.
-
-    Written as exp(x) for x <= 0: exact where expm1(x) + 1 loses every digit (x << 0), and
-    XLA's CPU backend vectorizes exp but not expm1 once fused into RoPE's element-wise pass.
-    """
-    positive = x > 0
-    return jnp.where(positive, x + 1.0, jnp.exp(jnp.where(positive, 0.0, x)))
-
+from roformer_jax import _attention_cpu
+from roformer_jax.rope import Rotation
 
 FEATURE_MAPS: dict[str, Callable[[jax.Array], jax.Array]] = {
-    "elu": _elu_plus_one,
+    # elu(x) + 1 > 0: the map of Katharopoulos et al. 2020 and of the RoFormer paper, sec. 3.3.
+    "elu": _attention_cpu.elu_plus_one,
     "relu": jax.nn.relu,
     "softplus": jax.nn.softplus,
 }
-ROPE_PLACEMENTS = (None, "numerator", "both", "before_feature_map")
+# Where linear attention applies the rotation (see `linear_attention`).
+PLACEMENTS = ("numerator", "both", "before_feature_map")
+
+
+def _on_cpu() -> bool:
+    return jax.default_backend() == "cpu"
 
 
 def _check_shapes(q, k, v, mask, causal) -> None:
@@ -72,20 +70,6 @@ def _compute_dtype(x):
     return jnp.promote_types(x.dtype, jnp.float32)
 
 
-def _positions(q_positions, k_positions):
-    """(q_positions, k_positions), the keys' defaulting to the queries'."""
-    if q_positions is None:
-        raise ValueError("k_positions given without q_positions")
-    return q_positions, q_positions if k_positions is None else k_positions
-
-
-def _rope_qk(q, k, q_positions, k_positions, *, base, layout, rotary_dim):
-    """Rotates q [B, L, N, F] by q_positions and k [B, M, N, F] by k_positions (default: q's)."""
-    q_positions, k_positions = _positions(q_positions, k_positions)
-    rope = dict(base=base, layout=layout, rotary_dim=rotary_dim)
-    return apply_rope(q, q_positions, **rope), apply_rope(k, k_positions, **rope)
-
-
 def softmax_attention(
     q,
     k,
@@ -93,15 +77,12 @@ def softmax_attention(
     *,
     mask=None,
     causal=False,
-    q_positions=None,
-    k_positions=None,
-    rope_base=10000.0,
-    rope_layout="interleaved",
-    rotary_dim=None,
+    rotation: Rotation | None = None,
+    bias=None,
     dropout_rate=0.0,
     dropout_rng=None,
 ):
-    """softmax(q kᵀ / √H) v, with RoPE on q and k when positions are given.
+    """softmax(R q (R k)ᵀ / √H + bias) v: R the rotation (when given), bias [B or 1, N, L, M].
 
     Scores and softmax are computed in float32 (float64 for float64 inputs). O(L·M) memory.
     `dropout_rate` > 0 drops attention weights (scaled by 1/(1 - rate)); needs `dropout_rng`.
@@ -110,12 +91,19 @@ def softmax_attention(
     _check_shapes(q, k, v, mask, causal)
     if dropout_rate > 0.0 and dropout_rng is None:
         raise ValueError(f"dropout_rate={dropout_rate} needs a dropout_rng")
-    if q_positions is not None or k_positions is not None:
-        rope_kw = dict(base=rope_base, layout=rope_layout, rotary_dim=rotary_dim)
-        q, k = _rope_qk(q, k, q_positions, k_positions, **rope_kw)
+    if rotation is not None:
+        q, k = rotation.q(q), rotation.k(k)
     dtype = _compute_dtype(q)
     scores = jnp.einsum("BLNH,BMNH->BNLM", q, k, preferred_element_type=dtype)
     scores = scores * (q.shape[-1] ** -0.5)
+    if bias is not None:
+        expected = (q.shape[2], q.shape[1], k.shape[1])
+        if bias.ndim != 4 or bias.shape[1:] != expected or bias.shape[0] not in (1, q.shape[0]):
+            raise ValueError(
+                f"bias has shape {bias.shape}; expected [B or 1, N, L, M] = "
+                f"[{q.shape[0]} or 1, {', '.join(map(str, expected))}]"
+            )
+        scores = scores + bias.astype(dtype)
     valid = jnp.ones((1, 1, 1, k.shape[1]), bool) if mask is None else mask[:, None, None, :]
     if causal:
         valid = valid & jnp.tril(jnp.ones((q.shape[1], k.shape[1]), bool))
@@ -132,11 +120,6 @@ def softmax_attention(
 def _guard(den, eps):
     """Moves den away from zero by at least eps, keeping its sign (0 counts as positive)."""
     return jnp.where(den < 0, jnp.minimum(den, -eps), jnp.maximum(den, eps))
-
-
-def _exclusive_sum_step(total, state):
-    # Module-level, not a lambda: op-by-op (eager) calls then reuse the compiled scan.
-    return total + state, total
 
 
 def _kernel_sums(qf, kf, values, *, causal, chunk_size):
@@ -164,9 +147,11 @@ def _kernel_sums(qf, kf, values, *, causal, chunk_size):
     scores = jnp.where(tril, jnp.einsum("BNKCF,BNKDF->BNKCD", qf, kf), 0.0)
     out = jnp.einsum("BNKCD,BNKDE->BNKCE", scores, values)
     states = jnp.einsum("BNKDF,BNKDE->KBNFE", kf, values)
-    # Exclusive prefix sum over chunks. A sequential scan: on CPU jnp.cumsum (reduce-window)
-    # is 4x slower here, and the running sum in a fixed order is exactly reproducible.
-    _, prefix = jax.lax.scan(_exclusive_sum_step, jnp.zeros_like(states[0]), states)
+    # Earlier chunks: an exclusive prefix sum of the states over chunks.
+    if _on_cpu():
+        prefix = _attention_cpu.exclusive_cumsum(states)
+    else:
+        prefix = jnp.cumsum(states, axis=0) - states
     out = out + jnp.einsum("BNKCF,KBNFE->BNKCE", qf, prefix)
     return out.reshape(b, n, kc * c, -1)[:, :, :length]
 
@@ -177,46 +162,27 @@ def _heads(x):
 
 
 def _feature_sums(qf, key_sums):
-    """qf_i·key_sums for each query and head: [B, L, N, F], [B, N, F] -> [B, N, L, 1].
-
-    One GEMM of qf as [L, N·F] against the key sums laid out block-diagonally, [N·F, N]: N
-    times the needed products, yet far faster on CPU than XLA's batched matrix-vector
-    products (one per head), which it runs as an unvectorized loop.
-    """
-    b, length, n, f = qf.shape
-    blocks = key_sums[..., None] * jnp.eye(n, dtype=key_sums.dtype)[:, None, :]
-    den = jnp.einsum("BLK,BKN->BLN", qf.reshape(b, length, n * f), blocks.reshape(b, n * f, n))
-    return _heads(den[..., None])
+    """qf_i·key_sums for each query and head: [B, L, N, F], [B, N, F] -> [B, N, L, 1]."""
+    if _on_cpu():
+        return _attention_cpu.feature_sums(qf, key_sums)
+    return _heads(jnp.einsum("BLNF,BNF->BLN", qf, key_sums)[..., None])
 
 
-def _after(x, dependency):
-    """x, computed only once `dependency` is: XLA orders work by data, and a barrier
-    (optimization_barrier) did not reorder the buffers of `_numerator_rope`. The term added
-    is 0 · isnan(an element of dependency), zero even where that element is inf or NaN, so
-    x changes at most in the sign of a zero.
-    """
-    return x + 0 * jnp.isnan(dependency.ravel()[0]).astype(x.dtype)
-
-
-def _numerator_rope(q, k, v, *, phi, mask, eps, q_positions, k_positions, rope_kw):
+def _numerator_rope(q, k, v, *, phi, mask, eps, rotation):
     """Eq. (19), not causal: q [B, L, N, H], k, v [B, M, N, H] -> [B, N, L, H].
 
     Keys first: S = Σ_j φ(k_j) and the state Σ_j R_jφ(k_j) v_jᵀ; then each query's
-    [R_iφ(q_i)]ᵀ state / guard(φ(q_i)ᵀ S). The queries wait for the state (`_after`): XLA's
-    CPU scheduler would otherwise compute φ(q) first, which the denominator's GEMM needs in
-    a buffer of its own, and keep it beside the keys' buffers: 32 MiB more temporaries at
-    L = 16384, B·N = 8, H = 64, fresh pages on every call (benchmarks/attention.py).
+    [R_iφ(q_i)]ᵀ state / guard(φ(q_i)ᵀ S). The queries wait for the state
+    (`_attention_cpu.after` says why).
     """
-    q_positions, k_positions = _positions(q_positions, k_positions)
     kf = phi(k)
     if mask is not None:  # where, not *: a NaN in the padding must not leak
         kf = jnp.where(mask[:, :, None, None], kf, 0.0)
         v = jnp.where(mask[:, :, None, None], v, 0.0)
     key_sums = jnp.sum(kf, axis=1)  # [B, N, F]
-    kf = _heads(apply_rope(kf, k_positions, **rope_kw))
-    state = jnp.einsum("BNMF,BNME->BNFE", kf, _heads(v))
-    qf = phi(_after(q, state))
-    num = jnp.einsum("BNLF,BNFE->BNLE", _heads(apply_rope(qf, q_positions, **rope_kw)), state)
+    state = jnp.einsum("BNMF,BNME->BNFE", _heads(rotation.k(kf)), _heads(v))  # [B, N, F, H]
+    qf = phi(_attention_cpu.after(q, state))
+    num = jnp.einsum("BNLF,BNFE->BNLE", _heads(rotation.q(qf)), state)
     return num / _guard(_feature_sums(qf, key_sums), eps)
 
 
@@ -249,20 +215,16 @@ def linear_attention(
     *,
     mask=None,
     causal=False,
-    q_positions=None,
-    k_positions=None,
-    rope_base=10000.0,
-    rope_layout="interleaved",
-    rotary_dim=None,
+    rotation: Rotation | None = None,
+    placement="numerator",
     feature_map="elu",
-    rope=None,
     eps=1e-6,
     chunk_size=64,
 ):
     """Linear attention Σ_j sim(i, j) v_j / Σ_j sim'(i, j) with a feature map φ.
 
-    rope placement (R_i is the RoPE rotation at position i):
-      None                 sim = sim' = φ(q_i)ᵀφ(k_j)                      (no positions)
+    Without a rotation, sim = sim' = φ(q_i)ᵀφ(k_j) (no positions). With one (R_i rotates at
+    query i, R_j at key j), `placement` says where it goes:
       "numerator"          sim = [R_i φ(q_i)]ᵀ[R_j φ(k_j)], sim' = φ(q_i)ᵀφ(k_j)   eq. (19)
       "both"               sim = sim' = [R_i φ(q_i)]ᵀ[R_j φ(k_j)]                 eq. (18)
       "before_feature_map" sim = sim' = φ(R_i q_i)ᵀφ(R_j k_j)     (Performer + RoPE, Fig. 3)
@@ -280,33 +242,26 @@ def linear_attention(
     _check_shapes(q, k, v, mask, causal)
     if feature_map not in FEATURE_MAPS:
         raise ValueError(f"feature_map={feature_map!r}; expected one of {sorted(FEATURE_MAPS)}")
-    if rope not in ROPE_PLACEMENTS:
-        raise ValueError(f"rope={rope!r}; expected one of {ROPE_PLACEMENTS}")
-    has_positions = q_positions is not None or k_positions is not None
-    if rope is None and has_positions:
-        raise ValueError("positions given but rope=None; choose a rope placement")
-    if rope is not None and not has_positions:
-        raise ValueError(f"rope={rope!r} needs q_positions (and optionally k_positions)")
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement={placement!r}; expected one of {PLACEMENTS}")
     phi = FEATURE_MAPS[feature_map]
     out_dtype, dtype = q.dtype, _compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
 
-    rope_kw = dict(base=rope_base, layout=rope_layout, rotary_dim=rotary_dim)
-    positions = dict(q_positions=q_positions, k_positions=k_positions)
-    if rope == "numerator" and not causal:
-        out = _numerator_rope(q, k, v, phi=phi, mask=mask, eps=eps, rope_kw=rope_kw, **positions)
+    rotate = rotation is not None
+    if rotate and placement == "numerator" and not causal:
+        out = _numerator_rope(q, k, v, phi=phi, mask=mask, eps=eps, rotation=rotation)
         return _heads(out).astype(out_dtype)
-    rotate = functools.partial(_rope_qk, **positions, **rope_kw)
-    if rope == "before_feature_map":
-        q, k = rotate(q, k)
+    if rotate and placement == "before_feature_map":
+        q, k = rotation.q(q), rotation.k(k)
     qf, kf = phi(q), phi(k)  # [B, L, N, F], [B, M, N, F]
-    den_features = (_heads(qf), _heads(kf)) if rope == "numerator" else None
-    if rope in ("numerator", "both"):
+    den_features = (_heads(qf), _heads(kf)) if rotate and placement == "numerator" else None
+    if rotate and placement != "before_feature_map":
         # Fused into the rotation, φ is evaluated up to three times per feature (RoPE reads
         # each feature and its two neighbours). Still faster on CPU than materializing φ
         # first: the separate buffers that costs are fresh pages, and a first touch is slow
         # (benchmarks/attention.py).
-        qf, kf = rotate(qf, kf)
+        qf, kf = rotation.q(qf), rotation.k(kf)
     kernel = dict(mask=mask, causal=causal, eps=eps, chunk_size=chunk_size)
     out = _kernel_attention(_heads(qf), _heads(kf), _heads(v), den_features=den_features, **kernel)
     return _heads(out).astype(out_dtype)
@@ -319,18 +274,15 @@ def cosine_attention(
     *,
     mask=None,
     causal=False,
-    q_positions=None,
-    k_positions=None,
-    rope_base=10000.0,
-    rope_layout="interleaved",
-    rotary_dim=None,
+    rotation: Rotation | None = None,
     eps=1e-6,
     chunk_size=64,
 ):
     """Normalised-cosine attention: weights (1 + cos(R_i q_i, R_j k_j)) / Σ_j (same).
 
     Each similarity lies in [0, 2], so the weights are >= 0 and sum to 1 over the real keys.
-    With a = R_i q_i / |q_i| and b = R_j k_j / |k_j| (RoPE preserves norms),
+    With a = R_i q_i / |q_i| and b = R_j k_j / |k_j| (the rotation must keep norms, as RoPE
+    does),
     1 + aᵀb = [1, a]ᵀ[1, b]: linear attention with features F = H + 1, O(L) memory, the L x M
     matrix never formed. A zero q or k vector has cosine 0 with everything.
     Returns [B, L, N, H] in q's dtype.
@@ -346,9 +298,8 @@ def cosine_attention(
     # Normalised before the rotation (the same, as RoPE preserves norms): RoPE reads every
     # feature twice, and the norms are then a separate pass instead of being recomputed.
     q, k = unit(q), unit(k)
-    if q_positions is not None or k_positions is not None:
-        rope_kw = dict(base=rope_base, layout=rope_layout, rotary_dim=rotary_dim)
-        q, k = _rope_qk(q, k, q_positions, k_positions, **rope_kw)
+    if rotation is not None:
+        q, k = rotation.q(q), rotation.k(k)
 
     def features(x):  # [B, *, N, H] -> [1, x]: [B, *, N, H + 1]
         return jnp.concatenate([jnp.ones_like(x[..., :1]), x], axis=-1)

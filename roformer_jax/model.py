@@ -2,7 +2,8 @@
 
 RoFormer (Su et al. 2021) is BERT with the absolute position table removed and RoPE applied to
 q and k in every self-attention (eq. 34). Here both are one `RoFormer` module: the position
-encoding ("learned", "sinusoidal", "rope", "none") and the attention kind (any entry of
+encoding (any entry of `roformer_jax.positions.ENCODINGS`: "learned", "sinusoidal", "rope",
+"alibi", "none") and the attention kind (any entry of
 `roformer_jax.attention.ATTENTION_FUNCTIONS`) are fields of a frozen `ModelConfig`.
 With the defaults (post-LN, exact-erf GELU, softmax, rope) it computes what HuggingFace's
 `RoFormerModel` / `RoFormerForMaskedLM` compute, parameter for parameter (see hf.py).
@@ -31,9 +32,8 @@ import jax
 import jax.numpy as jnp
 
 from roformer_jax import attention as attention_lib
-from roformer_jax.rope import apply_rope, rotation_angles
+from roformer_jax.positions import ENCODINGS, PositionEncoding
 
-POSITIONS = ("learned", "sinusoidal", "rope", "none")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     # HF's "gelu" is the exact erf form (torch.nn.functional.gelu); the tanh form is "gelu_new".
@@ -62,7 +62,7 @@ class ModelConfig:
     layer_norm_eps: float = 1e-12
     embedding_size: int | None = None  # E; None means E = D (no factorization)
     dtype: str = "float32"  # compute dtype; parameters are always float32
-    position: str = "rope"  # one of POSITIONS
+    position: str = "rope"  # a key of positions.ENCODINGS
     attention: str = "softmax"  # a key of attention.ATTENTION_FUNCTIONS
     feature_map: str = "elu"  # linear attention's φ
     linear_rope: str = "numerator"  # linear attention's RoPE placement (eq. 19 by default)
@@ -95,21 +95,29 @@ class ModelConfig:
             )
         choices = {
             "dtype": tuple(DTYPES),
-            "position": POSITIONS,
+            "position": tuple(ENCODINGS),
             "attention": tuple(attention_lib.ATTENTION_FUNCTIONS),
             "feature_map": tuple(attention_lib.FEATURE_MAPS),
-            "linear_rope": tuple(p for p in attention_lib.ROPE_PLACEMENTS if p is not None),
+            "linear_rope": attention_lib.PLACEMENTS,
             "hidden_act": tuple(ACTIVATIONS),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}={getattr(self, name)!r} is not one of {allowed}")
-        if (self.position == "rope" or self.rotary_value) and self.head_dim % 2:
-            raise ValueError(f"head dim {self.head_dim} is odd; RoPE rotates pairs of features")
-        if self.rotary_value and self.position != "rope":
-            raise ValueError(f"rotary_value=True needs position='rope', got {self.position!r}")
-        if self.position == "sinusoidal" and self.embed_dim % 2:
-            raise ValueError(f"embedding size {self.embed_dim} is odd; sin/cos come in pairs")
+        self.encoding.check(self)
+        if self.rotary_value and self.encoding.rotation is None:
+            raise ValueError(
+                f"rotary_value=True rotates v as q and k are rotated, but position="
+                f"{self.position!r} rotates nothing; use position='rope'"
+            )
+        attention = attention_lib.ATTENTION_FUNCTIONS[self.attention]
+        if self.encoding.bias is not None and "bias" not in inspect.signature(attention).parameters:
+            raise ValueError(
+                f"position={self.position!r} adds a bias to the attention scores, but "
+                f"{self.attention!r} attention never forms the L x M score matrix (that is "
+                "what makes it linear); RoPE rotates q and k instead, which linear attention "
+                "can use: set position='rope', or attention='softmax'"
+            )
 
     @property
     def head_dim(self) -> int:
@@ -120,9 +128,13 @@ class ModelConfig:
         return self.hidden_size if self.embedding_size is None else self.embedding_size
 
     @property
+    def encoding(self) -> PositionEncoding:
+        return ENCODINGS[self.position]
+
+    @property
     def max_length(self) -> int | None:
         """The longest sequence the position encoding supports; None = any length."""
-        return self.max_len if self.position == "learned" else None
+        return self.encoding.max_length(self)
 
 
 SIZES: dict[str, dict] = {
@@ -148,15 +160,6 @@ class EncoderOutput(NamedTuple):
     logits: jax.Array | None  # [B, L or P, V] float32; None without the MLM head
 
 
-def sinusoidal_embedding(positions, dim: int) -> jax.Array:
-    """Vaswani et al. 2017, sec. 3.5: PE[m, 2i] = sin(m θ_i), PE[m, 2i+1] = cos(m θ_i).
-
-    θ_i = 10000^(-2i/dim). positions: int [L] or [B, L]. Returns [L, dim] or [B, L, dim] float32.
-    """
-    angles = rotation_angles(positions, dim, base=10000.0)  # [..., L, dim/2]
-    return jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1).reshape(*angles.shape[:-1], dim)
-
-
 def _dense(cfg: ModelConfig, features: int, name: str) -> nn.Dense:
     return nn.Dense(
         features,
@@ -174,7 +177,7 @@ def _layer_norm(cfg: ModelConfig, name: str) -> nn.LayerNorm:
 
 
 class Embeddings(nn.Module):
-    """Word + token type (+ absolute position) embeddings of size E, LayerNorm, dropout."""
+    """Word + token type (+ the position encoding's) embeddings of size E, LayerNorm, dropout."""
 
     config: ModelConfig
 
@@ -189,26 +192,23 @@ class Embeddings(nn.Module):
         )
         x = embed(cfg.vocab_size, name="word_embeddings")(input_ids)  # [B, L, E]
         x = x + embed(cfg.type_vocab_size, name="token_type_embeddings")(token_type_ids)
-        # "rope" and "none" add nothing here; RoPE acts inside attention.
-        if cfg.position == "learned":
-            x = x + embed(cfg.max_len, name="position_embeddings")(positions)  # [(B,) L, E]
-        elif cfg.position == "sinusoidal":
-            x = x + sinusoidal_embedding(positions, cfg.embed_dim).astype(x.dtype)
+        if cfg.encoding.embed is not None:  # absolute encodings; others act in attention
+            x = x + cfg.encoding.embed(cfg, positions, DTYPES[cfg.dtype])  # [(B,) L, E]
         x = _layer_norm(cfg, "LayerNorm")(x)
         return nn.Dropout(cfg.hidden_dropout)(x, deterministic=deterministic)
 
 
-def _kind_options(function: Callable, cfg: ModelConfig, *, rotate: bool, dropout_rng) -> dict:
+def _kind_options(function: Callable, cfg: ModelConfig, *, dropout_rng) -> dict:
     """The kind-specific keywords of `function` that it declares, from the config.
 
-    Every attention kind takes the common arguments (mask, positions, rope_*); beyond those a
+    Every attention kind takes the common arguments (mask, causal, rotation); beyond those a
     kind receives exactly the options its signature names, so a new kind needs no code here.
     """
     options = {
         "dropout_rate": 0.0 if dropout_rng is None else cfg.attention_dropout,
         "dropout_rng": dropout_rng,
         "feature_map": cfg.feature_map,
-        "rope": cfg.linear_rope if rotate else None,
+        "placement": cfg.linear_rope,
     }
     accepted = inspect.signature(function).parameters
     return {name: value for name, value in options.items() if name in accepted}
@@ -227,19 +227,19 @@ class SelfAttention(nn.Module):
             _dense(cfg, d, name)(x).reshape(b, length, cfg.num_heads, cfg.head_dim)  # [B, L, N, H]
             for name in ("query", "key", "value")
         )
-        rotate = cfg.position == "rope"
-        rope = dict(q_positions=positions, k_positions=positions) if rotate else {}
-        if cfg.rotary_value:  # HF RoFormer's option: v is rotated too, and not rotated back.
-            v = apply_rope(v, positions, base=cfg.rope_base)
+        encoding, where = cfg.encoding, {}  # what the position encoding does in attention
+        if encoding.rotation is not None:
+            where["rotation"] = encoding.rotation(cfg, positions)
+            if cfg.rotary_value:  # HF RoFormer's option: v is rotated too, and not rotated back.
+                v = where["rotation"].k(v)
+        if encoding.bias is not None:
+            where["bias"] = encoding.bias(cfg, positions)  # [B or 1, N, L, L]
         use_dropout = not deterministic and cfg.attention_dropout > 0.0
         function = attention_lib.ATTENTION_FUNCTIONS[cfg.attention]
         options = _kind_options(
-            function,
-            cfg,
-            rotate=rotate,
-            dropout_rng=self.make_rng("dropout") if use_dropout else None,
+            function, cfg, dropout_rng=self.make_rng("dropout") if use_dropout else None
         )
-        out = function(q, k, v, mask=mask, rope_base=cfg.rope_base, **rope, **options)
+        out = function(q, k, v, mask=mask, **where, **options)
         return _dense(cfg, d, "output")(out.reshape(b, length, d))  # [B, L, D]
 
 
@@ -301,14 +301,14 @@ class MlmHead(nn.Module):
 
 
 class RoFormer(nn.Module):
-    """The encoder (BERT or RoFormer by `config.position`) with an optional tied MLM head.
+    """The encoder (BERT, RoFormer, ... by `config.position`) with an optional tied MLM head.
 
     Call with input_ids int [B, L]; attention_mask [B, L] (1/True = real token; padded keys are
     never attended to); token_type_ids int [B, L] (default 0); positions int [L] or [B, L]
-    (default arange(L); RoPE is invariant to adding a constant). Dropout draws from the
-    "dropout" rng stream when deterministic=False. With mlm_positions int [B, P] the MLM head
-    runs only at those positions of each row and logits are [B, P, V]: BERT's
-    `gather_indexes`, which saves the decoder's P·V·E work at the L - P unmasked positions.
+    (default arange(L); relative encodings are invariant to adding a constant). Dropout
+    draws from the "dropout" rng stream when deterministic=False. With mlm_positions int
+    [B, P] the MLM head runs only at those positions of each row and logits are [B, P, V]:
+    BERT's `gather_indexes`, which saves the decoder's P·V·E work at the L - P unmasked positions.
     """
 
     config: ModelConfig
@@ -330,10 +330,11 @@ class RoFormer(nn.Module):
         if input_ids.ndim != 2:
             raise ValueError(f"input_ids has shape {input_ids.shape}; expected [B, L]")
         b, length = input_ids.shape
-        if cfg.position == "learned" and length > cfg.max_len:
+        if cfg.max_length is not None and length > cfg.max_length:
             raise ValueError(
-                f"sequence length {length} exceeds the learned position table of max_len "
-                f"{cfg.max_len} rows; use position='rope' to run past the training length"
+                f"sequence length {length} exceeds the {cfg.max_length} positions that "
+                f"position={cfg.position!r} supports with max_len {cfg.max_len}; use "
+                "position='rope' to run past the training length"
             )
         positions = jnp.arange(length) if positions is None else jnp.asarray(positions)
         if positions.shape not in ((length,), (b, length)):

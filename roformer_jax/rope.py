@@ -22,6 +22,8 @@ position 10, for float32 and (with `jax_enable_x64`) float64 alike.
 
 import decimal
 import functools
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -488,3 +490,25 @@ def long_range_decay(distances, *, dim: int = 128, base: float = 10000.0) -> np.
     r = np.asarray(distances, dtype=np.float64)[:, None]
     partial_sums = np.cumsum(np.exp(1j * r * theta), axis=-1)  # [K, d/2]: S_j, j = 1..d/2
     return np.abs(partial_sums).mean(axis=-1)
+
+
+class Rotation(NamedTuple):
+    """How queries and keys are rotated before attention.
+
+    q: [B, L, N, F] -> [B, L, N, F];  k: [B, M, N, F] -> [B, M, N, F].
+    """
+
+    q: Callable[[jax.Array], jax.Array]
+    k: Callable[[jax.Array], jax.Array]
+
+
+def rope_rotation(
+    q_positions, k_positions=None, *, base=10000.0, layout="interleaved", rotary_dim=None
+) -> Rotation:
+    """RoPE at q_positions for queries and k_positions (default: the queries') for keys."""
+    k_positions = q_positions if k_positions is None else k_positions
+    kw = dict(base=base, layout=layout, rotary_dim=rotary_dim)
+    return Rotation(
+        q=functools.partial(apply_rope, positions=q_positions, **kw),
+        k=functools.partial(apply_rope, positions=k_positions, **kw),
+    )

@@ -1,5 +1,7 @@
 """Tests for roformer_jax.attention: every kind against its explicit O(L·M) formula."""
 
+import functools
+
 import chex
 import flax.linen as nn
 import jax
@@ -7,16 +9,18 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax import attention
-from roformer_jax.rope import apply_rope_dense, rotation_matrices
+from roformer_jax import _attention_cpu, attention
+from roformer_jax.rope import apply_rope_dense, rope_rotation, rotation_matrices
 
 B, L, N, H = 2, 7, 2, 8
 EPS = 1e-6
 LINEAR_ROPES = (None, "numerator", "both", "before_feature_map")
-# Every kind under test as (name, function, keywords); positions are added when rope is set.
+# Every kind under test as (name, function, keywords); a rotation is added unless the
+# keywords say rotation=None.
 KINDS = (
     [("softmax", attention.softmax_attention, {})]
-    + [(f"linear_{r}", attention.linear_attention, {"rope": r}) for r in LINEAR_ROPES]
+    + [("linear_None", attention.linear_attention, {"rotation": None})]
+    + [(f"linear_{p}", attention.linear_attention, {"placement": p}) for p in LINEAR_ROPES[1:]]
     + [("cosine", attention.cosine_attention, {})]
 )
 
@@ -49,13 +53,25 @@ def _positions(seed, length, batched):
 
 
 def _takes_positions(kw):
-    return "rope" not in kw or kw["rope"] is not None
+    return "rotation" not in kw
 
 
-def _with_positions(kw, length=L, seed=1):
+def _with_positions(kw, length=L, seed=1, shift=0):
     if not _takes_positions(kw):
         return kw
-    return {**kw, "q_positions": _positions(seed, length, batched=False)}
+    return {**kw, "rotation": rope_rotation(_positions(seed, length, batched=False) + shift)}
+
+
+def _call(fn, q, k, v, *, rope="no placement", q_positions=None, k_positions=None,
+          layout="interleaved", rotary_dim=None, **kw):  # fmt: skip
+    """fn called with the `_reference` keywords: positions become a RoPE rotation."""
+    if q_positions is not None:
+        kw["rotation"] = rope_rotation(
+            q_positions, k_positions, layout=layout, rotary_dim=rotary_dim
+        )
+        if rope != "no placement":
+            kw["placement"] = rope
+    return fn(q, k, v, **kw)
 
 
 def _reference(
@@ -126,7 +142,8 @@ class LinearKindsTest(parameterized.TestCase):
         kw = dict(mask=_mask(0), feature_map=feature_map, rope=rope, q_positions=pos)
         # chunk 3 does not divide L = 7; chunk 64 > L is a single chunk.
         for causal, chunk_size in ((False, 64), (True, 3), (True, 64)):
-            got = attention.linear_attention(q, k, v, causal=causal, chunk_size=chunk_size, **kw)
+            got = _call(attention.linear_attention, q, k, v, causal=causal,
+                        chunk_size=chunk_size, **kw)  # fmt: skip
             want = _reference(q, k, v, kind="linear", causal=causal, **kw)
             chex.assert_trees_all_close(got, want, atol=2e-5)
 
@@ -135,7 +152,8 @@ class LinearKindsTest(parameterized.TestCase):
         q, k, v = _qkv(1)
         kw = dict(mask=_mask(1), q_positions=_positions(3, L, batched=True) if positions else None)
         for causal, chunk_size in ((False, 64), (True, 3), (True, 64)):
-            got = attention.cosine_attention(q, k, v, causal=causal, chunk_size=chunk_size, **kw)
+            got = _call(attention.cosine_attention, q, k, v, causal=causal,
+                        chunk_size=chunk_size, **kw)  # fmt: skip
             want = _reference(q, k, v, kind="cosine", causal=causal, **kw)
             chex.assert_trees_all_close(got, want, atol=2e-5)
 
@@ -148,9 +166,8 @@ class LinearKindsTest(parameterized.TestCase):
                 q_positions=_positions(4, 5, batched=False) + 30,
                 k_positions=_positions(5, 9, batched=True),
             )
-        layout, rotary_dim = kw.pop("layout"), kw.pop("rotary_dim")
-        got = attention.linear_attention(q, k, v, rope_layout=layout, rotary_dim=rotary_dim, **kw)
-        want = _reference(q, k, v, kind="linear", layout=layout, rotary_dim=rotary_dim, **kw)
+        got = _call(attention.linear_attention, q, k, v, **kw)
+        want = _reference(q, k, v, kind="linear", **kw)
         chex.assert_trees_all_close(got, want, atol=2e-5)
 
     @parameterized.product(rope=LINEAR_ROPES, causal=(False, True))
@@ -159,7 +176,7 @@ class LinearKindsTest(parameterized.TestCase):
             q, k, v = _qkv(3, dtype=jnp.float64)
             pos = None if rope is None else _positions(6, L, batched=False)
             kw = dict(mask=_mask(3), causal=causal, rope=rope, q_positions=pos)
-            got = attention.linear_attention(q, k, v, chunk_size=3, **kw)
+            got = _call(attention.linear_attention, q, k, v, chunk_size=3, **kw)
             chex.assert_type(got, jnp.float64)
             want = _reference(q, k, v, kind="linear", **kw)
             chex.assert_trees_all_close(got, want, atol=1e-12, rtol=1e-12)
@@ -174,16 +191,15 @@ class LinearKindsTest(parameterized.TestCase):
                 q,
                 k,
                 v,
-                rope="both",
-                q_positions=jnp.array([3]),
-                k_positions=jnp.array([0]),
+                rotation=rope_rotation(jnp.array([3]), jnp.array([0])),
+                placement="both",
                 causal=causal,
             )
             chex.assert_trees_all_close(out, v, rtol=1e-5)
 
     def test_numerator_rope_needs_few_more_temporaries_than_plain_linear(self):
         # Eq. (19)'s denominator keeps φ(q) in a buffer of its own; computed after the keys
-        # (attention._after), it reuses their buffers. Computed first, as XLA's CPU scheduler
+        # (_attention_cpu.after), it reuses their buffers. Computed first, as XLA's CPU scheduler
         # chose, it took 1.44x plain linear attention's temporaries at this size.
         shape = jax.ShapeDtypeStruct((1, 256, 8, 64), jnp.float32)
 
@@ -191,7 +207,7 @@ class LinearKindsTest(parameterized.TestCase):
             fn = jax.jit(lambda q, k, v: attention.linear_attention(q, k, v, **kw))
             return fn.lower(shape, shape, shape).compile().memory_analysis().temp_size_in_bytes
 
-        rope = temporaries(rope="numerator", q_positions=jnp.arange(256))
+        rope = temporaries(rotation=rope_rotation(jnp.arange(256)), placement="numerator")
         self.assertLess(rope, 1.25 * temporaries())
 
     def test_cosine_weights_are_nonnegative_and_sum_to_one(self):
@@ -202,7 +218,13 @@ class LinearKindsTest(parameterized.TestCase):
         mask = _mask(4)
         for causal in (False, True):
             weights = attention.cosine_attention(
-                q, k, v, mask=mask, causal=causal, q_positions=jnp.arange(L), chunk_size=3
+                q,
+                k,
+                v,
+                mask=mask,
+                causal=causal,
+                rotation=rope_rotation(jnp.arange(L)),
+                chunk_size=3,
             )  # [B, L, N, M]
             self.assertGreaterEqual(float(weights.min()), -1e-6)
             chex.assert_trees_all_close(weights.sum(-1), jnp.ones((B, L, N)), atol=1e-5)
@@ -220,7 +242,7 @@ class SoftmaxTest(parameterized.TestCase):
         kw = {}
         if positions:
             pos = _positions(7, L, batched=True)
-            kw = dict(q_positions=pos)
+            kw = dict(rotation=rope_rotation(pos))
             q, k = apply_rope_dense(q, pos), apply_rope_dense(k, pos)
         got = attention.softmax_attention(*_qkv(5), mask=mask, causal=causal, **kw)
         full = mask[:, None, None, :]
@@ -233,9 +255,9 @@ class SoftmaxTest(parameterized.TestCase):
         # Outputs are a function of the scores, so equal outputs <=> equal scores.
         q, k, v = _qkv(6)
         pos = _positions(8, L, batched=False)
-        base = attention.softmax_attention(q, k, v, q_positions=pos)
+        base = attention.softmax_attention(q, k, v, rotation=rope_rotation(pos))
         for shift in (1, 1000, 123_457):
-            shifted = attention.softmax_attention(q, k, v, q_positions=pos + shift)
+            shifted = attention.softmax_attention(q, k, v, rotation=rope_rotation(pos + shift))
             chex.assert_trees_all_close(shifted, base, atol=2e-5)
 
     def test_dropout_scales_kept_weights(self):
@@ -282,9 +304,8 @@ class AllKindsTest(parameterized.TestCase):
         # Only the relative position enters eqs. (18), (19) and the cosine: shifting every
         # position by s changes nothing (φ after the rotation breaks this, by design).
         q, k, v = _qkv(11)
-        pos = _positions(9, L, batched=False)
-        base = fn(q, k, v, q_positions=pos, **kw)
-        shifted = fn(q, k, v, q_positions=pos + 4099, **kw)
+        base = fn(q, k, v, **_with_positions(kw, seed=9))
+        shifted = fn(q, k, v, **_with_positions(kw, seed=9, shift=4099))
         chex.assert_trees_all_close(shifted, base, atol=2e-5)
 
     @parameterized.named_parameters(*KINDS)
@@ -336,7 +357,10 @@ class LinearGradientTest(absltest.TestCase):
         def loss(fn, *args, **extra):
             return jnp.sum(jnp.sin(fn(*args, **kw, **extra)))
 
-        got = jax.grad(lambda *a: loss(attention.linear_attention, *a, chunk_size=3), (0, 1, 2))
+        got = jax.grad(
+            lambda *a: loss(functools.partial(_call, attention.linear_attention), *a, chunk_size=3),
+            (0, 1, 2),
+        )
         want = jax.grad(lambda *a: loss(_reference, *a, kind="linear"), (0, 1, 2))
         got, want = jax.jit(got), jax.jit(want)
         chex.assert_trees_all_close(got(q, k, v), want(q, k, v), atol=1e-4)
@@ -356,11 +380,7 @@ class ErrorsTest(parameterized.TestCase):
             "L == M; got L=7, M=3",
         ),
         ("feature_map", dict(feature_map="tanh"), "feature_map='tanh'"),
-        ("placement", dict(rope="sideways", q_positions=jnp.arange(L)), "rope='sideways'"),
-        ("positions_without_rope", dict(q_positions=jnp.arange(L)), "rope=None"),
-        ("rope_without_positions", dict(rope="numerator"), "needs q_positions"),
-        ("k_positions_alone", dict(rope="both", k_positions=jnp.arange(L)), "without q_pos"),
-        ("k_positions_alone_19", dict(rope="numerator", k_positions=jnp.arange(L)), "without q_"),
+        ("placement", dict(placement="sideways"), "placement='sideways'"),
     )
     def test_linear_bad_inputs(self, overrides, message):
         args = dict(zip("qkv", _qkv(0), strict=True)) | overrides
@@ -376,6 +396,30 @@ class ErrorsTest(parameterized.TestCase):
         for fn in attention.ATTENTION_FUNCTIONS.values():
             with self.assertRaisesRegex(ValueError, "do not agree"):
                 fn(q, k, k[:, :-1])
+
+
+class CpuFormsTest(absltest.TestCase):
+    """_attention_cpu's forms against the plain formulas attention.py uses elsewhere."""
+
+    def test_feature_sums_is_the_plain_product(self):
+        rng = np.random.default_rng(20)
+        qf = jnp.asarray(rng.random((B, L, N, H)), jnp.float32)
+        key_sums = jnp.asarray(rng.random((B, N, H)), jnp.float32)
+        want = jnp.einsum("BLNF,BNF->BNL", qf, key_sums)[..., None]
+        chex.assert_trees_all_close(_attention_cpu.feature_sums(qf, key_sums), want, rtol=1e-6)
+
+    def test_exclusive_cumsum_is_cumsum_minus_self(self):
+        states = jnp.asarray(np.random.default_rng(21).random((5, 3, 2)), jnp.float32)
+        want = jnp.cumsum(states, axis=0) - states
+        got = _attention_cpu.exclusive_cumsum(states)
+        np.testing.assert_array_equal(got[0], 0.0)
+        chex.assert_trees_all_close(got, want, atol=1e-6)
+
+
+class BiasTest(absltest.TestCase):
+    def test_bias_shape_is_checked(self):
+        with self.assertRaisesRegex(ValueError, r"expected \[B or 1, N, L, M\]"):
+            attention.softmax_attention(*_qkv(0), bias=jnp.zeros((N, L, L)))
 
 
 if __name__ == "__main__":
