@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from absl import app, flags
 from timing import report, time_call
 
-from roformer_jax import rope
+from roformer_jax import rope, rope_reference
 
 _SHAPE = flags.DEFINE_list("shape", ["8", "4096", "8", "64"], "x shape [B, L, N, H].")
 _OUTPUT = flags.DEFINE_string("output", None, "Append JSON lines here.")
@@ -20,8 +20,8 @@ _REPEATS = flags.DEFINE_integer("repeats", 10, "Timed calls per case (at least).
 
 FORMS = {
     "element-wise": rope.apply_rope,
-    "dense matrix": rope.apply_rope_dense,
-    "complex": rope.apply_rope_complex,
+    "dense matrix": rope_reference.apply_rope_dense,
+    "complex": rope_reference.apply_rope_complex,
 }
 
 

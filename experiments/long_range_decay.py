@@ -10,7 +10,7 @@ f(64)=10.090, f(256)=6.543.
 import numpy as np
 from absl import app, flags
 
-from roformer_jax import plots, rope
+from roformer_jax import plots, rope_reference
 
 _DIM = flags.DEFINE_integer("dim", 128, "Rotated dimension d.")
 _BASE = flags.DEFINE_float("base", 10000.0, "θ_i = base^(-2i/d).")
@@ -21,7 +21,7 @@ _OUTPUT = flags.DEFINE_string("output", "long_range_decay.png", "Output PNG.")
 def main(argv):
     del argv
     distances = np.arange(_MAX_DISTANCE.value + 1)
-    values = rope.long_range_decay(distances, dim=_DIM.value, base=_BASE.value)
+    values = rope_reference.long_range_decay(distances, dim=_DIM.value, base=_BASE.value)
     for r in sorted({0, 1, 16, 64, _MAX_DISTANCE.value} & set(distances.tolist())):
         print(f"f({r}) = {values[r]:.3f}")
     title = f"RoPE long-range decay, d={_DIM.value}, base={_BASE.value:g}"

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from roformer_jax import rope
+from roformer_jax import _rope_cpu, rope
 
 ModelConfig = Any  # roformer_jax.model.ModelConfig, which imports this module
 
@@ -74,7 +74,7 @@ def sinusoidal_embedding(positions, dim: int) -> jax.Array:
 
     θ_i = 10000^(-2i/dim). positions: int [L] or [B, L]. Returns [L, dim] or [B, L, dim] float32.
     """
-    angles = rope.rotation_angles(positions, dim, base=10000.0)  # [..., L, dim/2]
+    angles = _rope_cpu.rotation_angles(positions, dim, base=10000.0)  # [..., L, dim/2]
     return jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1).reshape(*angles.shape[:-1], dim)
 
 

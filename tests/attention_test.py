@@ -10,7 +10,8 @@ import numpy as np
 from absl.testing import absltest, parameterized
 
 from roformer_jax import _attention_cpu, attention
-from roformer_jax.rope import apply_rope_dense, rope_rotation, rotation_matrices
+from roformer_jax.rope import rope_rotation
+from roformer_jax.rope_reference import apply_rope_dense, rotation_matrices
 
 B, L, N, H = 2, 7, 2, 8
 EPS = 1e-6

@@ -19,7 +19,7 @@ import numpy as np
 import safetensors.numpy
 from absl.testing import absltest, parameterized
 
-from roformer_jax import hf, rope
+from roformer_jax import _rope_cpu, hf, rope
 from roformer_jax import model as model_lib
 
 try:
@@ -73,7 +73,7 @@ class GoldenValuesTest(parameterized.TestCase):
 
     def test_table_halves_hold_ropes_angles(self):
         # [sin | cos] of the same angles m θ_i that rope.py rotates pair i by.
-        angles = rope.rotation_angles(jnp.arange(64), 16)  # [L, H/2]
+        angles = _rope_cpu.rotation_angles(jnp.arange(64), 16)  # [L, H/2]
         expected = np.concatenate([np.sin(angles), np.cos(angles)], axis=-1)
         np.testing.assert_allclose(hf.hf_sinusoidal_table(64, 16), expected, atol=1e-6)
 

@@ -1,4 +1,4 @@
-"""Tests for roformer_jax/rope.py."""
+"""Tests for roformer_jax/rope.py, with _rope_cpu.py and rope_reference.py behind it."""
 
 import chex
 import jax
@@ -7,7 +7,7 @@ import numpy as np
 from absl.testing import absltest, parameterized
 from jax.test_util import check_grads
 
-from roformer_jax import rope
+from roformer_jax import _rope_cpu, rope, rope_reference
 
 LAYOUTS = [("interleaved", "interleaved"), ("half", "half")]
 _TWO_PI = 2 * np.longdouble("3.14159265358979323846264338327950288")  # x87: 64-bit mantissa
@@ -80,10 +80,10 @@ class RopeTest(parameterized.TestCase):
         kw = dict(layout=layout, rotary_dim=rotary_dim)
         out = rope.apply_rope(self.q, positions, **kw)
         chex.assert_trees_all_close(
-            out, rope.apply_rope_dense(self.q, positions, **kw), atol=1e-5, rtol=0
+            out, rope_reference.apply_rope_dense(self.q, positions, **kw), atol=1e-5, rtol=0
         )
         chex.assert_trees_all_close(
-            out, rope.apply_rope_complex(self.q, positions, **kw), atol=1e-5, rtol=0
+            out, rope_reference.apply_rope_complex(self.q, positions, **kw), atol=1e-5, rtol=0
         )
 
     @parameterized.parameters("interleaved", "half")
@@ -93,7 +93,7 @@ class RopeTest(parameterized.TestCase):
             positions = jnp.array([3, 0, 7, 100, 5000, -4, 12, 13, 14, 9, 70000, 2])
             out = rope.apply_rope(q, positions, layout=layout)
             self.assertEqual(out.dtype, jnp.float64)
-            for reference in (rope.apply_rope_dense, rope.apply_rope_complex):
+            for reference in (rope_reference.apply_rope_dense, rope_reference.apply_rope_complex):
                 chex.assert_trees_all_close(
                     out, reference(q, positions, layout=layout), atol=1e-12, rtol=0
                 )
@@ -154,9 +154,9 @@ class RopeTest(parameterized.TestCase):
         # The bit-level converts equal XLA's, ties and overflow included.
         y = jax.random.normal(jax.random.key(5), (4096,)) * jnp.logspace(-40, 38.5, 4096)
         y = jnp.concatenate([y, jnp.array([1 + 2**-8, 1 + 3 * 2**-8, -jnp.inf, 3.4e38])])
-        chex.assert_trees_all_equal(rope._narrow(y, jnp.bfloat16), y.astype(jnp.bfloat16))
+        chex.assert_trees_all_equal(_rope_cpu.narrow(y, jnp.bfloat16), y.astype(jnp.bfloat16))
         b = y.astype(jnp.bfloat16)
-        chex.assert_trees_all_equal(rope._widen(b, jnp.float32), b.astype(jnp.float32))
+        chex.assert_trees_all_equal(_rope_cpu.widen(b, jnp.float32), b.astype(jnp.float32))
 
     @parameterized.parameters(10**5, 10**6, 10**9)
     def test_far_positions_match_float64(self, centre):
@@ -178,7 +178,7 @@ class RopeTest(parameterized.TestCase):
         ).astype(dtype)
         angles = np.longdouble(turns) * _TWO_PI
         with jax.enable_x64(dtype == np.float64):
-            cos, sin = rope.cos_sin_turns(jnp.asarray(turns))
+            cos, sin = _rope_cpu.cos_sin_turns(jnp.asarray(turns))
         self.assertEqual(cos.dtype, dtype)
         for got, expected in ((cos, np.cos(angles)), (sin, np.sin(angles))):
             error = np.abs(np.longdouble(np.asarray(got)) - expected).max()
@@ -187,9 +187,11 @@ class RopeTest(parameterized.TestCase):
     @parameterized.parameters("interleaved", "half")
     def test_turns_per_feature_follow_the_layout(self, layout):
         for positions in (jnp.arange(-5, 7) * 1000, jnp.arange(12) * 0.5):
-            per_pair = rope.rotation_turns(positions, 8)
-            per_feature = rope.rotation_turns(positions, 8, layout=layout)
-            chex.assert_trees_all_equal(per_feature, rope._merge_pairs(per_pair, per_pair, layout))
+            per_pair = _rope_cpu.rotation_turns(positions, 8)
+            per_feature = _rope_cpu.rotation_turns(positions, 8, layout=layout)
+            chex.assert_trees_all_equal(
+                per_feature, _rope_cpu.merge_pairs(per_pair, per_pair, layout)
+            )
 
     def test_negative_positions_invert_positive(self):
         forward = rope.apply_rope(self.q, self.positions + 12345)
@@ -212,7 +214,7 @@ class RopeTest(parameterized.TestCase):
             return jax.grad(score)(positions)
 
         chex.assert_trees_all_close(
-            grad(rope.apply_rope), grad(rope.apply_rope_complex), atol=1e-4, rtol=1e-4
+            grad(rope.apply_rope), grad(rope_reference.apply_rope_complex), atol=1e-4, rtol=1e-4
         )
         self.assertGreater(float(jnp.abs(grad(rope.apply_rope)).min()), 1e-3)
 
@@ -236,7 +238,7 @@ class RopeTest(parameterized.TestCase):
         )
 
     def test_long_range_decay_reference_values(self):
-        values = rope.long_range_decay([0, 1, 16, 64, 256], dim=128)
+        values = rope_reference.long_range_decay([0, 1, 16, 64, 256], dim=128)
         np.testing.assert_allclose(values, [32.5, 31.538, 15.775, 10.090, 6.543], atol=6e-4)
 
     @parameterized.named_parameters(
