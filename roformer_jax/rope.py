@@ -5,10 +5,12 @@ RoPE rotates each pair of features of a query or key at position m by the angle 
 
 Glossary of shapes:
   B  batch
-  L  sequence length
+  L  sequence length (of the queries)
+  M  key length
   N  attention heads
   H  head dim (features of one head)
   R  rotary dim (the first R of the H features are rotated; R = H by default)
+  F  features of a rotated query or key: H, or a feature map's width in linear attention
 
 Layouts (which features form a rotated pair):
   "interleaved"  (0, 1), (2, 3), ...        the paper's eq. (13), HF RoFormer, bert4keras
@@ -187,12 +189,29 @@ class Rotation(NamedTuple):
 
 
 def rope_rotation(
-    q_positions, k_positions=None, *, base=10000.0, layout="interleaved", rotary_dim=None
+    q_positions,
+    k_positions=None,
+    *,
+    base: float = 10000.0,
+    layout: str = "interleaved",
+    rotary_dim: int | None = None,
 ) -> Rotation:
-    """RoPE at q_positions for queries and k_positions (default: the queries') for keys."""
+    """RoPE at q_positions for queries and k_positions (default: the queries') for keys.
+
+    Args:
+      q_positions: integer array of shape [L] or [B, L].
+      k_positions: integer array of shape [M] or [B, M]; None for q_positions.
+      base, layout, rotary_dim: as in `apply_rope`.
+
+    Returns:
+      A `Rotation` whose q and k call `apply_rope` on [B, L, N, F] and [B, M, N, F].
+    """
+    # The layout is checked now, so that a misspelt one fails where it is chosen; F is known
+    # only when q and k arrive.
+    _rope_cpu.check_layout(layout)
     k_positions = q_positions if k_positions is None else k_positions
-    kw = dict(base=base, layout=layout, rotary_dim=rotary_dim)
+    rotate = functools.partial(apply_rope, base=base, layout=layout, rotary_dim=rotary_dim)
     return Rotation(
-        q=functools.partial(apply_rope, positions=q_positions, **kw),
-        k=functools.partial(apply_rope, positions=k_positions, **kw),
+        q=functools.partial(rotate, positions=q_positions),
+        k=functools.partial(rotate, positions=k_positions),
     )

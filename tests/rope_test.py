@@ -241,6 +241,29 @@ class RopeTest(parameterized.TestCase):
         values = rope_reference.long_range_decay([0, 1, 16, 64, 256], dim=128)
         np.testing.assert_allclose(values, [32.5, 31.538, 15.775, 10.090, 6.543], atol=6e-4)
 
+    @parameterized.product(layout=rope.LAYOUTS, rotary_dim=[None, 8])
+    def test_rotation_rotates_q_and_k_at_their_positions(self, layout, rotary_dim):
+        kw = dict(layout=layout, rotary_dim=rotary_dim, base=500000.0)
+        k_positions = jnp.arange(12) * 3 + 40
+        rotation = rope.rope_rotation(self.positions, k_positions, **kw)
+        chex.assert_trees_all_equal(
+            rotation.q(self.q), rope.apply_rope(self.q, self.positions, **kw)
+        )
+        chex.assert_trees_all_equal(rotation.k(self.k), rope.apply_rope(self.k, k_positions, **kw))
+        # Keys default to the queries' positions.
+        same = rope.rope_rotation(self.positions, **kw)
+        chex.assert_trees_all_equal(same.k(self.k), rope.apply_rope(self.k, self.positions, **kw))
+
+        def scores(shift):
+            rotate = rope.rope_rotation(self.positions + shift, k_positions + shift, **kw)
+            return jnp.einsum("BLNH,BMNH->BNLM", rotate.q(self.q), rotate.k(self.k))
+
+        chex.assert_trees_all_close(scores(0), scores(12345), atol=2e-5)
+
+    def test_rotation_rejects_a_bad_layout_at_once(self):
+        with self.assertRaisesRegex(ValueError, "layout 'pairs'"):
+            rope.rope_rotation(self.positions, layout="pairs")
+
     @parameterized.named_parameters(
         ("odd_head_dim", (2, 4, 1, 7), {}, "head dim 7"),
         ("odd_rotary_dim", (2, 4, 1, 8), {"rotary_dim": 5}, "rotary dim 5"),
