@@ -210,11 +210,13 @@ def materialize(arrays):
 # --- bfloat16 bit casts --------------------------------------------------------------------
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def widen(x, dtype):
     """x.astype(dtype), with bfloat16 -> float32 as a 16-bit shift.
 
     XLA's CPU backend does not vectorize bfloat16 converts inside a fused loop: RoPE on bf16
-    ran at half the copy bandwidth. The bit form is exact and vectorizes.
+    ran at half the copy bandwidth. The bit form is exact and vectorizes. Its derivative is
+    that of the convert (bit casts through integers would give a zero gradient).
     """
     if x.dtype != jnp.bfloat16 or dtype != jnp.float32:
         return x.astype(dtype)
@@ -222,8 +224,12 @@ def widen(x, dtype):
     return lax.bitcast_convert_type(bits, jnp.float32)
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def narrow(y, dtype):
-    """y.astype(dtype), with float32 -> bfloat16 rounded to nearest even in integer arithmetic."""
+    """y.astype(dtype), with float32 -> bfloat16 rounded to nearest even in integer arithmetic.
+
+    Its derivative is that of the convert, as for `widen`.
+    """
     if y.dtype != jnp.float32 or dtype != jnp.bfloat16:
         return y.astype(dtype)
     bits = lax.bitcast_convert_type(y, jnp.uint32)
@@ -231,6 +237,18 @@ def narrow(y, dtype):
     # A NaN whose payload sits in the low half would round to inf: keep it a quiet NaN.
     rounded = jnp.where(jnp.isnan(y), jnp.uint32(0x7FC0), rounded)
     return lax.bitcast_convert_type(rounded.astype(jnp.uint16), jnp.bfloat16)
+
+
+@widen.defjvp
+def _widen_jvp(dtype, primals, tangents):
+    (x,), (dx,) = primals, tangents
+    return widen(x, dtype), dx.astype(dtype)
+
+
+@narrow.defjvp
+def _narrow_jvp(dtype, primals, tangents):
+    (y,), (dy,) = primals, tangents
+    return narrow(y, dtype), dy.astype(dtype)
 
 
 # --- Pair partners and the rotation with its custom JVP ------------------------------------

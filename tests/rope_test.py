@@ -237,6 +237,20 @@ class RopeTest(parameterized.TestCase):
             rtol=1e-2,
         )
 
+    @parameterized.parameters("interleaved", "half")
+    def test_bfloat16_gradients_follow_float32(self, layout):
+        # The bf16 path widens and narrows through integer bit casts, which alone have a zero
+        # derivative: q and k of a bf16 model then got no gradient at all.
+        def grad(dtype):
+            loss = lambda x: jnp.sum(  # noqa: E731
+                rope.apply_rope(x, self.positions + 5, layout=layout).astype(jnp.float32) * self.k
+            )
+            return jax.grad(loss)(self.q.astype(dtype)).astype(jnp.float32)
+
+        want = grad(jnp.float32)
+        self.assertGreater(float(jnp.abs(want).max()), 0.1)
+        chex.assert_trees_all_close(grad(jnp.bfloat16), want, atol=2e-2, rtol=2e-2)
+
     def test_long_range_decay_reference_values(self):
         values = rope_reference.long_range_decay([0, 1, 16, 64, 256], dim=128)
         np.testing.assert_allclose(values, [32.5, 31.538, 15.775, 10.090, 6.543], atol=6e-4)
