@@ -21,7 +21,5 @@ def get_config(arg=None):
     config.train.steps = 1500
     config.train.batch_size = 16
     config.train.log_every = 100
-    config.train.eval_every = 500
     config.train.eval_batches = 8
-    config.train.checkpoint_every = 500
     return base.finish(config, arg)

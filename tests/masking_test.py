@@ -3,7 +3,7 @@
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax.masking import mask_tokens, max_targets
+from roformer_jax.data.masking import mask_tokens, max_targets
 
 PAD, UNK, CLS, SEP, MASK = range(5)
 SPECIALS = (PAD, UNK, CLS, SEP, MASK)
