@@ -73,7 +73,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
 
     abstract_state = jax.eval_shape(init, init_rng)
     n_params = sum(x.size for x in jax.tree.leaves(abstract_state.params))
-    logging.info("%s parameters; %d devices on %d hosts", f"{n_params:,}", jax.device_count(),
+    logging.info("%s parameters; %d device(s) on %d host(s)", f"{n_params:,}", jax.device_count(),
                  jax.process_count())  # fmt: skip
 
     # --- Restore, or initialize.
