@@ -300,11 +300,8 @@ class Corpus:
                 starts[here] = offset + order[rows[here] % num] * span
             windows = stream[starts[:, None] + np.arange(span)]  # [B, L - 2]
             # Masks per global row: the same on any number of hosts.
-            ids = self._wrap(windows)
-            batch = _stack(
-                self._mlm(ids[i : i + 1], np.random.default_rng([_MASK, seed, step, row]))
-                for i, row in enumerate(rows.tolist())
-            )
+            rngs = [np.random.default_rng([_MASK, seed, step, row]) for row in rows.tolist()]
+            batch = self._mlm(self._wrap(windows), rngs)
             batch["index"] = (rows - step * batch_size).astype(np.int32)
             return batch
 
@@ -354,7 +351,8 @@ class Corpus:
         ids[:, -1] = self.tokenizer.sep_id
         return ids
 
-    def _mlm(self, ids: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    def _mlm(self, ids: np.ndarray, rng) -> dict[str, np.ndarray]:
+        """rng: one generator, or one per row (see masking.mask_tokens)."""
         tok = self.tokenizer
         batch = masking.mask_tokens(
             ids,
@@ -368,11 +366,6 @@ class Corpus:
         batch["attention_mask"] = np.ones(ids.shape, np.int32)
         batch["token_type_ids"] = np.zeros(ids.shape, np.int32)
         return batch
-
-
-def _stack(batches) -> dict[str, np.ndarray]:
-    batches = list(batches)
-    return {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
 
 
 def _host(process_index: int | None, process_count: int | None) -> tuple[int, int]:
