@@ -3,7 +3,8 @@ r"""Pre-trains an encoder by masked language modelling: parses flags, calls the 
   python experiments/train_mlm.py --config=configs/roformer_small.py --workdir=/tmp/rs \
       --config.model.position=learned --config.train.steps=2000
 
-Rerunning with the same --workdir resumes from its latest checkpoint. Several hosts: start
+Rerunning with the same --workdir resumes from its latest checkpoint. --verbosity=1 adds the
+libraries' logs (orbax, jax) and the traceback of a bad config value. Several hosts: start
 the same command on every host with --distributed (see README, "Multi-host").
 """
 

@@ -7,7 +7,8 @@ batch, and pmap's collectives span all devices of all hosts.
 Terminal. `run_main` is every entry point's `app.run`: it keeps the log to what a user can act
 on (this codebase's records, and everyone's warnings; orbax's option dumps, checkpoint
 internals and jax chatter only at --verbosity=1 or more), and prints a ValueError or
-FileNotFoundError, mistakes in what the user gave, as one last line instead of a traceback.
+FileNotFoundError, mistakes in what the user gave, as one last line instead of a traceback
+(--verbosity=1 shows the traceback too).
 """
 
 from __future__ import annotations
