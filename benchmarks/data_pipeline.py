@@ -22,10 +22,10 @@ import jax
 from absl import app, flags
 from timing import report
 
-from roformer_jax import optim
-from roformer_jax.data import DataConfig, load_corpus
+from roformer_jax.data.batches import DataConfig, load_corpus
 from roformer_jax.model import RoFormer, model_config
-from roformer_jax.train import TrainState, make_train_step
+from roformer_jax.training import optim
+from roformer_jax.training.step import TrainState, make_train_step
 
 _CACHE_DIR = flags.DEFINE_string("cache_dir", "/tmp/roformer_jax_data", "Token cache folder.")
 _SHAPES = flags.DEFINE_list("shapes", ["32x128", "64x512"], "global batch x seq_len cases.")

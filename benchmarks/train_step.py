@@ -26,9 +26,11 @@ import numpy as np
 from absl import app, flags
 from timing import report
 
-from roformer_jax import data as data_lib
-from roformer_jax import masking, optim, train
+from roformer_jax.data import masking
+from roformer_jax.data.batches import DataConfig
 from roformer_jax.model import ModelConfig, RoFormer, model_config
+from roformer_jax.training import optim
+from roformer_jax.training.step import TrainState, make_train_step
 
 _SIZES = flags.DEFINE_list("sizes", ["small", "base"], "Model sizes (roformer_jax.model.SIZES).")
 _ATTENTION = flags.DEFINE_list("attention", ["softmax", "linear"], "Attention kinds.")
@@ -40,7 +42,7 @@ _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed (matmul, step) pairs per case
 _OUTPUT = flags.DEFINE_string("output", None, "Append JSON lines here.")
 
 VOCAB = {"small": 8192, "base": 30522}  # our WordPiece default; bert-base-uncased's
-MASK_PROB = data_lib.DataConfig().mask_prob  # the rate training masks at
+MASK_PROB = DataConfig().mask_prob  # the rate training masks at
 
 
 def model_flops_per_token(cfg: ModelConfig, seq_len: int, head_share: float = 1.0) -> float:
@@ -79,14 +81,15 @@ def _train_step(cfg: ModelConfig, batch: int, seq_len: int, mask_prob: float | N
     ids = rng.integers(5, cfg.vocab_size, size=(batch, seq_len)).astype(np.int32)
     data = masking.mask_tokens(ids, rng, vocab_size=cfg.vocab_size, mask_id=4,
                                special_ids=range(5))  # fmt: skip
-    data.update(attention_mask=np.ones_like(ids), token_type_ids=np.zeros_like(ids))
+    data.update(attention_mask=np.ones_like(ids), token_type_ids=np.zeros_like(ids),
+                index=np.arange(batch, dtype=np.int32))  # fmt: skip
 
     @jax.jit
     def init(key):
         params = model.init(key, ids[:1])["params"]
-        return train.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
+        return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
 
-    step = jax.jit(train.make_train_step(model, tx, mask_prob=mask_prob), donate_argnums=(0,))
+    step = jax.jit(make_train_step(model, tx, mask_prob=mask_prob), donate_argnums=(0,))
     box = [init(jax.random.key(0))]  # the state, donated and replaced by every call
     key = jax.random.key(1)
     xla_flops = step.lower(box[0], data, key).compile().cost_analysis().get("flops")

@@ -16,6 +16,5 @@ from configs import base
 def get_config(arg=None):
     config = base.get_base_config("small")
     config.model.attention = "linear"
-    config.model.feature_map = "elu"
-    config.model.linear_rope = "numerator"  # eq. (19)
+
     return base.finish(config, arg)

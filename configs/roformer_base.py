@@ -21,12 +21,10 @@ from configs import base
 
 def get_config(arg=None):
     config = base.get_base_config("base")
-    config.model.position = "rope"
     config.data.source = "hf:wikitext:wikitext-103-raw-v1"
     config.data.seq_len = 512
     config.data.vocab_size = 30522  # bert-base-uncased's vocabulary size
     config.data.valid_lengths = (1024,)
-    config.optim.optimizer = "adamw"
     config.optim.learning_rate = 1e-5
     config.optim.warmup_steps = 1000
     config.train.steps = 100_000

@@ -15,5 +15,4 @@ from configs import base
 
 def get_config(arg=None):
     config = base.get_base_config("small")
-    config.model.position = "rope"
     return base.finish(config, arg)

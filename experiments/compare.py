@@ -22,7 +22,9 @@ sys.path.insert(0, _ROOT)
 
 import jax  # noqa: E402
 
-from roformer_jax import data, study  # noqa: E402
+from roformer_jax import study  # noqa: E402
+from roformer_jax.data.batches import load_corpus  # noqa: E402
+from roformer_jax.training import runtime  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(_ROOT, "configs", "compare.py"),
@@ -48,7 +50,7 @@ def main(argv):
     )
     # The loss of predicting token frequencies alone: what a short run is read against.
     cache = exp.train.data_cache_dir or os.path.join(_WORKDIR.value, "data")
-    unigram = data.load_corpus(exp.data, cache).unigram_cross_entropy()
+    unigram = load_corpus(exp.data, cache).unigram_cross_entropy()
     footnote += f"; unigram cross-entropy of the validation tokens {unigram:.3f}"
     png, md = study.write_report(
         results, _WORKDIR.value, title=config.title, plot_keys=config.plot_keys,
@@ -61,4 +63,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    runtime.run_main(main)

@@ -8,9 +8,10 @@ f(64)=10.090, f(256)=6.543.
 """
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from roformer_jax import plots, rope_reference
+from roformer_jax.training import runtime
 
 _DIM = flags.DEFINE_integer("dim", 128, "Rotated dimension d.")
 _BASE = flags.DEFINE_float("base", 10000.0, "θ_i = base^(-2i/d).")
@@ -29,4 +30,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    runtime.run_main(main)

@@ -3,11 +3,11 @@ r"""Pre-trains an encoder by masked language modelling: parses flags, calls the 
   python experiments/train_mlm.py --config=configs/roformer_small.py --workdir=/tmp/rs \
       --config.model.position=learned --config.train.steps=2000
 
-Rerunning with the same --workdir resumes from its latest checkpoint. Several hosts: start
+Rerunning with the same --workdir resumes from its latest checkpoint. --verbosity=1 adds the
+libraries' logs (orbax, jax) and the traceback of a bad config value. Several hosts: start
 the same command on every host with --distributed (see README, "Multi-host").
 """
 
-import logging as pylogging
 import os
 import sys
 
@@ -19,7 +19,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
 
-from roformer_jax import train  # noqa: E402
+from roformer_jax.training import runtime  # noqa: E402
+from roformer_jax.training.config import experiment_config_from_dict  # noqa: E402
+from roformer_jax.training.loop import train_and_evaluate  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file, e.g. configs/roformer_small.py[:runlocal].",
@@ -41,26 +43,22 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    # orbax logs every save step by step at INFO; keep its warnings, drop its chatter.
-    logging.get_absl_handler().addFilter(
-        lambda r: r.levelno > pylogging.INFO or "/orbax/" not in r.pathname
-    )
     if _DISTRIBUTED.value:
         jax.distributed.initialize(
             coordinator_address=_COORDINATOR.value,
             num_processes=_NUM_PROCESSES.value,
             process_id=_PROCESS_ID.value,
         )
-    cfg = train.experiment_config_from_dict(_CONFIG.value.to_dict())
+    cfg = experiment_config_from_dict(_CONFIG.value.to_dict())
     logging.info("process %d of %d, %d local devices: %s", jax.process_index(),
                  jax.process_count(), jax.local_device_count(), jax.local_devices())  # fmt: skip
     try:
-        final = train.train_and_evaluate(cfg, _WORKDIR.value)
-    except train.TrainingInterrupted as e:
+        final = train_and_evaluate(cfg, _WORKDIR.value)
+    except runtime.TrainingInterrupted as e:
         logging.warning("%s", e)
         sys.exit(1)
-    logging.info("final metrics: %s", final)
+    logging.info("final metrics: %s", ", ".join(f"{k} {v:.6g}" for k, v in final.items()))
 
 
 if __name__ == "__main__":
-    app.run(main)
+    runtime.run_main(main)

@@ -18,17 +18,15 @@ import numpy as np
 from absl import logging
 from ml_collections import ConfigDict
 
-from roformer_jax import metrics as metrics_lib
 from roformer_jax import plots
-from roformer_jax.data import DataConfig
-from roformer_jax.model import ModelConfig
-from roformer_jax.optim import OptimConfig
-from roformer_jax.train import (
+from roformer_jax.training import metrics as metrics_lib
+from roformer_jax.training.config import (
     ExperimentConfig,
-    TrainConfig,
+    config_diff,
+    default_experiment_config,
     experiment_config_from_dict,
-    train_and_evaluate,
 )
+from roformer_jax.training.loop import train_and_evaluate
 
 
 def study_runs(config: ConfigDict) -> dict[str, list[ExperimentConfig]]:
@@ -69,32 +67,16 @@ def check_same_config(directory: str, cfg: ExperimentConfig) -> None:
     if not os.path.exists(path):
         return
     with open(path, encoding="utf-8") as f:
-        saved = _flat(json.load(f))
-    wanted = _flat(json.loads(json.dumps(dataclasses.asdict(cfg))))  # tuples -> lists, as saved
-    defaults = _flat(json.loads(json.dumps(dataclasses.asdict(_DEFAULTS))))
-    changed = sorted(  # a field added since the run was saved counts as its default
-        key
-        for key in saved.keys() | wanted.keys()
-        if key != "train.data_cache_dir" and saved.get(key, defaults.get(key)) != wanted.get(key)
+        saved = json.load(f)
+    # A field added since the run was saved counts as its default.
+    changed = config_diff(
+        saved, cfg, defaults=default_experiment_config(), ignore=("train.data_cache_dir",)
     )
     if changed:
         raise ValueError(
             f"{directory} holds a run of another config (differs in {', '.join(changed)}); "
             "delete it or use another --workdir"
         )
-
-
-_DEFAULTS = ExperimentConfig(ModelConfig(), DataConfig(), OptimConfig(), TrainConfig())
-
-
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in d.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
-    return out
 
 
 def run_study(runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str) -> dict:

@@ -1,13 +1,14 @@
 """Tests for roformer_jax/checkpoints.py."""
 
+import glob
 import os
 import tempfile
 
 import jax
 import numpy as np
-from absl.testing import absltest
+from absl.testing import absltest, parameterized
 
-from roformer_jax.checkpoints import Checkpoints
+from roformer_jax.training.checkpoints import Checkpoints
 
 MODEL = {"hidden_size": 64, "position": "rope", "valid": [1, 2]}
 
@@ -16,7 +17,7 @@ def _state(value: float):
     return {"step": np.int32(value), "params": {"kernel": np.full((2, 3), value, np.float32)}}
 
 
-class CheckpointsTest(absltest.TestCase):
+class CheckpointsTest(parameterized.TestCase):
     def setUp(self):
         super().setUp()
         self.directory = os.path.join(tempfile.mkdtemp(), "checkpoints")
@@ -52,6 +53,55 @@ class CheckpointsTest(absltest.TestCase):
             r"the checkpoint, 32 now; pre_ln: '<absent>' in the checkpoint, True now\)",
         ):
             checkpoints.restore(jax.eval_shape(lambda: _state(0)), other)
+        checkpoints.close()
+
+    @parameterized.named_parameters(
+        ("meta_garbled", "meta/metadata", "garble"),
+        ("state_data_truncated", "state/d/*", "truncate"),
+        ("state_data_garbled", "state/d/*", "garble"),
+        ("state_metadata_garbled", "state/_METADATA", "garble"),
+        ("state_manifest_truncated", "state/manifest.ocdbt", "truncate"),
+    )
+    def test_a_damaged_newest_step_falls_back_to_the_one_before(self, pattern, damage):
+        self._save(keep=3, steps=(1, 2, 3))
+        rng = np.random.default_rng(0)
+        paths = glob.glob(os.path.join(self.directory, "3", pattern))
+        self.assertNotEmpty(paths)
+        for path in paths:
+            size = os.path.getsize(path)
+            with open(path, "r+b") as f:
+                if damage == "truncate":
+                    f.truncate(size // 2)
+                else:
+                    f.write(rng.integers(0, 256, 100, dtype=np.uint8).tobytes())
+        checkpoints = Checkpoints(self.directory, keep=3)
+        with self.assertLogs(level="WARNING") as logs:
+            state, meta = checkpoints.restore(jax.eval_shape(lambda: _state(0)), MODEL)
+        self.assertRegex(logs.output[0], r"checkpoints/3 is damaged")
+        self.assertEqual((int(state["step"]), meta["window"]), (2, 2))
+        np.testing.assert_array_equal(state["params"]["kernel"], np.full((2, 3), 2.0))
+        # The damaged step is out of the way: the run's next saves are kept as usual.
+        checkpoints.save(3, _state(3), {"config": {"model": MODEL}, "window": 3})
+        checkpoints.close()
+        self.assertEqual(sorted(os.listdir(self.directory)), ["1", "2", "3"])
+        self.assertEqual(os.listdir(self.directory + ".damaged"), ["3"])
+
+    def test_another_model_is_an_error_even_behind_a_damaged_step(self):
+        self._save(keep=2, steps=(1, 2))
+        with open(os.path.join(self.directory, "2", "meta", "metadata"), "wb") as f:
+            f.write(bytes(range(100)))
+        checkpoints = Checkpoints(self.directory, keep=2)
+        with self.assertRaisesRegex(ValueError, r"checkpoints/1 was trained with a different"):
+            checkpoints.restore(jax.eval_shape(lambda: _state(0)), {**MODEL, "hidden_size": 8})
+        checkpoints.close()
+
+    def test_nothing_readable_is_an_error(self):
+        self._save(keep=1, steps=(1,))
+        with open(os.path.join(self.directory, "1", "meta", "metadata"), "wb") as f:
+            f.write(bytes(range(100)))
+        checkpoints = Checkpoints(self.directory, keep=1)
+        with self.assertRaisesRegex(ValueError, r"none of the checkpoints \[1\].*can be read"):
+            checkpoints.restore(jax.eval_shape(lambda: _state(0)), MODEL)
         checkpoints.close()
 
 

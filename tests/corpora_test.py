@@ -11,8 +11,8 @@ from unittest import mock
 
 from absl.testing import absltest, parameterized
 
-from roformer_jax import corpora
-from roformer_jax.corpora import read_documents
+from roformer_jax.data import corpora
+from roformer_jax.data.corpora import read_documents
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 SHAKESPEARE = os.path.join(DATA, "tinyshakespeare", "input.txt")

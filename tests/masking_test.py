@@ -3,7 +3,7 @@
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax.masking import mask_tokens, max_targets
+from roformer_jax.data.masking import mask_tokens, max_targets
 
 PAD, UNK, CLS, SEP, MASK = range(5)
 SPECIALS = (PAD, UNK, CLS, SEP, MASK)
@@ -142,6 +142,18 @@ class MaskTokensTest(parameterized.TestCase):
     def test_float_tokens_rejected(self):
         with self.assertRaisesRegex(ValueError, "integers"):
             _mask(np.zeros((2, 4)), seed=0)
+
+
+class PerRowGeneratorsTest(absltest.TestCase):
+    def test_a_row_depends_on_its_own_generator_only(self):
+        tokens = np.random.default_rng(0).integers(5, 100, size=(3, 40))
+        kwargs = dict(vocab_size=100, mask_id=4, special_ids=range(5))
+        rows = mask_tokens(tokens, [np.random.default_rng(k) for k in (7, 8, 9)], **kwargs)
+        alone = mask_tokens(tokens[1:2], [np.random.default_rng(8)], **kwargs)
+        for key, value in alone.items():
+            np.testing.assert_array_equal(rows[key][1:2], value)
+        with self.assertRaisesRegex(ValueError, "2 generators for 3 rows"):
+            mask_tokens(tokens, [np.random.default_rng(k) for k in (1, 2)], **kwargs)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import tempfile
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax import metrics
+from roformer_jax.training import metrics
 
 
 class WindowTest(parameterized.TestCase):

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax import optim
+from roformer_jax.training import optim
 
 
 def _params():
@@ -47,10 +47,15 @@ class ScheduleTest(parameterized.TestCase):
         cfg = optim.OptimConfig(learning_rate=1e-3, warmup_steps=0)
         np.testing.assert_allclose(optim.learning_rate_schedule(cfg, 10)(0), 1e-3)
 
-    def test_warmup_longer_than_run_is_an_error(self):
-        cfg = optim.OptimConfig(warmup_steps=10)
-        with self.assertRaisesRegex(ValueError, r"warmup_steps=10 .*\(5 steps"):
-            optim.learning_rate_schedule(cfg, total_steps=5)
+    def test_warmup_longer_than_run_is_clipped_with_one_warning(self):
+        cfg = optim.OptimConfig(learning_rate=1e-3, warmup_steps=10)
+        with self.assertLogs(level="WARNING") as logs:
+            clipped = optim.learning_rate_schedule(cfg, total_steps=5)
+            optim.optimizer_on(cfg, clipped)  # what the trainer does: no second warning
+        self.assertLen(logs.output, 1)
+        self.assertRegex(logs.output[0], r"warmup_steps=10 .*\(5 steps\).*all 5 steps")
+        lrs = np.array([clipped(t) for t in range(5)])
+        np.testing.assert_allclose(lrs, 1e-3 * np.arange(5) / 5, rtol=1e-6)
 
     @parameterized.parameters(
         {"optimizer": "sgd"}, {"schedule": "step"}, {"learning_rate": 0.0}, {"clip_norm": -1.0}

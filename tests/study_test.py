@@ -8,11 +8,12 @@ from unittest import mock
 
 from absl.testing import absltest
 
-from roformer_jax import study, train
+from roformer_jax import study
+from roformer_jax.training.config import experiment_config_from_dict
 
 
 def _config(seed, steps=4):
-    return train.experiment_config_from_dict(
+    return experiment_config_from_dict(
         {
             "seed": seed,
             "data": {"tokenizer": "bytes"},

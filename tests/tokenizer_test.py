@@ -8,7 +8,7 @@ import tempfile
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax.tokenizer import (
+from roformer_jax.data.tokenizer import (
     SPECIAL_TOKENS,
     ByteTokenizer,
     WordPieceTokenizer,

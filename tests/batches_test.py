@@ -1,4 +1,4 @@
-"""Tests for roformer_jax/data.py: sources, split, cache, packing, iterator, bad input."""
+"""Tests for roformer_jax/data/batches.py: sources, split, cache, packing, iterator, bad input."""
 
 import os
 import shutil
@@ -8,8 +8,8 @@ from unittest import mock
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax import data
-from roformer_jax.data import DataConfig, load_corpus
+from roformer_jax.data import batches as data
+from roformer_jax.data.batches import DataConfig, load_corpus
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 WIKITEXT = os.path.join(DATA, "wikitext-2", "valid.txt")
@@ -139,9 +139,10 @@ class BatchTest(CorpusTestCase):
         corpus = self.load()
         batch = next(corpus.train_batches(batch_size=8, seed=0))
         keys = {"input_ids", "attention_mask", "token_type_ids", "targets", "weights"}
-        self.assertEqual(set(batch), keys)
+        self.assertEqual(set(batch), keys | {"index"})
         for key in keys:
             self.assertEqual(batch[key].shape, (8, 16))
+        np.testing.assert_array_equal(batch["index"], np.arange(8, dtype=np.int32))
         self.assertEqual(batch["weights"].dtype, np.float32)
         tok = corpus.tokenizer
         np.testing.assert_array_equal(batch["input_ids"][:, 0], tok.cls_id)
@@ -189,6 +190,23 @@ class BatchTest(CorpusTestCase):
             np.testing.assert_array_equal(
                 np.concatenate([_original(h) for h in halves]), _original(whole)
             )
+
+    @parameterized.parameters(2, 4)
+    def test_masks_do_not_depend_on_the_number_of_hosts(self, hosts):
+        # Each row is masked from (seed, step, global row): P hosts see the batch of one.
+        corpus = self.load()
+        one = corpus.train_batches(batch_size=8, seed=1, start_step=5, prefetch=0,
+                                   process_index=0, process_count=1)  # fmt: skip
+        parts = [
+            corpus.train_batches(
+                batch_size=8, seed=1, start_step=5, prefetch=0, process_index=i, process_count=hosts
+            )  # fmt: skip
+            for i in range(hosts)
+        ]
+        for _ in range(2):
+            whole, split = next(one), [next(p) for p in parts]
+            for key, value in whole.items():
+                np.testing.assert_array_equal(np.concatenate([b[key] for b in split]), value)
 
     @parameterized.parameters("bytes", "wordpiece")
     def test_whole_word(self, tokenizer):

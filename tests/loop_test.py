@@ -1,4 +1,4 @@
-"""Tests for roformer_jax/train.py (with checkpoints.py and metrics.py): end to end on `tiny`.
+"""Tests for roformer_jax/training/loop.py (with checkpoints.py, metrics.py): end to end on `tiny`.
 
 Every run trains configs/tiny.py on a small generated corpus with the byte tokenizer.
 """
@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -17,16 +18,15 @@ from unittest import mock
 
 import chex
 import jax
-import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 from jax.experimental.compilation_cache import compilation_cache
 
 from configs import tiny
-from roformer_jax import data as data_lib
-from roformer_jax import masking, optim, train
-from roformer_jax import metrics as metrics_lib
-from roformer_jax.model import RoFormer
+from roformer_jax.data import batches as batches_lib
+from roformer_jax.training import loop, runtime
+from roformer_jax.training import metrics as metrics_lib
+from roformer_jax.training.config import ExperimentConfig, experiment_config_from_dict
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TMP = tempfile.mkdtemp(prefix="train_test_")
@@ -56,7 +56,7 @@ def _corpus() -> str:
     return path
 
 
-def _config(**overrides) -> train.ExperimentConfig:
+def _config(**overrides) -> ExperimentConfig:
     """configs/tiny.py, one layer, on the generated corpus, 3 short steps.
 
     overrides: section__field=value, e.g. train__steps=8.
@@ -72,7 +72,7 @@ def _config(**overrides) -> train.ExperimentConfig:
     for key, value in overrides.items():
         section, field = key.split("__")
         d[section][field] = value
-    return train.experiment_config_from_dict(d)
+    return experiment_config_from_dict(d)
 
 
 def _config_json(**overrides) -> str:
@@ -89,12 +89,12 @@ def _records(workdir):
 
 def _traced_once():
     """Fails a run whose train step is traced twice (a retrace after the first step)."""
-    real = train.make_train_step
+    real = loop.make_train_step
 
     def traced_once(*args, **kwargs):
         return chex.assert_max_traces(real(*args, **kwargs), n=1)
 
-    return mock.patch.object(train, "make_train_step", traced_once)
+    return mock.patch.object(loop, "make_train_step", traced_once)
 
 
 @functools.cache
@@ -102,7 +102,7 @@ def _reference_run() -> tuple[str, dict]:
     """The 3-step run of `_config()`."""
     workdir = os.path.join(_TMP, "reference")
     with _traced_once():
-        final = train.train_and_evaluate(_config(), workdir)
+        final = loop.train_and_evaluate(_config(), workdir)
     return workdir, final
 
 
@@ -128,7 +128,7 @@ class EndToEndTest(parameterized.TestCase):
         workdir, final = _reference_run()
         copy = os.path.join(_TMP, "finished_copy")
         shutil.copytree(workdir, copy)
-        again = train.train_and_evaluate(_config(), copy)
+        again = loop.train_and_evaluate(_config(), copy)
         self.assertEqual(_records(copy), _records(workdir))
         self.assertEqual(again["valid/loss_64"], final["valid/loss_64"])
 
@@ -138,7 +138,7 @@ class EndToEndTest(parameterized.TestCase):
             train__steps=8, train__log_every=2, train__eval_every=4, train__checkpoint_every=3,
         )  # fmt: skip
         whole = os.path.join(_TMP, "whole")
-        train.train_and_evaluate(_config(**overrides), whole)
+        loop.train_and_evaluate(_config(**overrides), whole)
 
         parts = os.path.join(_TMP, "parts")
         real_write = metrics_lib.MetricsWriter.write
@@ -153,24 +153,24 @@ class EndToEndTest(parameterized.TestCase):
 
         # SIGTERM while writing step 4 is seen after step 5: saved there, off the grid of 3.
         with write_then(4, lambda: os.kill(os.getpid(), signal.SIGTERM)):
-            with self.assertRaisesRegex(train.TrainingInterrupted, "step 5"):
-                train.train_and_evaluate(_config(**overrides), parts)
+            with self.assertRaisesRegex(runtime.TrainingInterrupted, "step 5"):
+                loop.train_and_evaluate(_config(**overrides), parts)
 
         def crash():
             raise RuntimeError("power cut")
 
         # A crash after record 6 is written but before checkpoint 6: record 6 is redone.
         with write_then(6, crash), self.assertRaisesRegex(RuntimeError, "power cut"):
-            train.train_and_evaluate(_config(**overrides), parts)
+            loop.train_and_evaluate(_config(**overrides), parts)
         self.assertEqual(metrics_lib.read_metrics(parts)[-1]["step"], 6)
         with _traced_once():  # a restored state has the types of a stepped one
-            train.train_and_evaluate(_config(**overrides), parts)
+            loop.train_and_evaluate(_config(**overrides), parts)
 
         self.assertEqual([r["step"] for r in _records(whole)], [2, 4, 6, 8])
         self.assertEqual(_records(parts), _records(whole))  # bitwise: floats compared with ==
 
     def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(self):
-        real = data_lib.Corpus.train_batches
+        real = batches_lib.Corpus.train_batches
 
         def nan_at_step_3(self, **kwargs):
             for step, batch in enumerate(real(self, **kwargs), start=kwargs["start_step"] + 1):
@@ -179,11 +179,11 @@ class EndToEndTest(parameterized.TestCase):
                 yield batch
 
         workdir = os.path.join(_TMP, "nan")
-        with mock.patch.object(data_lib.Corpus, "train_batches", nan_at_step_3):
+        with mock.patch.object(batches_lib.Corpus, "train_batches", nan_at_step_3):
             with self.assertRaisesRegex(
                 FloatingPointError, r"at step 3\. The last good checkpoint is step 2"
             ):
-                train.train_and_evaluate(_config(), workdir)
+                loop.train_and_evaluate(_config(), workdir)
         self.assertEqual(os.listdir(os.path.join(workdir, "checkpoints")), ["2"])
         self.assertEqual([r["step"] for r in metrics_lib.read_metrics(workdir)], [1, 2])
 
@@ -192,14 +192,14 @@ class EndToEndTest(parameterized.TestCase):
         copy = os.path.join(_TMP, "mismatch")
         shutil.copytree(workdir, copy)
         with self.assertRaisesRegex(ValueError, r"hidden_size: 64 in the checkpoint, 32 now"):
-            train.train_and_evaluate(_config(model__hidden_size=32), copy)
+            loop.train_and_evaluate(_config(model__hidden_size=32), copy)
         with open(os.path.join(copy, "config.json")) as f:  # left as it was
             self.assertEqual(json.load(f)["model"]["hidden_size"], 64)
 
     def test_gradient_accumulation_matches_one_batch(self):
         workdir, _ = _reference_run()
         accumulated = os.path.join(_TMP, "accumulated")
-        train.train_and_evaluate(_config(train__grad_accum=4), accumulated)
+        loop.train_and_evaluate(_config(train__grad_accum=4), accumulated)
         self._assert_records_close(_records(accumulated), _records(workdir))
 
     def _assert_records_close(self, records, expected):
@@ -214,10 +214,11 @@ class EndToEndTest(parameterized.TestCase):
         eight = os.path.join(_TMP, "eight")
         script = textwrap.dedent(f"""
             import json, jax
-            from roformer_jax import train
+            from roformer_jax.training.config import experiment_config_from_dict
+            from roformer_jax.training.loop import train_and_evaluate
             assert jax.local_device_count() == 8, jax.devices()
-            cfg = train.experiment_config_from_dict(json.loads({_config_json()!r}))
-            train.train_and_evaluate(cfg, {eight!r})
+            cfg = experiment_config_from_dict(json.loads({_config_json()!r}))
+            train_and_evaluate(cfg, {eight!r})
         """)
         env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
         subprocess.run(
@@ -226,80 +227,95 @@ class EndToEndTest(parameterized.TestCase):
         self._assert_records_close(_records(eight), _records(workdir))
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class DevicesAndHostsTest(parameterized.TestCase):
+    """configs/tiny.py, dropout on: the same numbers on 1, 2 and 8 devices and on 2 hosts.
+
+    Every run is experiments/train_mlm.py in a subprocess (XLA_FLAGS fakes CPU devices;
+    jax.distributed joins two processes over loopback).
+    """
+
+    _FLAGS = (
+        "--config.model.hidden_dropout=0.1", "--config.model.attention_dropout=0.1",
+        "--config.train.steps=3", "--config.train.log_every=1", "--config.train.eval_every=3",
+        "--config.train.checkpoint_every=3", "--config.train.eval_batches=2",
+        "--config.data.max_chars=100000",
+    )  # fmt: skip
+
+    @classmethod
+    def _run(cls, name: str, devices: int = 1, processes: int = 1) -> list[dict]:
+        workdir = os.path.join(_TMP, "hosts", name)
+        command = [
+            sys.executable, os.path.join(_ROOT, "experiments", "train_mlm.py"),
+            f"--config={os.path.join(_ROOT, 'configs', 'tiny.py')}", f"--workdir={workdir}",
+            f"--config.train.data_cache_dir={os.path.join(_TMP, 'hosts', 'data')}", *cls._FLAGS,
+        ]  # fmt: skip
+        env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+        if processes > 1:
+            port = _free_port()
+            command += ["--distributed", f"--coordinator_address=127.0.0.1:{port}",
+                        f"--num_processes={processes}"]  # fmt: skip
+        runs = [
+            subprocess.Popen(
+                command + ([f"--process_id={i}"] if processes > 1 else []),
+                cwd=_ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for i in range(processes)
+        ]
+        for run in runs:
+            output, _ = run.communicate(timeout=600)
+            if run.returncode:
+                raise AssertionError(f"{name} failed:\n{output[-3000:]}")
+        return _records(workdir)
+
+    @classmethod
+    @functools.cache
+    def _one_device(cls) -> list[dict]:
+        return cls._run("one")
+
+    def _assert_same_numbers(self, records, expected):
+        self.assertEqual([r["step"] for r in records], [1, 2, 3])
+        for a, b in zip(expected, records, strict=True):
+            self.assertEqual(a.keys(), b.keys())
+            for key in a:
+                np.testing.assert_allclose(b[key], a[key], rtol=1e-4, err_msg=key)
+
+    @parameterized.parameters(2, 8)
+    def test_devices_give_the_numbers_of_one(self, devices):
+        expected = self._one_device()
+        self._assert_same_numbers(self._run(f"devices{devices}", devices=devices), expected)
+
+    def test_two_hosts_give_the_numbers_of_one(self):
+        expected = self._one_device()
+        self._assert_same_numbers(self._run("hosts2", processes=2), expected)
+
+
 class StagesTest(absltest.TestCase):
     def test_one_stage_is_the_plain_run(self):
         workdir, _ = _reference_run()
         staged = os.path.join(_TMP, "one_stage")
-        train.train_and_evaluate(_config(train__stages=((3, 32, 8),)), staged)
+        loop.train_and_evaluate(_config(train__stages=((3, 32, 8),)), staged)
         self.assertEqual(_records(staged), _records(workdir))
 
-    def test_stages_alternate_shapes_and_resume_where_they_were(self):
+    def test_stages_alternate_shapes(self):
         cfg = _config(train__steps=5, train__stages=((2, 32, 8), (1, 64, 4), (2, 16, 8)))
-        corpus = data_lib.load_corpus(cfg.data, cfg.train.data_cache_dir)
-        stages = cfg.train.stages
-        every = list(train._staged_batches(corpus, stages, seed=0, start_step=0))
-        shapes = [b["input_ids"].shape for b in every]
-        self.assertEqual(shapes, [(8, 32), (8, 32), (4, 64), (8, 16), (8, 16)])
-        for start in (1, 2, 3):
-            resumed = list(train._staged_batches(corpus, stages, seed=0, start_step=start))
-            chex.assert_trees_all_equal(resumed, every[start:])
-        final = train.train_and_evaluate(cfg, os.path.join(_TMP, "stages"))
+        final = loop.train_and_evaluate(cfg, os.path.join(_TMP, "stages"))
         self.assertTrue(np.isfinite(final["train/loss"]))
 
-    def test_bad_stages(self):
-        with self.assertRaisesRegex(ValueError, r"sum to 4, not steps=3"):
-            _config(train__stages=((2, 32, 8), (2, 64, 4)))
-        with self.assertRaisesRegex(ValueError, r"must be \(steps, seq_len, batch_size\)"):
-            _config(train__stages=((3, 32),))
+    def test_a_stage_past_the_models_max_length(self):
         cfg = _config(model__position="learned", model__max_len=32,
                       train__stages=((2, 32, 8), (1, 64, 4)))  # fmt: skip
-        with self.assertRaisesRegex(ValueError, "length 64, past the learned position table"):
-            train.train_and_evaluate(cfg, os.path.join(_TMP, "too_long"))
-
-
-class MlmHeadAtTargetsTest(absltest.TestCase):
-    def test_train_and_eval_steps_match_the_head_everywhere(self):
-        cfg = _config(data__tokenizer="bytes")
-        model = RoFormer(cfg.model)
-        tx = optim.make_optimizer(cfg.optim, 10)
-        rng = np.random.default_rng(0)
-        tokens = rng.integers(5, cfg.model.vocab_size, size=(4, 64))
-        tokens[1, 40:] = 0  # padding: fewer targets in that row
-        batch = masking.mask_tokens(tokens, rng, vocab_size=cfg.model.vocab_size, mask_id=4,
-                                    special_ids=range(5))  # fmt: skip
-        batch.update(attention_mask=tokens != 0, token_type_ids=np.zeros_like(tokens))
-        params = model.init(jax.random.key(0), tokens[:1])["params"]
-        state = train.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
-        step = {p: jax.jit(train.make_train_step(model, tx, mask_prob=p)) for p in (None, 0.15)}
-        full, at_targets = (step[p](state, batch, jax.random.key(1)) for p in (None, 0.15))
-        chex.assert_trees_all_close(at_targets, full, rtol=1e-5, atol=1e-6)
-        evals = [train.make_eval_step(model, mask_prob=p)(params, batch) for p in (None, 0.15)]
-        chex.assert_trees_all_close(evals[1], evals[0], rtol=1e-5)
-
-
-class MlmSumsTest(absltest.TestCase):
-    def test_mlm_sums_count_only_weighted_positions(self):
-        logits = jnp.log(jnp.array([[[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]]]))  # [1, 2, 3]
-        sums = train.mlm_sums(logits, jnp.array([[0, 0]]), jnp.array([[1.0, 0.0]]))
-        np.testing.assert_allclose(sums["loss"], -np.log(0.7), rtol=1e-6)
-        self.assertEqual((float(sums["correct"]), float(sums["count"])), (1.0, 1.0))
-
-
-class ConfigFromDictTest(absltest.TestCase):
-    def test_unknown_keys_are_errors(self):
-        d = tiny.get_config().to_dict()
-        d["train"]["stepz"] = 3
-        with self.assertRaisesRegex(ValueError, r"config.train: \['stepz'\]"):
-            train.experiment_config_from_dict(d)
-        with self.assertRaisesRegex(ValueError, r"unknown config keys \['extra'\]"):
-            train.experiment_config_from_dict({**tiny.get_config().to_dict(), "extra": {}})
-
-    def test_vocab_size_follows_the_tokenizer(self):
-        d = tiny.get_config().to_dict()
-        self.assertEqual(train.experiment_config_from_dict(d).model.vocab_size, 261)  # bytes
-        d["data"]["tokenizer"] = "wordpiece"
-        d["data"]["vocab_size"] = 1000
-        self.assertEqual(train.experiment_config_from_dict(d).model.vocab_size, 1000)
+        with self.assertRaisesRegex(ValueError, "length 64, past the model's max_length 32"):
+            loop.train_and_evaluate(cfg, os.path.join(_TMP, "too_long"))
 
 
 if __name__ == "__main__":

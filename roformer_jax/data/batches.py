@@ -35,13 +35,8 @@ from collections.abc import Callable, Iterator
 import jax
 import numpy as np
 
-from roformer_jax import corpora, masking
-from roformer_jax.tokenizer import (
-    ByteTokenizer,
-    WordPieceTokenizer,
-    load_tokenizer,
-    train_wordpiece,
-)
+from roformer_jax.data import corpora, masking
+from roformer_jax.data.tokenizer import load_tokenizer, named_tokenizer, train_wordpiece
 
 _CACHE_FORMAT = 1  # bump when the cached bytes would change for the same inputs
 _ORDER, _MASK, _VALID = 0, 1, 2  # seed domains: window order, train masks, valid masks
@@ -49,31 +44,20 @@ _ORDER, _MASK, _VALID = 0, 1, 2  # seed domains: window order, train masks, vali
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-    """What to read and how to turn it into MLM batches.
+    """What to read and how to turn it into MLM batches."""
 
-    Attributes:
-      source: "builtin", a file/directory/glob, or "hf:<name>[:<config>]" (see module doc).
-      seq_len: training sequence length, [CLS] and [SEP] included.
-      tokenizer: "wordpiece" (trained here), "bytes", or a path to a BERT vocab.txt.
-      vocab_size: WordPiece vocabulary size to train (a small corpus may give fewer).
-      valid_fraction: share of documents held out for validation.
-      valid_lengths: extra lengths to evaluate at besides seq_len (length extrapolation).
-      mask_prob: share of real tokens chosen as MLM targets.
-      whole_word: choose whole words rather than WordPiece pieces.
-      doc_separator: "line" (one document per line) or "blank" (blank-line separated).
-      max_chars: read at most this many characters (a quick run on part of a corpus).
-    """
-
-    source: str = "builtin"
-    seq_len: int = 128
-    tokenizer: str = "wordpiece"
-    vocab_size: int = 8192
-    valid_fraction: float = 0.05
-    valid_lengths: tuple[int, ...] = ()
-    mask_prob: float = 0.15
-    whole_word: bool = False
-    doc_separator: str = "line"
-    max_chars: int | None = None
+    source: str = "builtin"  # "builtin", a file/directory/glob, "hf:<name>[:<cfg>]" (module doc)
+    seq_len: int = 128  # training sequence length, [CLS] and [SEP] included
+    tokenizer: str = "wordpiece"  # "wordpiece" (trained on the train split), "bytes", a vocab.txt
+    vocab_size: int = 8192  # WordPiece vocabulary to train (a small corpus may fill fewer)
+    valid_fraction: float = 0.05  # share of documents held out for validation
+    valid_lengths: tuple[int, ...] = (256, 512)  # also evaluated at these lengths (extrapolation)
+    mask_prob: float = (
+        0.15  # BERT: 15% of real tokens are targets; 80% [MASK], 10% random, 10% kept
+    )
+    whole_word: bool = False  # choose whole words rather than WordPiece pieces
+    doc_separator: str = "line"  # for files: "line" (one document per line) | "blank" (blank lines)
+    max_chars: int | None = None  # read at most this many characters; None = all
 
     def __post_init__(self):
         if not self.source:
@@ -112,14 +96,11 @@ def load_corpus(cfg: DataConfig, cache_dir: str) -> Corpus:
     so editing any of them rebuilds it. seq_len and masking settings are applied on the fly.
     """
     files = corpora.resolve_files(cfg.source)
-    if cfg.tokenizer not in ("wordpiece", "bytes") and not os.path.exists(cfg.tokenizer):
-        raise FileNotFoundError(
-            f"tokenizer {cfg.tokenizer!r} is neither 'wordpiece', 'bytes' nor an existing vocab.txt"
-        )
+    tok = named_tokenizer(cfg.tokenizer)  # a bad vocab.txt fails before any reading
     key, identity = _cache_key(cfg, files)
     path = os.path.join(cache_dir, f"corpus-{key}")
     if not os.path.isfile(os.path.join(path, "meta.json")):
-        _build_cache(cfg, path, identity)
+        _build_cache(cfg, tok, path, identity)
     with open(os.path.join(path, "meta.json"), encoding="utf-8") as f:
         stats = json.load(f)["stats"]
     corpus = Corpus(
@@ -157,11 +138,8 @@ def _cache_key(cfg: DataConfig, files: list[str]) -> tuple[str, dict]:
     return hashlib.sha256(blob).hexdigest()[:16], identity
 
 
-def _build_cache(cfg: DataConfig, path: str, identity: dict) -> None:
-    if cfg.tokenizer == "bytes":
-        tok = ByteTokenizer()
-    elif cfg.tokenizer != "wordpiece":  # a vocab.txt: check it before reading the corpus
-        tok = WordPieceTokenizer.from_vocab(cfg.tokenizer)
+def _build_cache(cfg: DataConfig, tok, path: str, identity: dict) -> None:
+    """tok: the named tokenizer, or None to train a WordPiece on the train split."""
     docs = corpora.read_documents(
         cfg.source, doc_separator=cfg.doc_separator, max_chars=cfg.max_chars
     )
@@ -176,7 +154,7 @@ def _build_cache(cfg: DataConfig, path: str, identity: dict) -> None:
             "valid_batches will be empty (add documents or raise valid_fraction)",
             stacklevel=3,
         )
-    if cfg.tokenizer == "wordpiece":
+    if tok is None:
         tok = train_wordpiece(train_docs, vocab_size=cfg.vocab_size)
     os.makedirs(path, exist_ok=True)
     tok.save(os.path.join(path, "tokenizer"))
@@ -279,13 +257,15 @@ class Corpus:
 
         `batch_size` is global; host p of P gets rows [p b, (p + 1) b) with b = batch_size / P
         (the trainer splits them over its local devices). Epoch e of the global example
-        stream visits every window once in an order drawn from (seed, e), so the rows of a
-        step depend only on (seed, step) and the masks on (seed, step, p, P): a resumed run
-        sees exactly the batches it would have seen. `prefetch` batches are prepared ahead in
-        a background thread (0: in the caller's thread).
+        stream visits every window once in an order drawn from (seed, e), and row r of a
+        step is masked by a generator seeded with (seed, step, r), so every row depends only
+        on (seed, step, r), whatever the number of hosts: a resumed run sees exactly the
+        batches it would have seen, and P hosts together see those of one. `prefetch`
+        batches are prepared ahead in a background thread (0: in the caller's thread).
 
         Yields dicts of [b, seq_len] numpy arrays: input_ids, attention_mask, token_type_ids,
-        targets (int32) and weights (float32, 1 at the masked targets).
+        targets (int32) and weights (float32, 1 at the masked targets); and index, int32 [b],
+        each row's index r in the global batch (the trainer's per-row dropout stream).
         """
         index, count = _host(process_index, process_count)
         if batch_size <= 0 or batch_size % count:
@@ -319,8 +299,11 @@ class Corpus:
                 here = rows // num == e
                 starts[here] = offset + order[rows[here] % num] * span
             windows = stream[starts[:, None] + np.arange(span)]  # [B, L - 2]
-            rng = np.random.default_rng([_MASK, seed, step, index, count])
-            return self._mlm(self._wrap(windows), rng)
+            # Masks per global row: the same on any number of hosts.
+            rngs = [np.random.default_rng([_MASK, seed, step, row]) for row in rows.tolist()]
+            batch = self._mlm(self._wrap(windows), rngs)
+            batch["index"] = (rows - step * batch_size).astype(np.int32)
+            return batch
 
         return _prefetched(make, start_step, prefetch)
 
@@ -368,7 +351,8 @@ class Corpus:
         ids[:, -1] = self.tokenizer.sep_id
         return ids
 
-    def _mlm(self, ids: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    def _mlm(self, ids: np.ndarray, rng) -> dict[str, np.ndarray]:
+        """rng: one generator, or one per row (see masking.mask_tokens)."""
         tok = self.tokenizer
         batch = masking.mask_tokens(
             ids,

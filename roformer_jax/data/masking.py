@@ -16,7 +16,7 @@ import numpy as np
 
 def mask_tokens(
     tokens: np.ndarray,
-    rng: np.random.Generator,
+    rng: np.random.Generator | Sequence[np.random.Generator],
     *,
     vocab_size: int,
     mask_id: int,
@@ -36,7 +36,9 @@ def mask_tokens(
 
     Args:
       tokens: int [B, L] (or [L]).
-      rng: consumed; the same generator state gives the same result.
+      rng: consumed; the same generator state gives the same result. A sequence of B
+        generators gives each row its own: row i then depends on rng[i] alone, not on the
+        rows beside it (the trainer's masks do not depend on how rows are split over hosts).
       vocab_size: V; random replacements are drawn uniformly from the non-special ids < V.
       mask_id: the [MASK] id.
       special_ids: ids never chosen; must include the padding id.
@@ -70,14 +72,16 @@ def mask_tokens(
     num_chosen = np.where(num_real > 0, np.maximum(1, np.floor(mask_prob * num_real + 0.5)), 0)
 
     # Random priorities; specials sort last. Each row takes its num_chosen lowest (words).
-    score = np.where(real, rng.random((B, L)), np.inf)  # [B, L]
+    if not isinstance(rng, np.random.Generator) and len(rng) != B:
+        raise ValueError(f"{len(rng)} generators for {B} rows; give one per row or one")
+    score = np.where(real, _draw(rng, "random", B, L), np.inf)  # [B, L]
     if word_starts is None:
         kth = np.sort(score, axis=-1)[np.arange(B), np.maximum(num_chosen - 1, 0).astype(int)]
         chosen = real & (score <= kth[:, None]) & (num_chosen[:, None] > 0)
     else:
         chosen = real & _choose_words(score, real, word_starts, num_chosen)
 
-    replace = rng.random((B, L))  # [B, L]
+    replace = _draw(rng, "random", B, L)  # [B, L]
     random_ids = _sample_non_special(rng, (B, L), vocab_size, specials)  # [B, L]
     input_ids = np.where(chosen & (replace < 0.8), mask_id, tokens)
     input_ids = np.where(chosen & (replace >= 0.8) & (replace < 0.9), random_ids, input_ids)
@@ -113,10 +117,17 @@ def _choose_words(score, real, word_starts, num_chosen):
     return np.take_along_axis(rank, start_of, axis=-1) < num_chosen[:, None]
 
 
+def _draw(rng, method: str, B: int, L: int, *args) -> np.ndarray:
+    """rng.<method>(*args, size=(B, L)) from one generator, or row i from rng[i]."""
+    if isinstance(rng, np.random.Generator):
+        return getattr(rng, method)(*args, size=(B, L))
+    return np.stack([getattr(g, method)(*args, size=L) for g in rng])
+
+
 def _sample_non_special(rng, shape, vocab_size, specials):
     """Uniform over [0, vocab_size) minus `specials` (sorted, unique)."""
     specials = specials[(specials >= 0) & (specials < vocab_size)]
-    ids = rng.integers(0, vocab_size - len(specials), size=shape)
+    ids = _draw(rng, "integers", *shape, 0, vocab_size - len(specials))
     for s in specials:  # ascending: shift past each excluded id in turn
         ids += ids >= s
     return ids

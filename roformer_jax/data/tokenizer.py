@@ -252,6 +252,33 @@ def load_tokenizer(directory: str) -> ByteTokenizer | WordPieceTokenizer:
     return WordPieceTokenizer.from_vocab(directory)
 
 
+def named_tokenizer(name: str) -> ByteTokenizer | WordPieceTokenizer | None:
+    """The tokenizer a config's `tokenizer` names: "bytes", or the path of a BERT vocab.txt.
+
+    None for "wordpiece": that one is trained on the corpus, so it exists only once the data
+    pipeline has built it. Raises FileNotFoundError for anything else that is not a file.
+    """
+    if name == "bytes":
+        return ByteTokenizer()
+    if name == "wordpiece":
+        return None
+    if not os.path.exists(name):
+        raise FileNotFoundError(
+            f"tokenizer {name!r} is neither 'wordpiece', 'bytes' nor an existing vocab.txt"
+        )
+    return WordPieceTokenizer.from_vocab(name)
+
+
+def tokenizer_vocab_size(name: str, *, wordpiece_vocab_size: int) -> int:
+    """The vocabulary size of the tokenizer `name` (see `named_tokenizer`) will have.
+
+    A trained WordPiece gets `wordpiece_vocab_size` ids (a small corpus may fill fewer; the
+    ids above stay unused rows of the embedding table).
+    """
+    tok = named_tokenizer(name)
+    return wordpiece_vocab_size if tok is None else tok.vocab_size
+
+
 def _bert_pipeline(model: models.WordPiece, lowercase: bool) -> Tokenizer:
     tok = Tokenizer(model)
     tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)

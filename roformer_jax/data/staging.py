@@ -1,0 +1,76 @@
+"""What a training run reads: its stages of train batches, and its validation sets.
+
+Both take plain values (no config), so that the trainer decides what to ask for and this
+module only how to cut it. Shapes: b this host's rows, L sequence length.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+from absl import logging
+
+from roformer_jax.data.batches import Corpus
+
+
+def staged_batches(
+    corpus: Corpus,
+    stages: Sequence[tuple[int, int, int]],
+    *,
+    seed: int,
+    start_step: int,
+    process_index: int,
+    process_count: int,
+) -> Iterator[dict]:
+    """This host's batches for steps start_step + 1, ..., each at its stage's length and size.
+
+    stages: (steps, seq_len, global batch_size) in turn. Stage k draws the rows of global
+    steps [first_k, first_k + steps_k) from the windows at its length, so a resumed run sees
+    the batches it would have seen.
+    """
+    first = 0
+    for steps, seq_len, batch_size in stages:
+        if start_step < first + steps:
+            begin = max(start_step, first)
+            batches = corpus.train_batches(
+                batch_size=batch_size, seq_len=seq_len, seed=seed, start_step=begin,
+                process_index=process_index, process_count=process_count,
+            )  # fmt: skip
+            with contextlib.closing(batches):
+                for _ in range(first + steps - begin):
+                    yield next(batches)
+        first += steps
+
+
+def valid_sets(
+    corpus: Corpus,
+    lengths: Sequence[int],
+    *,
+    batch_size: int,
+    seed: int,
+    max_batches: int | None,
+    max_length: int | None,
+    process_index: int,
+    process_count: int,
+) -> dict[int, list[dict]]:
+    """{length: this host's validation batches} for each distinct length, in order.
+
+    A length past `max_length` (the model's longest sequence; None = any) is skipped with a
+    warning, as is one longer than all held-out text. `max_batches` None keeps every batch.
+    """
+    sets = {}
+    for length in dict.fromkeys(lengths):
+        if max_length is not None and length > max_length:
+            logging.warning("valid length %d skipped: the model takes at most %d positions",
+                            length, max_length)  # fmt: skip
+            continue
+        batches = corpus.valid_batches(
+            seq_len=length, batch_size=batch_size, seed=seed,
+            process_index=process_index, process_count=process_count,
+        )  # fmt: skip
+        if not batches:
+            logging.warning("too little held-out text for one sequence of %d tokens", length)
+            continue
+        sets[length] = batches[:max_batches]
+    return sets

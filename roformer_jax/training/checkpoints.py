@@ -1,0 +1,129 @@
+"""Checkpoints of a training run: orbax `CheckpointManager` plus the run's configuration.
+
+Each step folder `workdir/checkpoints/<step>/` holds two items, written atomically by orbax
+(a temporary folder renamed once complete; an interrupted save leaves no partial step):
+  state  the TrainState (step, params, optimizer state) as host numpy arrays
+  meta   JSON: the experiment config it was trained with, and the trainer's host-side
+         progress (pending metric sums, elapsed time) so a resumed run logs the same numbers
+
+Every process calls `save` and `restore` (orbax synchronizes them and lets the primary
+process write); `restore` refuses a checkpoint of a different model before reading any array.
+A step that cannot be read (a garbled or truncated file, written over after orbax finished
+it) is moved aside to `<directory>.damaged/` with a warning, and the next older one is tried.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+from absl import logging
+from jax.experimental import multihost_utils
+
+from roformer_jax.training.config import config_diff
+
+
+class Checkpoints:
+    """Save / restore the train state under `directory`, keeping the last `keep` steps."""
+
+    def __init__(self, directory: str, *, keep: int):
+        if keep < 1:
+            raise ValueError(f"keep_checkpoints must be >= 1, got {keep}")
+        self.directory = os.path.abspath(directory)
+        self._manager = ocp.CheckpointManager(
+            self.directory,
+            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True),
+            item_names=("state", "meta"),
+        )
+
+    def latest_step(self) -> int | None:
+        return self._manager.latest_step()
+
+    def save(self, step: int, state: Any, meta: dict) -> None:
+        """Writes `state` (a pytree of host arrays) and `meta` (JSON) as step `step`.
+
+        Asynchronous: returns once the arrays are handed to orbax; `close` waits for it.
+        """
+        self._manager.save(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
+            ),
+            force=True,
+        )
+
+    def restore(self, abstract_state: Any, model_config: Any) -> tuple[Any, dict] | None:
+        """The newest readable (state, meta), or None when there is no checkpoint yet.
+
+        model_config: the current ModelConfig (or its dict). Raises ValueError when the
+        checkpoint was written for a different model config, naming the fields that differ,
+        instead of failing later on mismatched shapes; and when no checkpoint can be read.
+        """
+        steps = sorted(self._manager.all_steps(), reverse=True)
+        for step in steps:
+            try:
+                meta = self._manager.restore(
+                    step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
+                ).meta
+                saved = meta["config"]["model"]
+            except Exception as e:  # noqa: BLE001 -- any unreadable meta is damage
+                self._set_aside(step, "meta", e)
+                continue
+            self._check_same_model(step, saved, model_config)
+            try:
+                state = self._manager.restore(
+                    step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state))
+                ).state
+            except Exception as e:  # noqa: BLE001 -- any unreadable state is damage
+                self._set_aside(step, "state", e)
+                continue
+            return state, meta
+        if steps:
+            raise ValueError(
+                f"none of the checkpoints {sorted(steps)} in {self.directory} can be read "
+                f"(moved to {self.directory}.damaged); delete them or use a new --workdir"
+            )
+        return None
+
+    def _check_same_model(self, step: int, saved: dict, model_config: Any) -> None:
+        diffs = [
+            f"{key}: {old!r} in the checkpoint, {new!r} now"
+            for key, (old, new) in config_diff(saved, model_config).items()
+        ]
+        if diffs:
+            raise ValueError(
+                f"the checkpoint at {self.directory}/{step} was trained with a different model "
+                f"config ({'; '.join(diffs)}). Use a new --workdir, or the same model config "
+                "to resume."
+            )
+
+    def _set_aside(self, step: int, item: str, error: Exception) -> None:
+        """Moves an unreadable step out of orbax's sight, so that later saves are not refused."""
+        aside = os.path.join(f"{self.directory}.damaged", str(step))
+        logging.warning(
+            "checkpoint %s/%d is damaged (its %s cannot be read: %s: %s); moved to %s, trying "
+            "the one before it", self.directory, step, item, type(error).__name__,
+            str(error)[:200], aside,
+        )  # fmt: skip
+        if jax.process_index() == 0:
+            os.makedirs(os.path.dirname(aside), exist_ok=True)
+            os.replace(os.path.join(self.directory, str(step)), _unused(aside))
+        if jax.process_count() > 1:
+            multihost_utils.sync_global_devices(f"checkpoint {step} set aside")
+        self._manager.reload()
+
+    def close(self) -> None:
+        """Waits for pending saves (and deletions of old steps) to finish."""
+        self._manager.wait_until_finished()
+        self._manager.close()
+
+
+def _unused(path: str) -> str:
+    """`path`, or path.1, path.2, ... when a step of that number was set aside before."""
+    candidate, k = path, 0
+    while os.path.exists(candidate):
+        k += 1
+        candidate = f"{path}.{k}"
+    return candidate

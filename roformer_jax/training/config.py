@@ -1,0 +1,146 @@
+"""What a pre-training run is: the frozen configs, their construction from a dict, their diff.
+
+    cfg = experiment_config_from_dict(config.to_dict())   # from an ml_collections config
+
+The dataclasses hold every default (configs/base.py is generated from them). A saved config
+(config.json, a checkpoint's meta) is compared to the current one by `config_diff`, the one
+rule for "is this the same run".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from roformer_jax.data.batches import DataConfig
+from roformer_jax.data.tokenizer import tokenizer_vocab_size
+from roformer_jax.model import ModelConfig
+from roformer_jax.training.optim import OptimConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """How long to train, on what batch, and how often to log, evaluate and checkpoint."""
+
+    steps: int = 2000  # optimizer updates
+    batch_size: int = 32  # global: sequences per update, summed over every device and host
+    grad_accum: int = 1  # micro-batches per update (a scan inside the step)
+    log_every: int = 50  # steps between metrics.jsonl records and progress lines
+    eval_every: int = 500  # steps between validations (and always at the end)
+    eval_batches: int | None = None  # validation batches per length; None = all
+    eval_batch_size: int | None = None  # None = batch_size
+    checkpoint_every: int = 500  # steps between checkpoints (and at the end, and on SIGTERM)
+    keep_checkpoints: int = 3  # the last K are kept
+    data_cache_dir: str | None = None  # tokenizer + token ids; None = <workdir>/data
+    # (steps, seq_len, batch_size) of each stage in turn, e.g. the alternating lengths and
+    # batch sizes of RoFormer's Table 4; the steps sum to `steps`. () = one stage of `steps`
+    # at data.seq_len and batch_size.
+    stages: tuple[tuple[int, int, int], ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "stages", tuple(tuple(s) for s in self.stages))  # JSON lists
+        if any(len(s) != 3 or min(s) < 1 for s in self.stages):
+            raise ValueError(f"stages {self.stages} must be (steps, seq_len, batch_size) >= 1")
+        if self.stages and sum(s[0] for s in self.stages) != self.steps:
+            raise ValueError(
+                f"the stages' steps {[s[0] for s in self.stages]} sum to "
+                f"{sum(s[0] for s in self.stages)}, not steps={self.steps}"
+            )
+        for name in ("steps", "batch_size", "grad_accum", "log_every", "eval_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.checkpoint_every < 1 or self.keep_checkpoints < 1:
+            raise ValueError(
+                f"checkpoint_every={self.checkpoint_every} and "
+                f"keep_checkpoints={self.keep_checkpoints} must be >= 1"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+    model: ModelConfig
+    data: DataConfig
+    optim: OptimConfig
+    train: TrainConfig
+    seed: int = 0  # parameters, dropout, data order and masks all derive from it
+
+
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "optim": OptimConfig, "train": TrainConfig}
+
+
+def experiment_config_from_dict(d: Mapping) -> ExperimentConfig:
+    """Builds the frozen configs from a nested dict (e.g. `ConfigDict.to_dict()`).
+
+    Unknown keys are errors. `model.vocab_size` None means "as the tokenizer": data.vocab_size
+    for a trained WordPiece, 261 for bytes, the line count of a given vocab.txt.
+    """
+    unknown = sorted(set(d) - set(SECTIONS) - {"seed"})
+    if unknown:
+        raise ValueError(f"unknown config keys {unknown}; expected {sorted(SECTIONS)} and seed")
+    data = _from_dict(DataConfig, d.get("data", {}), "data")
+    model = dict(d.get("model", {}))
+    if model.get("vocab_size") is None:
+        model["vocab_size"] = tokenizer_vocab_size(
+            data.tokenizer, wordpiece_vocab_size=data.vocab_size
+        )
+    return ExperimentConfig(
+        model=_from_dict(ModelConfig, model, "model"),
+        data=data,
+        optim=_from_dict(OptimConfig, d.get("optim", {}), "optim"),
+        train=_from_dict(TrainConfig, d.get("train", {}), "train"),
+        seed=int(d.get("seed", 0)),
+    )
+
+
+def _from_dict(cls, values: Mapping, section: str):
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - fields)
+    if unknown:
+        raise ValueError(f"unknown keys in config.{section}: {unknown}; known: {sorted(fields)}")
+    # JSON and ConfigDict overrides may turn tuples into lists; frozen configs want tuples.
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+
+ABSENT = "<absent>"  # how `config_diff` shows a key one side lacks
+
+
+def config_diff(
+    saved: Mapping, current: Any, *, defaults: Any = None, ignore: tuple[str, ...] = ()
+) -> dict[str, tuple[Any, Any]]:
+    """{dotted key: (saved value, current value)} for every leaf where the two differ.
+
+    saved: a config as read back from JSON. current, defaults: a dataclass config or a dict
+    of one. Both sides are compared in their JSON form (tuples as lists). A key that only
+    `current` has counts as its value in `defaults` on the saved side (a field added since
+    the save), or as ABSENT without defaults. Keys in `ignore` are left out.
+    """
+    saved, now = _flat(_as_json(saved)), _flat(_as_json(current))
+    default = _flat(_as_json(defaults)) if defaults is not None else {}
+    return {
+        key: (saved.get(key, default.get(key, ABSENT)), now.get(key, ABSENT))
+        for key in sorted(saved.keys() | now.keys())
+        if key not in ignore and saved.get(key, default.get(key, ABSENT)) != now.get(key, ABSENT)
+    }
+
+
+def default_experiment_config() -> ExperimentConfig:
+    """Every section at its dataclass defaults: what a field added since a save stood for."""
+    return ExperimentConfig(ModelConfig(), DataConfig(), OptimConfig(), TrainConfig())
+
+
+def _as_json(config: Any) -> dict:
+    if dataclasses.is_dataclass(config):
+        config = dataclasses.asdict(config)
+    return json.loads(json.dumps(config))
+
+
+def _flat(d: Mapping, prefix: str = "") -> dict:
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, Mapping):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out

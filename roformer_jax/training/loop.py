@@ -1,0 +1,259 @@
+"""The pre-training loop: data → model and optimizer → restore → step functions → loop.
+
+    final_metrics = train_and_evaluate(cfg, workdir)   # cfg: training.config.ExperimentConfig
+
+Steps are dispatched asynchronously (the host prepares step t + 1 while the devices run step
+t); metrics reach the host only to log, evaluate or save, and are checked for NaN/Inf there.
+
+Determinism. The data of step t depend only on (seed, t) (rows, and each row's masks on its
+global index), dropout only on (seed, t, global row index) (see step.py), and the host-side
+metric sums travel in the checkpoint: a run resumed from any checkpoint logs bitwise the same
+numbers as an uninterrupted one on CPU, and 1 or 8 devices, 1 or 2 hosts and any grad_accum
+give the same numbers up to float32 summation order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+from roformer_jax.data import staging
+from roformer_jax.data.batches import load_corpus
+from roformer_jax.model import RoFormer
+from roformer_jax.training import metrics as metrics_lib
+from roformer_jax.training import optim, runtime
+from roformer_jax.training.checkpoints import Checkpoints
+from roformer_jax.training.config import ExperimentConfig
+from roformer_jax.training.step import TrainState, make_eval_step, make_train_step
+
+
+def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
+    """Trains `cfg` in `workdir`, resuming from its latest checkpoint; returns final metrics.
+
+    Writes workdir/config.json, metrics.jsonl, tensorboard/ and checkpoints/ (process 0).
+    Raises FloatingPointError on a non-finite loss or gradient (no checkpoint is written
+    after it), runtime.TrainingInterrupted after saving when stopped by a signal, and
+    ValueError when workdir holds a checkpoint of a different model.
+    """
+    tcfg, cfg_dict = cfg.train, dataclasses.asdict(cfg)
+    devices = runtime.Devices()
+    stages = _stages(cfg, devices)
+    hosts = dict(process_index=devices.process_index, process_count=devices.process_count)
+
+    # --- Data: this host's rows of every global batch.
+    corpus = load_corpus(cfg.data, tcfg.data_cache_dir or os.path.join(workdir, "data"))
+    if corpus.tokenizer.vocab_size > cfg.model.vocab_size:
+        raise ValueError(
+            f"the tokenizer has {corpus.tokenizer.vocab_size} ids but model.vocab_size is "
+            f"{cfg.model.vocab_size}; leave model.vocab_size None to follow the tokenizer"
+        )
+    valid_sets = staging.valid_sets(
+        corpus, (cfg.data.seq_len, *cfg.data.valid_lengths),
+        batch_size=tcfg.eval_batch_size or tcfg.batch_size, seed=cfg.seed,
+        max_batches=tcfg.eval_batches, max_length=cfg.model.max_length, **hosts,
+    )  # fmt: skip
+
+    # --- Model and optimizer; shapes first.
+    model = RoFormer(cfg.model)
+    schedule = optim.learning_rate_schedule(cfg.optim, tcfg.steps)
+    tx = optim.optimizer_on(cfg.optim, schedule)
+    init_rng, step_rng = jax.random.split(jax.random.key(cfg.seed))
+
+    def init(rng):
+        params = model.init(rng, jnp.zeros((1, cfg.data.seq_len), jnp.int32))["params"]
+        return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+
+    abstract_state = jax.eval_shape(init, init_rng)
+    n_params = sum(x.size for x in jax.tree.leaves(abstract_state.params))
+    logging.info("%s parameters; %d device(s) on %d host(s)", f"{n_params:,}", jax.device_count(),
+                 jax.process_count())  # fmt: skip
+
+    # --- Restore, or initialize.
+    checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"), keep=tcfg.keep_checkpoints)
+    restored = checkpoints.restore(abstract_state, cfg.model)
+    if restored is None:
+        state, progress = jax.jit(init)(init_rng), {"window": metrics_lib.empty_window()}
+    else:
+        state, progress = jax.device_put(restored[0]), restored[1]
+    start, window = int(state.step), progress["window"]  # window: host sums since last record
+    elapsed = _Clock(progress.get("elapsed_s", 0.0))
+    logging.info("%s at step %d", "resuming" if start else "starting", start)
+    if jax.process_index() == 0:
+        with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(cfg_dict, f, indent=2)
+
+    # --- Step functions: one code path, jitted on one device or pmapped.
+    # Whole-word masking can choose more targets than masking.max_targets; then the head
+    # runs at every position.
+    mask_prob = None if cfg.data.whole_word else cfg.data.mask_prob
+    train_step, eval_step = devices.compile(
+        make_train_step(
+            model, tx, grad_accum=tcfg.grad_accum, axis_name=devices.axis, mask_prob=mask_prob
+        ),
+        make_eval_step(model, axis_name=devices.axis, mask_prob=mask_prob),
+    )
+    state = devices.replicate(state)
+
+    def evaluate():
+        return _evaluate(lambda b: devices.first(eval_step(state.params, devices.shard(b))),
+                         valid_sets)  # fmt: skip
+
+    def save(step):
+        meta = {"config": cfg_dict, "window": window, "elapsed_s": elapsed()}
+        checkpoints.save(step, devices.first(state), meta)
+        logging.info("checkpoint of step %d saved to %s", step, checkpoints.directory)
+
+    # --- Loop: log, evaluate, checkpoint.
+    batches = staging.staged_batches(corpus, stages, seed=cfg.seed, start_step=start, **hosts)
+    speed = _Speed(stages, start)
+    writer = metrics_lib.MetricsWriter(workdir, resume_step=start, enabled=jax.process_index() == 0)
+    pending, last = [], {"step": start}
+    with (
+        runtime.stop_requests() as stop_requested,
+        contextlib.closing(writer),
+        contextlib.closing(batches),
+    ):
+        try:
+            for done in range(start + 1, tcfg.steps + 1):
+                state, step_metrics = train_step(state, devices.shard(next(batches)), step_rng)
+                pending.append(step_metrics)
+                if len(pending) > 2:  # at most 2 steps in flight: a stop request or a save
+                    jax.block_until_ready(pending[-3])  # waits for 2 steps, not for a backlog
+                speed.stepped(done, step_metrics)
+                if done == start + 1:
+                    logging.info("first step (with compilation): %.1f s", elapsed.session())
+                is_log, is_eval, is_save = (
+                    done % every == 0 or done == tcfg.steps
+                    for every in (tcfg.log_every, tcfg.eval_every, tcfg.checkpoint_every)
+                )
+                stop = stop_requested() or runtime.preemption(done)
+                if not (is_log or is_eval or is_save or stop):
+                    continue
+                # Fetch the pending metrics; a non-finite one stops the run before any save.
+                fetched = [devices.first(m) for m in pending]
+                _accumulate(window, fetched, done - len(pending) + 1, checkpoints)
+                pending.clear()
+                record = {"step": done}
+                if is_log:
+                    lr = float(schedule(done - 1))
+                    record.update(
+                        metrics_lib.window_record(window, lr=lr, tokens_per_s=speed.rate())
+                    )
+                    window.update(metrics_lib.empty_window())
+                if is_eval:
+                    record.update(evaluate())
+                if is_log or is_eval:
+                    record["elapsed_s"] = elapsed()
+                    writer.write(record)
+                    eta = speed.eta_s(done, record.get("train/tokens_per_s"))
+                    metrics_lib.log_progress(record, total_steps=tcfg.steps, eta_s=eta)
+                    last.update(record)
+                if is_save or stop:
+                    save(done)
+                if stop:
+                    raise runtime.TrainingInterrupted(
+                        f"stopped at step {done} on request; checkpoint saved in "
+                        f"{checkpoints.directory}. Rerun with the same workdir to resume."
+                    )
+                speed.restart()  # evaluations and saves are not training time
+            if start >= tcfg.steps:  # a finished run rerun: report, write nothing
+                last.update(evaluate())
+        finally:
+            checkpoints.close()
+    return last
+
+
+def _stages(cfg: ExperimentConfig, devices: runtime.Devices) -> tuple[tuple[int, int, int], ...]:
+    """(steps, seq_len, batch_size) of each stage, checked against the devices and model."""
+    tcfg, max_length = cfg.train, cfg.model.max_length
+    stages = tcfg.stages or ((tcfg.steps, cfg.data.seq_len, tcfg.batch_size),)
+    for _, seq_len, batch_size in stages:
+        devices.check_batch(batch_size, tcfg.grad_accum, "batch_size")
+        if max_length is not None and seq_len > max_length:
+            raise ValueError(
+                f"a stage trains at length {seq_len}, past the model's max_length {max_length}"
+            )
+    devices.check_batch(tcfg.eval_batch_size or tcfg.batch_size, 1, "eval_batch_size")
+    return stages
+
+
+class _Clock:
+    """Training seconds over every session of this run: `elapsed()` and `session()`."""
+
+    def __init__(self, before: float):
+        self._before, self._start = before, time.time()
+
+    def session(self) -> float:
+        return time.time() - self._start
+
+    def __call__(self) -> float:
+        return self._before + self.session()
+
+
+class _Speed:
+    """Tokens/s of the training steps since `restart`, and the ETA they give.
+
+    A step that compiles (the first of a session, the first of each stage: a new shape) is
+    waited for and not timed.
+    """
+
+    def __init__(self, stages, start: int):
+        stage_steps = [s[0] for s in stages]
+        self._compiles = {start + 1, *np.cumsum([1, *stage_steps[:-1]]).tolist()}
+        self._tokens = np.repeat([s[1] * s[2] for s in stages], stage_steps)  # [t]: of step t+1
+        self.restart()
+
+    def restart(self):
+        self._from, self._steps, self._count = time.time(), 0, 0
+
+    def stepped(self, step: int, metrics):
+        if step in self._compiles:
+            jax.block_until_ready(metrics)
+            self.restart()
+        else:
+            self._steps += 1
+            self._count += int(self._tokens[step - 1])
+
+    def rate(self) -> float | None:
+        return self._count / (time.time() - self._from) if self._steps else None
+
+    def eta_s(self, step: int, tokens_per_s: float | None) -> float | None:
+        return float(self._tokens[step:].sum()) / tokens_per_s if tokens_per_s else None
+
+
+def _evaluate(eval_fn, valid_sets: dict[int, list[dict]]) -> dict:
+    """valid/{loss,accuracy,tokens}_<length>: sums over all batches (and devices), then ratios."""
+    record = {}
+    for length, batches in valid_sets.items():
+        sums = {"loss": 0.0, "correct": 0.0, "count": 0.0}
+        for batch in batches:
+            for key, value in eval_fn(batch).items():
+                sums[key] += float(value)
+        count = max(sums["count"], 1.0)
+        record[f"valid/loss_{length}"] = sums["loss"] / count
+        record[f"valid/accuracy_{length}"] = sums["correct"] / count
+        record[f"valid/tokens_{length}"] = int(sums["count"])
+    return record
+
+
+def _accumulate(window: dict, fetched: list[dict], first_step: int, checkpoints: Checkpoints):
+    try:
+        metrics_lib.accumulate(window, fetched, first_step)
+    except FloatingPointError as e:
+        latest = checkpoints.latest_step()
+        where = (
+            f"The last good checkpoint is step {latest} in {checkpoints.directory}."
+            if latest is not None
+            else "No checkpoint was written yet."
+        )
+        raise FloatingPointError(
+            f"{e}. {where} Lower the learning rate, raise the warm-up, or use float32."
+        ) from None

@@ -1,0 +1,181 @@
+"""Where a run executes: devices and hosts, stop signals and preemption, and the terminal.
+
+Devices. One device: the step is jitted. Several (on this host or others): it is pmapped
+over the local devices; every host runs the same program on its own rows of the global
+batch, and pmap's collectives span all devices of all hosts.
+
+Terminal. `run_main` is every entry point's `app.run`: it keeps the log to what a user can act
+on (this codebase's records, and everyone's warnings; orbax's option dumps, checkpoint
+internals and jax chatter only at --verbosity=1 or more), and prints a ValueError or
+FileNotFoundError, mistakes in what the user gave, as one last line instead of a traceback
+(--verbosity=1 shows the traceback too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging as pylogging
+import os
+import signal
+import sys
+import threading
+
+import jax
+import numpy as np
+from absl import app, logging
+from jax.experimental import multihost_utils
+
+AXIS = "devices"  # the pmap axis name
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class TrainingInterrupted(Exception):
+    """SIGTERM / Ctrl-C (or a multi-host preemption notice) stopped the run after a save."""
+
+
+# ---------------------------------------------------------------- devices and hosts
+
+
+class Devices:
+    """jit on one device, pmap over the local devices otherwise (see module doc).
+
+    Replicated values carry a leading axis of the local device count.
+    """
+
+    def __init__(self):
+        self.local = jax.local_devices()
+        self.parallel = jax.device_count() > 1
+        self.axis = AXIS if self.parallel else None
+        self.process_index, self.process_count = jax.process_index(), jax.process_count()
+
+    def check_batch(self, batch_size: int, accum: int, name: str):
+        if batch_size % (jax.device_count() * accum):
+            raise ValueError(
+                f"{name} {batch_size} is not divisible by {jax.device_count()} devices"
+                + (f" x grad_accum {accum}" if accum > 1 else "")
+            )
+
+    def compile(self, train_step, eval_step):
+        if not self.parallel:
+            return jax.jit(train_step, donate_argnums=(0,)), jax.jit(eval_step)
+        return (
+            jax.pmap(train_step, AXIS, in_axes=(0, 0, None), donate_argnums=(0,)),
+            jax.pmap(eval_step, AXIS),
+        )
+
+    def shard(self, batch):  # [b, L] -> [n, b / n, L]
+        if not self.parallel:
+            return batch
+        return jax.tree.map(lambda x: x.reshape(len(self.local), -1, *x.shape[1:]), batch)
+
+    def first(self, tree):
+        """Host numpy copies of the device-0 values (np.array copies: a zero-copy view of a
+        CPU buffer would change under orbax's background write once the step donates it)."""
+        return jax.tree.map(lambda x: np.array(x[0] if self.parallel else x), tree)
+
+    def replicate(self, tree):
+        """[...] -> [n, ...] with a separate copy on each local device.
+
+        Separate buffers matter: the step donates its state and every device updates its copy
+        in place. Given a broadcast numpy view instead, pmap lets the CPU backend alias one
+        host buffer for all devices (zero-copy), and the devices then race on it.
+        """
+        if not self.parallel:
+            return tree
+        mesh = jax.sharding.Mesh(np.array(self.local), (AXIS,))
+        sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
+
+        def put(x):
+            x = np.asarray(x)[None]
+            copies = [jax.device_put(np.array(x), d) for d in self.local]
+            shape = (len(self.local), *x.shape[1:])
+            return jax.make_array_from_single_device_arrays(shape, sharding, copies)
+
+        return jax.tree.map(put, tree)
+
+
+# ---------------------------------------------------------------- stopping
+
+
+def preemption(step: int) -> bool:
+    """True at the step where every host saves after a preemption notice (multi-host only).
+
+    jax.distributed's preemption service turns a SIGTERM on any host into the same step on
+    every host, so that all of them save the same checkpoint.
+    """
+    if jax.process_count() == 1:
+        return False
+    try:
+        return multihost_utils.reached_preemption_sync_point(step)
+    except RuntimeError:  # the service is disabled
+        return False
+
+
+@contextlib.contextmanager
+def stop_requests():
+    """Yields `stop_requested()`: True once SIGTERM or SIGINT arrived (single process only).
+
+    The first signal asks the loop to save and stop after the current step; a second Ctrl-C
+    falls through to Python's default (KeyboardInterrupt, no save). Multi-host runs leave
+    SIGTERM to jax's preemption service (see `preemption`).
+    """
+    received = []
+    if jax.process_count() > 1 or threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+
+    def handler(signum, frame):
+        received.append(signum)
+        logging.warning("%s: saving a checkpoint after this step", signal.Signals(signum).name)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield lambda: bool(received)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+# ---------------------------------------------------------------- the terminal
+
+
+class _ActionableRecords(pylogging.Filter):
+    """Passes warnings and errors, and below them this repository's records only.
+
+    At --verbosity=1 (DEBUG) or more everything passes: the libraries' INFO is for
+    debugging them (orbax alone writes ~20 lines per checkpoint).
+    """
+
+    def filter(self, record: pylogging.LogRecord) -> bool:
+        return (
+            record.levelno >= pylogging.WARNING
+            or logging.get_verbosity() >= logging.DEBUG
+            or os.path.abspath(record.pathname).startswith(_REPO + os.sep)
+        )
+
+
+def quiet_library_logs() -> None:
+    """Installs the filter of `_ActionableRecords` on absl's handler (once per process)."""
+    handler = logging.get_absl_handler()
+    if not any(isinstance(f, _ActionableRecords) for f in handler.filters):
+        handler.addFilter(_ActionableRecords())
+
+
+def run_main(main) -> None:
+    """`app.run(main)` with a quiet log and user errors as a last line (see module doc)."""
+
+    @functools.wraps(main)
+    def wrapped(argv):
+        quiet_library_logs()
+        try:
+            return main(argv)
+        except (ValueError, FileNotFoundError) as e:
+            if logging.get_verbosity() >= logging.DEBUG:
+                raise
+            logging.flush()
+            print(f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            sys.exit(1)
+
+    app.run(wrapped)

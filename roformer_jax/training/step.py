@@ -1,0 +1,161 @@
+"""The pure MLM train and eval steps: `(state, batch, rng) → (state, metrics)`.
+
+Gradients and metrics are sums: the loss is the sum of token losses over all masked tokens
+of the global batch divided by their count, so its gradient is psum(∑ grads) / psum(count),
+the same number on 1 or 8 devices. (A lax.pmean of per-device means would weight a device
+holding fewer masked tokens as much as one holding more.)
+
+Randomness. Dropout draws from one key per example: row r of the global batch (its
+`batch["index"]`) at update t uses fold_in(fold_in(rng, t), r), and the model is applied to
+each row on its own (jax.vmap over rows and keys). So the numbers do not depend on which
+device, host or micro-batch a row lands on: 1 or 8 devices, 1 or 2 hosts and any grad_accum
+draw the same dropout masks.
+
+Shapes: b this device's rows, A micro-batches (grad_accum), L sequence length, P MLM
+positions per row, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+from jax import lax
+
+from roformer_jax.data import masking
+from roformer_jax.model import RoFormer
+
+_SUMS = ("loss", "correct", "count")
+
+
+@flax.struct.dataclass
+class TrainState:
+    step: jax.Array  # int32 [], updates done so far
+    params: Any
+    opt_state: Any
+
+
+def mlm_sums(logits, targets, weights) -> dict[str, jax.Array]:
+    """Summed MLM loss, correct predictions and target count over the weighted positions.
+
+    logits [B, L, V] float32; targets int [B, L]; weights [B, L] (1 at masked targets).
+    """
+    xent = optax.softmax_cross_entropy_with_integer_labels(logits, targets)  # [B, L]
+    correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+    weights = weights.astype(jnp.float32)
+    return {
+        "loss": jnp.sum(xent * weights),
+        "correct": jnp.sum(correct * weights),
+        "count": jnp.sum(weights),
+    }
+
+
+def mlm_apply(model, params, batch, mask_prob, **kwargs) -> dict[str, jax.Array]:
+    """`mlm_sums` of the model on `batch`; with mask_prob, the head runs at targets only.
+
+    Each row's masking.max_targets(L, mask_prob) highest-weight positions are gathered: they
+    hold every target that masking.mask_tokens chose at that rate without whole words, so the
+    sums are those of the full head.
+    """
+    targets, weights = batch["targets"], batch["weights"]
+    if mask_prob is not None:
+        _, mlm_positions = lax.top_k(weights, masking.max_targets(weights.shape[-1], mask_prob))
+        targets, weights = (
+            jnp.take_along_axis(x, mlm_positions, axis=-1) for x in (targets, weights)
+        )  # [B, P]
+        kwargs["mlm_positions"] = mlm_positions
+    out = model.apply(
+        {"params": params},
+        batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        token_type_ids=batch["token_type_ids"],
+        **kwargs,
+    )
+    return mlm_sums(out.logits, targets, weights)
+
+
+def _rowwise_mlm_apply(model, params, batch, mask_prob, rng) -> dict[str, jax.Array]:
+    """`mlm_apply` in training mode, each row with its own dropout key (see module doc).
+
+    batch["index"]: int [b], each row's index in the global batch.
+    """
+    keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(rng, batch["index"])  # [b]
+    rows = {k: v for k, v in batch.items() if k != "index"}
+
+    def one_row(row, key):  # row: dict of [L]; the model sees a batch of one
+        row = jax.tree.map(lambda x: x[None], row)
+        return mlm_apply(model, params, row, mask_prob, deterministic=False, rngs={"dropout": key})
+
+    sums = jax.vmap(one_row)(rows, keys)  # each [b]
+    return jax.tree.map(jnp.sum, sums)
+
+
+def make_train_step(
+    model: RoFormer,
+    tx,
+    *,
+    grad_accum: int = 1,
+    axis_name: str | None = None,
+    mask_prob: float | None = None,
+):
+    """The pure update `(state, batch, rng) → (state, metrics)`.
+
+    batch: dict of [b, L] arrays (b divisible by grad_accum) and "index", int [b], each
+    row's index in the global batch (its dropout stream). Gradients of the summed loss are
+    accumulated over `grad_accum` micro-batches of b / A rows by a scan, summed over
+    `axis_name` (when pmapped) and divided by the total masked-token count. metrics: summed
+    "loss", "correct", "count" over the global batch, and "grad_norm" of the mean gradient
+    (before clipping). mask_prob: the rate the targets were chosen at without whole words;
+    when given, the MLM head runs only where targets can be (see `mlm_apply`).
+    """
+
+    def loss_fn(params, batch, rng):
+        sums = _rowwise_mlm_apply(model, params, batch, mask_prob, rng)
+        return sums["loss"], sums
+
+    grad_fn = jax.grad(loss_fn, has_aux=True)
+
+    def train_step(state: TrainState, batch, rng):
+        rng = jax.random.fold_in(rng, state.step)  # then each row's index, never the device
+        micro = jax.tree.map(
+            lambda x: x.reshape(grad_accum, x.shape[0] // grad_accum, *x.shape[1:]), batch
+        )  # [A, b / A, L]
+
+        def accumulate(carry, micro_batch):
+            grads, sums = grad_fn(state.params, micro_batch, rng)
+            return jax.tree.map(jnp.add, carry, (grads, sums)), None
+
+        zero_sums = {k: jnp.zeros((), jnp.float32) for k in _SUMS}
+        init = (jax.tree.map(jnp.zeros_like, state.params), zero_sums)
+        (grads, sums), _ = lax.scan(accumulate, init, micro)
+        if axis_name is not None:
+            grads, sums = lax.psum((grads, sums), axis_name)
+        grads = jax.tree.map(lambda g: g / jnp.maximum(sums["count"], 1.0), grads)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        state = state.replace(
+            step=state.step + 1,
+            params=optax.apply_updates(state.params, updates),
+            opt_state=opt_state,
+        )
+        return state, {**sums, "grad_norm": optax.tree.norm(grads)}
+
+    return train_step
+
+
+def make_eval_step(
+    model: RoFormer, *, axis_name: str | None = None, mask_prob: float | None = None
+):
+    """`(params, batch) → sums` of `mlm_sums`, summed over `axis_name` when pmapped.
+
+    mask_prob as in `make_train_step`. Rows need no "index": nothing is random.
+    """
+
+    def eval_step(params, batch):
+        batch = {k: v for k, v in batch.items() if k != "index"}
+        sums = mlm_apply(model, params, batch, mask_prob, deterministic=True)
+        return sums if axis_name is None else lax.psum(sums, axis_name)
+
+    return eval_step

@@ -1,0 +1,84 @@
+"""Tests for roformer_jax/training/runtime.py: devices, and a terminal a user can read."""
+
+import logging as pylogging
+import os
+import subprocess
+import sys
+import tempfile
+
+import jax
+import numpy as np
+from absl import logging
+from absl.testing import absltest, flagsaver
+
+from roformer_jax.training import runtime
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TRAIN = os.path.join(_ROOT, "experiments", "train_mlm.py")
+_TINY = os.path.join(_ROOT, "configs", "tiny.py")
+
+
+def _record(pathname: str, level: int) -> pylogging.LogRecord:
+    return pylogging.LogRecord("absl", level, pathname, 1, "message", None, None)
+
+
+def _train_mlm(*flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, _TRAIN, f"--config={_TINY}", *flags],
+        cwd=_ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+class DevicesTest(absltest.TestCase):
+    def test_one_device_is_plain_jit(self):
+        devices = runtime.Devices()
+        self.assertEqual(jax.device_count(), 1)
+        self.assertIsNone(devices.axis)
+        batch = {"x": np.arange(6).reshape(3, 2)}
+        self.assertIs(devices.shard(batch), batch)
+        with self.assertRaisesRegex(ValueError, "batch_size 6 is not divisible .* grad_accum 4"):
+            devices.check_batch(6, 4, "batch_size")
+
+
+class QuietLogsTest(absltest.TestCase):
+    def test_library_info_is_hidden_below_verbosity_1(self):
+        keep = runtime._ActionableRecords().filter
+        orbax = "/usr/lib/python3/site-packages/orbax/checkpoint/checkpoint_manager.py"
+        ours = os.path.join(_ROOT, "roformer_jax", "training", "loop.py")
+        self.assertFalse(keep(_record(orbax, pylogging.INFO)))
+        self.assertTrue(keep(_record(orbax, pylogging.WARNING)))
+        self.assertTrue(keep(_record(ours, pylogging.INFO)))
+        with flagsaver.flagsaver(verbosity=logging.DEBUG):
+            self.assertTrue(keep(_record(orbax, pylogging.INFO)))
+
+    def test_a_run_shows_progress_saves_and_a_plain_summary_only(self):
+        workdir = tempfile.mkdtemp()
+        run = _train_mlm(
+            f"--workdir={workdir}", "--config.train.steps=3", "--config.train.log_every=1",
+            "--config.train.eval_every=3", "--config.train.checkpoint_every=2",
+            "--config.train.eval_batches=1", "--config.data.max_chars=50000",
+        )  # fmt: skip
+        self.assertEqual(run.returncode, 0, run.stderr[-3000:])
+        lines = run.stderr.splitlines()
+        self.assertEmpty([line for line in lines if "orbax" in line or "Options" in line])
+        self.assertLen([line for line in lines if "checkpoint of step" in line], 2)  # 2, 3
+        progress = [line for line in lines if "step 3/3" in line]
+        self.assertLen(progress, 1)
+        self.assertRegex(progress[0], r"tok/s  ETA 0:00:00")
+        self.assertIn("final metrics: step 3, train/loss", lines[-1])
+        self.assertNotIn("np.float", run.stderr)
+        self.assertLess(len(lines), 20, run.stderr)
+
+    def test_a_user_error_is_the_last_line_without_traceback(self):
+        run = _train_mlm(f"--workdir={tempfile.mkdtemp()}", "--config.data.source=/no/corpus.txt")
+        self.assertEqual(run.returncode, 1)
+        self.assertNotIn("Traceback", run.stderr)
+        last = run.stderr.strip().splitlines()[-1]
+        self.assertRegex(last, r"^FileNotFoundError: .*/no/corpus.txt")
+        run = _train_mlm(f"--workdir={tempfile.mkdtemp()}", "--config.optim.learning_rate=-1")
+        self.assertNotIn("Traceback", run.stderr)
+        self.assertRegex(run.stderr.strip().splitlines()[-1], r"^ValueError: learning_rate")
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -1,0 +1,55 @@
+"""Tests for roformer_jax/data/staging.py: staged train batches and validation sets."""
+
+import os
+import tempfile
+
+import chex
+import numpy as np
+from absl.testing import absltest
+
+from roformer_jax.data import staging
+from roformer_jax.data.batches import DataConfig, load_corpus
+
+_HOST = dict(process_index=0, process_count=1)
+
+
+def _corpus():
+    tmp = tempfile.mkdtemp()
+    path = os.path.join(tmp, "corpus.txt")
+    rng = np.random.default_rng(0)
+    words = "the a cat dog sat on mat and ran to see big small red blue sun moon".split()
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(" ".join(rng.choice(words, size=rng.integers(8, 30))) + "\n"
+                     for _ in range(2000))  # fmt: skip
+    return load_corpus(DataConfig(source=path, tokenizer="bytes", seq_len=32), tmp)
+
+
+class StagedBatchesTest(absltest.TestCase):
+    def test_stages_alternate_shapes_and_resume_where_they_were(self):
+        corpus = _corpus()
+        stages = ((2, 32, 8), (1, 64, 4), (2, 16, 8))
+        every = list(staging.staged_batches(corpus, stages, seed=0, start_step=0, **_HOST))
+        shapes = [b["input_ids"].shape for b in every]
+        self.assertEqual(shapes, [(8, 32), (8, 32), (4, 64), (8, 16), (8, 16)])
+        for start in (1, 2, 3):
+            resumed = list(
+                staging.staged_batches(corpus, stages, seed=0, start_step=start, **_HOST)
+            )
+            chex.assert_trees_all_equal(resumed, every[start:])
+
+
+class ValidSetsTest(absltest.TestCase):
+    def test_lengths_past_the_model_are_skipped(self):
+        corpus = _corpus()
+        kwargs = dict(batch_size=4, seed=0, max_batches=2, **_HOST)
+        sets = staging.valid_sets(corpus, (32, 64, 32), max_length=None, **kwargs)
+        self.assertEqual(list(sets), [32, 64])
+        self.assertTrue(all(len(b) <= 2 for b in sets.values()))
+        with self.assertLogs(level="WARNING") as logs:
+            sets = staging.valid_sets(corpus, (32, 64), max_length=32, **kwargs)
+        self.assertEqual(list(sets), [32])
+        self.assertIn("valid length 64 skipped", logs.output[0])
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -1,0 +1,90 @@
+"""Tests for roformer_jax/training/step.py: MLM sums, the head at targets, per-row dropout."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest, parameterized
+
+from configs import tiny
+from roformer_jax.data import masking
+from roformer_jax.model import RoFormer
+from roformer_jax.training import optim
+from roformer_jax.training.config import experiment_config_from_dict
+from roformer_jax.training.step import TrainState, make_eval_step, make_train_step, mlm_sums
+
+
+def _setup(dropout: float):
+    """tiny's model (bytes) with the given dropout, its optimizer, a state and a 4 x 64 batch."""
+    d = tiny.get_config().to_dict()
+    d["model"].update(hidden_dropout=dropout, attention_dropout=dropout)
+    cfg = experiment_config_from_dict(d)
+    model = RoFormer(cfg.model)
+    tx = optim.make_optimizer(cfg.optim, 10)
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(5, cfg.model.vocab_size, size=(4, 64))
+    tokens[1, 40:] = 0  # padding: fewer targets in that row
+    batch = masking.mask_tokens(tokens, rng, vocab_size=cfg.model.vocab_size, mask_id=4,
+                                special_ids=range(5))  # fmt: skip
+    batch.update(attention_mask=tokens != 0, token_type_ids=np.zeros_like(tokens),
+                 index=np.arange(4, dtype=np.int32))  # fmt: skip
+    params = model.init(jax.random.key(0), tokens[:1])["params"]
+    state = TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
+    return model, tx, state, batch
+
+
+class MlmHeadAtTargetsTest(absltest.TestCase):
+    def test_train_and_eval_steps_match_the_head_everywhere(self):
+        model, tx, state, batch = _setup(dropout=0.0)
+        step = {p: jax.jit(make_train_step(model, tx, mask_prob=p)) for p in (None, 0.15)}
+        full, at_targets = (step[p](state, batch, jax.random.key(1)) for p in (None, 0.15))
+        chex.assert_trees_all_close(at_targets, full, rtol=1e-5, atol=1e-6)
+        evals = [make_eval_step(model, mask_prob=p)(state.params, batch) for p in (None, 0.15)]
+        chex.assert_trees_all_close(evals[1], evals[0], rtol=1e-5)
+
+
+class DropoutPerRowTest(parameterized.TestCase):
+    """Dropout is drawn per global row: how rows are split must not change the numbers."""
+
+    @parameterized.parameters(2, 4)
+    def test_micro_batches_give_the_numbers_of_one_batch(self, accum):
+        model, tx, state, batch = _setup(dropout=0.1)
+        key = jax.random.key(1)
+        one = jax.jit(make_train_step(model, tx))(state, batch, key)
+        split = jax.jit(make_train_step(model, tx, grad_accum=accum))(state, batch, key)
+        chex.assert_trees_all_close(split, one, rtol=2e-5, atol=1e-6)
+
+    def test_a_row_draws_the_same_dropout_in_any_batch(self):
+        # Rows 2 and 3 alone, keeping their global indices, give their share of the sums.
+        model, tx, state, batch = _setup(dropout=0.1)
+        step = jax.jit(make_train_step(model, tx))
+        key = jax.random.key(1)
+        _, whole = step(state, batch, key)
+        halves = [
+            step(state, jax.tree.map(lambda x, s=s: x[s], batch), key)[1]
+            for s in (slice(0, 2), slice(2, 4))
+        ]
+        for k in ("loss", "correct", "count"):
+            np.testing.assert_allclose(halves[0][k] + halves[1][k], whole[k], rtol=2e-5)
+
+    def test_dropout_is_on_and_differs_between_rows_and_steps(self):
+        model, tx, state, batch = _setup(dropout=0.1)
+        step = jax.jit(make_train_step(model, tx))
+        key = jax.random.key(1)
+        _, first = step(state, batch, key)
+        _, other_index = step(state, {**batch, "index": batch["index"] + 4}, key)
+        _, later = step(state.replace(step=state.step + 1), batch, key)
+        self.assertNotEqual(float(first["loss"]), float(other_index["loss"]))
+        self.assertNotEqual(float(first["loss"]), float(later["loss"]))
+
+
+class MlmSumsTest(absltest.TestCase):
+    def test_mlm_sums_count_only_weighted_positions(self):
+        logits = jnp.log(jnp.array([[[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]]]))  # [1, 2, 3]
+        sums = mlm_sums(logits, jnp.array([[0, 0]]), jnp.array([[1.0, 0.0]]))
+        np.testing.assert_allclose(sums["loss"], -np.log(0.7), rtol=1e-6)
+        self.assertEqual((float(sums["correct"]), float(sums["count"])), (1.0, 1.0))
+
+
+if __name__ == "__main__":
+    absltest.main()
