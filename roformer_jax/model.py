@@ -50,26 +50,26 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 class ModelConfig:
     """Architecture of the encoder; the defaults are BERT-base with RoPE (RoFormer-base)."""
 
-    vocab_size: int = 30522
+    vocab_size: int = 30522  # V; bert-base-uncased's (experiments follow the tokenizer)
     hidden_size: int = 768  # D
-    num_layers: int = 12
+    num_layers: int = 12  # encoder blocks
     num_heads: int = 12  # N; head dim H = D / N
     intermediate_size: int = 3072  # F
     hidden_dropout: float = 0.1  # after embeddings and after each sublayer
     attention_dropout: float = 0.1  # on softmax attention weights (other kinds have none)
     max_len: int = 512  # rows of the learned position table (and HF max_position_embeddings)
-    type_vocab_size: int = 2
-    layer_norm_eps: float = 1e-12
+    type_vocab_size: int = 2  # segment ids (MLM batches use 0 only)
+    layer_norm_eps: float = 1e-12  # BERT's value
     embedding_size: int | None = None  # E; None means E = D (no factorization)
     dtype: str = "float32"  # compute dtype; parameters are always float32
     position: str = "rope"  # a key of positions.ENCODINGS
     attention: str = "softmax"  # a key of attention.ATTENTION_FUNCTIONS
     feature_map: str = "elu"  # linear attention's φ
-    linear_rope: str = "numerator"  # linear attention's RoPE placement (eq. 19 by default)
-    rope_base: float = 10000.0
+    linear_rope: str = "numerator"  # linear attention's rotation placement (eq. 19): PLACEMENTS
+    rope_base: float = 10000.0  # θ_i = base^(-2i/H), paper eq. (15)
     rotary_value: bool = False  # also rotate v, as HF RoFormer's `rotary_value`
     pre_ln: bool = False  # LayerNorm before each sublayer (and once at the end) instead of after
-    initializer_range: float = 0.02
+    initializer_range: float = 0.02  # std of the normal initializer (BERT)
     hidden_act: str = "gelu"  # a key of ACTIVATIONS
 
     def __post_init__(self):

@@ -27,7 +27,8 @@ from absl import app, logging
 from jax.experimental import multihost_utils
 
 AXIS = "devices"  # the pmap axis name
-_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The package's own folder: installed into site-packages, its parent holds orbax and jax too.
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class TrainingInterrupted(Exception):
@@ -142,17 +143,23 @@ def stop_requests():
 
 
 class _ActionableRecords(pylogging.Filter):
-    """Passes warnings and errors, and below them this repository's records only.
+    """Passes warnings and errors, and below them only the records of this package and of
+    the entry point's folder (experiments/).
 
     At --verbosity=1 (DEBUG) or more everything passes: the libraries' INFO is for
     debugging them (orbax alone writes ~20 lines per checkpoint).
     """
 
+    def __init__(self):
+        super().__init__()
+        entry_point = os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv[0] else None
+        self._ours = tuple(d + os.sep for d in (_PACKAGE, entry_point) if d)
+
     def filter(self, record: pylogging.LogRecord) -> bool:
         return (
             record.levelno >= pylogging.WARNING
             or logging.get_verbosity() >= logging.DEBUG
-            or os.path.abspath(record.pathname).startswith(_REPO + os.sep)
+            or os.path.abspath(record.pathname).startswith(self._ours)
         )
 
 
