@@ -41,6 +41,16 @@ def _load(name: str, arg=None):
     return importlib.import_module(f"configs.{name}").get_config(arg)
 
 
+def _parse(name: str, overrides: list[str]):
+    """The experiment config of configs/<name>.py with command-line overrides, as the entry
+    points parse it (lock_config=True, the default: a misspelt key is an error)."""
+    argv = ["prog", f"--config={os.path.join(_CONFIGS_DIR, name + '.py')}", *overrides]
+    values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", flag_values=values, sys_argv=argv)
+    values(argv)
+    return experiment_config_from_dict(values.config.to_dict())
+
+
 class ConfigsTest(parameterized.TestCase):
     def test_every_training_config_is_listed(self):
         # The configs of experiments/train_mlm.py name it in their docstring; the other
@@ -98,18 +108,13 @@ class ConfigsTest(parameterized.TestCase):
         self.assertEqual(config["seed"], defaults["seed"])
 
     def test_none_defaults_take_typed_overrides(self):
-        path = os.path.join(_CONFIGS_DIR, "roformer_small.py")
         overrides = [
             "--config.train.eval_batches=3",
             "--config.data.max_chars=1000",
             "--config.train.data_cache_dir=/tmp/c",
             "--config.model.embedding_size=64",
         ]
-        argv = ["prog", f"--config={path}", *overrides]
-        values = flags.FlagValues()
-        config_flags.DEFINE_config_file("config", flag_values=values, sys_argv=argv)
-        values(argv)
-        cfg = experiment_config_from_dict(values.config.to_dict())
+        cfg = _parse("roformer_small", overrides)
         self.assertEqual((cfg.train.eval_batches, cfg.data.max_chars), (3, 1000))
         self.assertEqual((cfg.train.data_cache_dir, cfg.model.embedding_size), ("/tmp/c", 64))
 
@@ -129,7 +134,6 @@ class ConfigsTest(parameterized.TestCase):
         self.assertEqual(paper.optim.optimizer, "adamw")
 
     def test_command_line_overrides_and_misspelt_keys(self):
-        path = os.path.join(_CONFIGS_DIR, "tiny.py")
         overrides = [
             "--config.seed=3",
             "--config.model.position=learned",
@@ -142,11 +146,7 @@ class ConfigsTest(parameterized.TestCase):
             "--config.optim.clip_norm=0",
             "--config.model.vocab_size=300",
         ]
-        argv = ["prog", f"--config={path}", *overrides]
-        values = flags.FlagValues()
-        config_flags.DEFINE_config_file("config", flag_values=values, sys_argv=argv)
-        values(argv)
-        cfg = experiment_config_from_dict(values.config.to_dict())
+        cfg = _parse("tiny", overrides)
         self.assertEqual(
             (cfg.seed, cfg.model.position, cfg.model.attention, cfg.data.source),
             (3, "learned", "linear", "/tmp/corpus.txt"),
@@ -155,12 +155,9 @@ class ConfigsTest(parameterized.TestCase):
         self.assertEqual((cfg.train.checkpoint_every, cfg.optim.clip_norm), (2, 0.0))
         self.assertEqual(cfg.model.vocab_size, 300)
 
-        argv = ["prog", f"--config={path}", "--config.train.stepz=7"]
-        values = flags.FlagValues()
-        config_flags.DEFINE_config_file("config", flag_values=values, sys_argv=argv)
         # lock_config=True (the default): a misspelt key is an error, not a new field.
         with self.assertRaisesRegex(AttributeError, 'stepz.*Did you mean "steps"'):
-            values(argv)
+            _parse("tiny", ["--config.train.stepz=7"])
 
     def test_unknown_config_argument_is_an_error(self):
         with self.assertRaisesRegex(ValueError, "'fast'.*runlocal"):
