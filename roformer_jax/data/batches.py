@@ -25,17 +25,16 @@ import hashlib
 import itertools
 import json
 import os
-import queue
 import sys
 import sysconfig
-import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import jax
 import numpy as np
 
 from roformer_jax.data import corpora, masking
+from roformer_jax.data.prefetch import prefetched
 from roformer_jax.data.tokenizer import load_tokenizer, named_tokenizer, train_wordpiece
 
 _CACHE_FORMAT = 1  # bump when the cached bytes would change for the same inputs
@@ -305,7 +304,7 @@ class Corpus:
             batch["index"] = (rows - step * batch_size).astype(np.int32)
             return batch
 
-        return _prefetched(make, start_step, prefetch)
+        return prefetched(make, start_step, prefetch)
 
     def valid_batches(
         self,
@@ -374,42 +373,3 @@ def _host(process_index: int | None, process_count: int | None) -> tuple[int, in
     if not 0 <= index < count:
         raise ValueError(f"process_index {index} is outside [0, process_count={count})")
     return index, count
-
-
-class _Failure:
-    def __init__(self, error: BaseException):
-        self.error = error
-
-
-def _prefetched(make: Callable[[int], dict], start: int, depth: int) -> Iterator[dict]:
-    """make(start), make(start + 1), ...; computed `depth` ahead in a daemon thread."""
-    if depth == 0:
-        yield from map(make, itertools.count(start))
-        return
-    ready, stop = queue.Queue(maxsize=depth), threading.Event()
-
-    def put(item):
-        while not stop.is_set():
-            try:
-                return ready.put(item, timeout=0.1)
-            except queue.Full:
-                pass
-
-    def work():
-        try:
-            for step in itertools.count(start):
-                put(make(step))
-                if stop.is_set():
-                    return
-        except BaseException as e:  # handed to the consumer, which re-raises it
-            put(_Failure(e))
-
-    threading.Thread(target=work, name="roformer-data", daemon=True).start()
-    try:
-        while True:
-            item = ready.get()
-            if isinstance(item, _Failure):
-                raise item.error
-            yield item
-    finally:
-        stop.set()
