@@ -182,7 +182,7 @@ class Embeddings(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, input_ids, token_type_ids, positions, deterministic):
+    def __call__(self, input_ids, token_type_ids, position_ids, deterministic):
         cfg = self.config
         embed = functools.partial(
             nn.Embed,
@@ -193,7 +193,7 @@ class Embeddings(nn.Module):
         x = embed(cfg.vocab_size, name="word_embeddings")(input_ids)  # [B, L, E]
         x = x + embed(cfg.type_vocab_size, name="token_type_embeddings")(token_type_ids)
         if cfg.encoding.embed is not None:  # absolute encodings; others act in attention
-            x = x + cfg.encoding.embed(cfg, positions, DTYPES[cfg.dtype])  # [(B,) L, E]
+            x = x + cfg.encoding.embed(cfg, position_ids, DTYPES[cfg.dtype])  # [(B,) L, E]
         x = _layer_norm(cfg, "LayerNorm")(x)
         return nn.Dropout(cfg.hidden_dropout)(x, deterministic=deterministic)
 
@@ -220,7 +220,7 @@ class SelfAttention(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x, mask, positions, deterministic):
+    def __call__(self, x, mask, position_ids, deterministic):
         cfg = self.config
         b, length, d = x.shape
         q, k, v = (
@@ -229,11 +229,11 @@ class SelfAttention(nn.Module):
         )
         encoding, where = cfg.encoding, {}  # what the position encoding does in attention
         if encoding.rotation is not None:
-            where["rotation"] = encoding.rotation(cfg, positions)
+            where["rotation"] = encoding.rotation(cfg, position_ids)
             if cfg.rotary_value:  # HF RoFormer's option: v is rotated too, and not rotated back.
                 v = where["rotation"].k(v)
         if encoding.bias is not None:
-            where["bias"] = encoding.bias(cfg, positions)  # [B or 1, N, L, L]
+            where["bias"] = encoding.bias(cfg, position_ids)  # [B or 1, N, L, L]
         use_dropout = not deterministic and cfg.attention_dropout > 0.0
         function = attention_lib.ATTENTION_FUNCTIONS[cfg.attention]
         options = _kind_options(
@@ -249,7 +249,7 @@ class Layer(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x, mask, positions, deterministic):
+    def __call__(self, x, mask, position_ids, deterministic):
         cfg = self.config
         attention = SelfAttention(cfg, name="attention")
         dropout = nn.Dropout(cfg.hidden_dropout, deterministic=deterministic)
@@ -265,7 +265,7 @@ class Layer(nn.Module):
 
         x = sublayer(
             x,
-            lambda h: attention(h, mask, positions, deterministic),
+            lambda h: attention(h, mask, position_ids, deterministic),
             _layer_norm(cfg, "attention_norm"),
         )
         return sublayer(x, feed_forward, _layer_norm(cfg, "output_norm"))
@@ -275,9 +275,9 @@ class Encoder(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x, mask, positions, deterministic):
+    def __call__(self, x, mask, position_ids, deterministic):
         for i in range(self.config.num_layers):
-            x = Layer(self.config, name=f"layer_{i}")(x, mask, positions, deterministic)
+            x = Layer(self.config, name=f"layer_{i}")(x, mask, position_ids, deterministic)
         if self.config.pre_ln:
             x = _layer_norm(self.config, "final_norm")(x)
         return x
@@ -304,7 +304,7 @@ class RoFormer(nn.Module):
     """The encoder (BERT, RoFormer, ... by `config.position`) with an optional tied MLM head.
 
     Call with input_ids int [B, L]; attention_mask [B, L] (1/True = real token; padded keys are
-    never attended to); token_type_ids int [B, L] (default 0); positions int [L] or [B, L]
+    never attended to); token_type_ids int [B, L] (default 0); position_ids int [L] or [B, L]
     (default arange(L); relative encodings are invariant to adding a constant). Dropout
     draws from the "dropout" rng stream when deterministic=False. With mlm_positions int
     [B, P] the MLM head runs only at those positions of each row and logits are [B, P, V]:
@@ -321,7 +321,7 @@ class RoFormer(nn.Module):
         *,
         attention_mask=None,
         token_type_ids=None,
-        positions=None,
+        position_ids=None,
         deterministic=True,
         mlm_positions=None,
     ) -> EncoderOutput:
@@ -336,10 +336,10 @@ class RoFormer(nn.Module):
                 f"position={cfg.position!r} supports with max_len {cfg.max_len}; use "
                 "position='rope' to run past the training length"
             )
-        positions = jnp.arange(length) if positions is None else jnp.asarray(positions)
-        if positions.shape not in ((length,), (b, length)):
+        position_ids = jnp.arange(length) if position_ids is None else jnp.asarray(position_ids)
+        if position_ids.shape not in ((length,), (b, length)):
             raise ValueError(
-                f"positions has shape {positions.shape}; expected [{length}] or "
+                f"position_ids has shape {position_ids.shape}; expected [{length}] or "
                 f"[{b}, {length}] for input_ids of shape {input_ids.shape}"
             )
         if token_type_ids is None:
@@ -353,10 +353,10 @@ class RoFormer(nn.Module):
                 )
 
         embeddings = Embeddings(cfg, name="embeddings")
-        x = embeddings(input_ids, token_type_ids, positions, deterministic)  # [B, L, E]
+        x = embeddings(input_ids, token_type_ids, position_ids, deterministic)  # [B, L, E]
         if cfg.embed_dim != cfg.hidden_size:
             x = _dense(cfg, cfg.hidden_size, "embeddings_project")(x)  # [B, L, D]
-        x = Encoder(cfg, name="encoder")(x, mask, positions, deterministic)
+        x = Encoder(cfg, name="encoder")(x, mask, position_ids, deterministic)
         logits = None
         if self.with_mlm_head:
             table = embeddings.variables["params"]["word_embeddings"]["embedding"]  # [V, E]

@@ -13,9 +13,10 @@ can tell it in three places, and says which through the hooks it fills in:
 look encodings up here and never branch on their names. A new encoding is one definition and
 one entry.
 
-Hooks receive the model config (`roformer_jax.model.ModelConfig`) and the positions.
+Hooks receive the model config (`roformer_jax.model.ModelConfig`) and the position ids
+(`position_ids`, the indices; `config.position` names the encoding).
 Glossary of shapes: B batch, L query length, M key length, N heads, E embedding size.
-Positions are int [L] or [B, L].
+Position ids are int [L] or [B, L].
 """
 
 import dataclasses
@@ -38,10 +39,10 @@ class PositionEncoding:
     """What one position encoding does to the encoder; every hook is optional.
 
     Attributes:
-      embed: (config, positions, dtype) -> [(B,) L, E], added to the token embeddings. Runs
+      embed: (config, position_ids, dtype) -> [(B,) L, E], added to the token embeddings. Runs
         inside the embedding module, so it may create Flax parameters (a learned table).
-      rotation: (config, positions) -> `rope.Rotation` applied to q and k.
-      bias: (config, positions) -> [B or 1, N, L, L] added to softmax scores. Attention
+      rotation: (config, position_ids) -> `rope.Rotation` applied to q and k.
+      bias: (config, position_ids) -> [B or 1, N, L, L] added to softmax scores. Attention
         kinds that never form the scores (linear, cosine) cannot take it.
       max_length: config -> the longest sequence it supports, or None for any length.
       check: config -> None; raises ValueError for a config it cannot serve.
@@ -57,7 +58,7 @@ class PositionEncoding:
 # ---------------------------------------------------------------- absolute: added to embeddings
 
 
-def _learned(config, positions, dtype):
+def _learned(config, position_ids, dtype):
     """BERT: a trained table of `max_len` rows, initialized like the other embeddings."""
     table = nn.Embed(
         config.max_len,
@@ -66,7 +67,7 @@ def _learned(config, positions, dtype):
         embedding_init=nn.initializers.normal(config.initializer_range),
         name="position_embeddings",
     )
-    return table(positions)  # [(B,) L, E]
+    return table(position_ids)  # [(B,) L, E]
 
 
 def sinusoidal_embedding(positions, dim: int) -> jax.Array:
@@ -78,8 +79,8 @@ def sinusoidal_embedding(positions, dim: int) -> jax.Array:
     return jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1).reshape(*angles.shape[:-1], dim)
 
 
-def _sinusoidal(config, positions, dtype):
-    return sinusoidal_embedding(positions, config.embed_dim).astype(dtype)
+def _sinusoidal(config, position_ids, dtype):
+    return sinusoidal_embedding(position_ids, config.embed_dim).astype(dtype)
 
 
 def _even_embedding(config):
@@ -90,8 +91,8 @@ def _even_embedding(config):
 # ---------------------------------------------------------------- relative: q and k rotated
 
 
-def _rope(config, positions):
-    return rope.rope_rotation(positions, base=config.rope_base)
+def _rope(config, position_ids):
+    return rope.rope_rotation(position_ids, base=config.rope_base)
 
 
 def _even_heads(config):
@@ -136,8 +137,8 @@ def alibi_bias(q_positions, k_positions, num_heads: int) -> jax.Array:
     return -slopes * distance.astype(jnp.float32)
 
 
-def _alibi(config, positions):
-    return alibi_bias(positions, positions, config.num_heads)
+def _alibi(config, position_ids):
+    return alibi_bias(position_ids, position_ids, config.num_heads)
 
 
 ENCODINGS: dict[str, PositionEncoding] = {

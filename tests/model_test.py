@@ -106,17 +106,19 @@ class ModelTest(parameterized.TestCase):
         model, variables = _init(_config(attention=attention, hidden_dropout=0.0))
         ids, types = _inputs()
         base = model.apply(variables, ids, token_type_ids=types)
-        shifted = model.apply(variables, ids, token_type_ids=types, positions=jnp.arange(L) + 37)
+        shifted = model.apply(variables, ids, token_type_ids=types, position_ids=jnp.arange(L) + 37)
         per_row = model.apply(
             variables,
             ids,
             token_type_ids=types,
-            positions=jnp.arange(L)[None] + jnp.array([[5], [900]]),
+            position_ids=jnp.arange(L)[None] + jnp.array([[5], [900]]),
         )
         chex.assert_trees_all_close(shifted, base, atol=2e-5)
         chex.assert_trees_all_close(per_row, base, atol=2e-5)
         # ... while the order of positions does matter.
-        reversed_ = model.apply(variables, ids, token_type_ids=types, positions=jnp.arange(L)[::-1])
+        reversed_ = model.apply(
+            variables, ids, token_type_ids=types, position_ids=jnp.arange(L)[::-1]
+        )
         self.assertGreater(float(jnp.abs(reversed_.hidden_states - base.hidden_states).max()), 1e-2)
 
     def test_learned_positions_too_long(self):

@@ -87,7 +87,7 @@ class TableTest(parameterized.TestCase):
         model, variables = _model(name)
         ids = _ids()
         base = model.apply(variables, ids)
-        shifted = model.apply(variables, ids, positions=jnp.arange(L) + 1000)
+        shifted = model.apply(variables, ids, position_ids=jnp.arange(L) + 1000)
         chex.assert_trees_all_close(shifted, base, atol=2e-5)
 
     @parameterized.parameters(*(p for p in positions.ENCODINGS if p != "none"))
@@ -96,7 +96,7 @@ class TableTest(parameterized.TestCase):
         model, variables = _model(name)
         ids = _ids()
         base = model.apply(variables, ids).hidden_states
-        spread = model.apply(variables, ids, positions=2 * jnp.arange(L)).hidden_states
+        spread = model.apply(variables, ids, position_ids=2 * jnp.arange(L)).hidden_states
         self.assertGreater(float(jnp.abs(spread - base).max()), 1e-3)
 
     def test_max_length(self):
