@@ -1,0 +1,223 @@
+"""Tests for roformer_jax/rope_scaling.py: every kind against HF's ROPE_INIT_FUNCTIONS (when
+transformers is installed) and against formulas written out here."""
+
+import math
+
+import chex
+import numpy as np
+from absl.testing import absltest, parameterized
+
+from roformer_jax import rope_scaling
+
+try:
+    import transformers
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+except ImportError:  # the formula tests below still run
+    transformers = None
+
+HEAD_DIM = 64
+GRID = dict(head_dim=[32, 64, 128], base=[10000.0, 500000.0], partial=[1.0, 0.5])
+
+
+def _params(kind, factor, pairs):
+    """A scaling dictionary of `kind` as v5 writes it (without rope_theta)."""
+    longrope = dict(
+        short_factor=list(np.linspace(1.0, 1.5, pairs)),
+        long_factor=list(np.linspace(1.0, factor * 2, pairs)),
+        factor=factor,
+    )
+    return {
+        "default": {},
+        "linear": dict(factor=factor),
+        "proportional": dict(factor=factor),
+        "dynamic": dict(factor=factor),
+        "yarn": dict(factor=factor, beta_fast=32.0, beta_slow=1.0),
+        "longrope": longrope,
+        "llama3": dict(factor=factor, low_freq_factor=1.0, high_freq_factor=4.0),
+    }[kind] | {"rope_type": kind, "original_max_position_embeddings": 512}
+
+
+def _hf(kind, params, *, head_dim, base, partial, seq_len):
+    config = transformers.LlamaConfig(
+        hidden_size=head_dim * 4,
+        num_attention_heads=4,
+        head_dim=head_dim,
+        # HF's dynamic NTK reads the pre-training length from the model config.
+        max_position_embeddings=512 if kind == "dynamic" else 4096,
+        rope_parameters=dict(params, rope_theta=base, partial_rotary_factor=partial),
+    )
+    if kind == "default":  # v5 keeps plain RoPE in each model; linear at factor 1 is the same
+        config.rope_parameters.update(rope_type="linear", factor=1.0)
+        kind = "linear"
+    inv_freq, attention = ROPE_INIT_FUNCTIONS[kind](config, "cpu", seq_len=seq_len)
+    return inv_freq.numpy(), attention
+
+
+class AgainstHuggingFaceTest(parameterized.TestCase):
+    @parameterized.product(
+        kind=["default", "linear", "proportional", "dynamic", "yarn", "longrope", "llama3"]
+        + ["yarn untruncated"],
+        factor=[1.0, 2.0, 8.0],
+        seq_len=[None, 300, 3000],
+        **GRID,
+    )
+    def test_matches_rope_init_functions(self, kind, factor, seq_len, head_dim, base, partial):
+        if transformers is None:
+            self.skipTest("transformers is not installed; the formula tests cover the kinds")
+        kind, _, untruncated = kind.partition(" ")
+        # "proportional" returns frequencies for the whole head, the others for the rotated part.
+        dim = head_dim if kind == "proportional" else int(head_dim * partial)
+        params = _params(kind, factor, dim // 2)
+        if kind == "yarn":
+            params["truncate"] = not untruncated
+        if kind == "proportional":
+            params["partial_rotary_factor"] = partial
+        want, want_attention = _hf(
+            kind, params, head_dim=head_dim, base=base, partial=partial, seq_len=seq_len
+        )
+        got, attention = rope_scaling.scaled_frequencies(
+            dim, base=base, scaling=params, seq_len=seq_len
+        )
+        self.assertEqual(got.dtype, np.float32)
+        chex.assert_trees_all_close(got, want, rtol=1e-6, atol=0)
+        self.assertAlmostEqual(attention, want_attention, delta=1e-6 * want_attention)
+
+    def test_v4_and_v5_dictionaries_agree(self):
+        v4 = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}
+        v5 = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}
+        v5["original_max_position_embeddings"] = 512
+        chex.assert_trees_all_equal(
+            rope_scaling.scaled_frequencies(64, base=10000.0, scaling=v4),
+            rope_scaling.scaled_frequencies(64, base=10000.0, scaling=v5),
+        )
+
+
+def _theta(dim, base):
+    return np.array([base ** (-2.0 * i / dim) for i in range(dim // 2)])
+
+
+class FormulaTest(parameterized.TestCase):
+    """The kinds against formulas written out independently, transformers or not."""
+
+    def freq(self, scaling, seq_len=None, dim=HEAD_DIM, base=10000.0):
+        return rope_scaling.scaled_frequencies(dim, base=base, scaling=scaling, seq_len=seq_len)
+
+    @parameterized.parameters((None,), ({},), ({"rope_type": "default"},), ({"type": "default"},))
+    def test_default_is_plain_rope(self, scaling):
+        inv_freq, attention = self.freq(scaling)
+        chex.assert_trees_all_close(inv_freq, _theta(HEAD_DIM, 10000.0), rtol=1e-7)
+        self.assertEqual(attention, 1.0)
+
+    def test_linear_divides_by_factor(self):
+        inv_freq, _ = self.freq({"rope_type": "linear", "factor": 4.0})
+        chex.assert_trees_all_close(inv_freq, _theta(HEAD_DIM, 10000.0) / 4, rtol=1e-7)
+
+    @parameterized.parameters(2.0, 8.0)
+    def test_ntk_interpolates_the_lowest_frequency_by_factor(self, factor):
+        inv_freq, _ = self.freq({"rope_type": "ntk", "factor": factor})
+        theta = _theta(HEAD_DIM, 10000.0 * factor ** (HEAD_DIM / (HEAD_DIM - 2)))
+        chex.assert_trees_all_close(inv_freq, theta, rtol=1e-7)
+        plain = _theta(HEAD_DIM, 10000.0)
+        self.assertAlmostEqual(inv_freq[0], plain[0])  # highest frequency kept
+        # base' = base·s^(R/(R-2)) makes θ'_{R/2-1} = θ_{R/2-1}/s exactly.
+        self.assertAlmostEqual(plain[-1] / inv_freq[-1], factor, places=5)
+
+    def test_dynamic_is_plain_until_the_original_length_then_ntk(self):
+        params = {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 512}
+        chex.assert_trees_all_close(self.freq(params, 300)[0], _theta(HEAD_DIM, 1e4), rtol=1e-7)
+        # At s = 2·L₀ the NTK factor is 4·2 - 3 = 5.
+        ntk = self.freq({"rope_type": "ntk", "factor": 5.0})[0]
+        chex.assert_trees_all_close(self.freq(params, 1024)[0], ntk, rtol=1e-7)
+
+    def test_yarn_keeps_fast_pairs_and_interpolates_slow_ones(self):
+        params = {"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 4096}
+        inv_freq, attention = self.freq(params, base=10000.0, dim=128)
+        theta = _theta(128, 10000.0)
+        turns = 4096 * theta / (2 * math.pi)  # rotations of each pair over L₀
+        fast, slow = turns > 32 + 1, turns < 1 - 0.1
+        chex.assert_trees_all_close(inv_freq[fast], theta[fast], rtol=1e-7)
+        chex.assert_trees_all_close(inv_freq[slow], theta[slow] / 16, rtol=1e-7)
+        self.assertTrue(fast.any() and slow.any())
+        self.assertAlmostEqual(attention, 0.1 * math.log(16) + 1)
+        with_mscale = dict(params, mscale=0.707, mscale_all_dim=0.707)
+        self.assertEqual(self.freq(with_mscale)[1], 1.0)  # DeepSeek-V3's choice cancels
+        self.assertEqual(self.freq(dict(params, attention_factor=0.5))[1], 0.5)
+
+    def test_longrope_chooses_factors_by_length(self):
+        pairs = HEAD_DIM // 2
+        short, long = np.full(pairs, 1.5), np.linspace(1, 20, pairs)
+        params = dict(
+            rope_type="longrope",
+            short_factor=list(short),
+            long_factor=list(long),
+            factor=8.0,
+            original_max_position_embeddings=4096,
+        )
+        theta = _theta(HEAD_DIM, 10000.0)
+        chex.assert_trees_all_close(self.freq(params, 4096)[0], theta / short, rtol=1e-7)
+        chex.assert_trees_all_close(self.freq(params, 4097)[0], theta / long, rtol=1e-7)
+        self.assertAlmostEqual(self.freq(params)[1], math.sqrt(1 + math.log(8) / math.log(4096)))
+
+    def test_llama3_bands(self):
+        params = dict(
+            rope_type="llama3",
+            factor=8.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=8192,
+        )
+        inv_freq, _ = self.freq(params, dim=128, base=500000.0)
+        theta = _theta(128, 500000.0)
+        wavelength = 2 * math.pi / theta
+        high, low = wavelength < 8192 / 4, wavelength > 8192
+        chex.assert_trees_all_close(inv_freq[high], theta[high], rtol=1e-7)
+        chex.assert_trees_all_close(inv_freq[low], theta[low] / 8, rtol=1e-7)
+        mid = ~high & ~low
+        s = (8192 / wavelength[mid] - 1) / 3
+        chex.assert_trees_all_close(inv_freq[mid], theta[mid] * ((1 - s) / 8 + s), rtol=1e-6)
+
+    def test_proportional_leaves_the_rest_unrotated(self):
+        params = {"rope_type": "proportional", "partial_rotary_factor": 0.25, "factor": 2.0}
+        inv_freq, _ = self.freq(params)
+        chex.assert_trees_all_close(inv_freq[:8], _theta(HEAD_DIM, 1e4)[:8] / 2, rtol=1e-7)
+        chex.assert_trees_all_equal(inv_freq[8:], np.zeros(24, np.float32))
+
+
+class BadInputTest(parameterized.TestCase):
+    @parameterized.parameters(
+        ({"rope_type": "su"}, "'rope_type' 'su'"),
+        ({"rope_type": "yarn", "original_max_position_embeddings": 512}, "'factor'"),
+        ({"rope_type": "yarn", "factor": 4.0}, "'original_max_position_embeddings'"),
+        ({"rope_type": "linear", "factor": 0.5}, "'factor' must be a float >= 1, got 0.5"),
+        ({"type": "ntk", "factor": 0.9}, "'factor' must be a float >= 1"),
+        ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8}, "'low"),
+        ({"rope_type": "longrope", "original_max_position_embeddings": 8}, "'short_factor'"),
+        (
+            dict(
+                rope_type="longrope",
+                short_factor=[1.0] * 31,
+                long_factor=[1.0] * 32,
+                factor=2.0,
+                original_max_position_embeddings=8,
+            ),
+            "'short_factor' has 31 numbers; expected 32",
+        ),
+        (
+            {
+                "rope_type": "yarn",
+                "factor": 2.0,
+                "original_max_position_embeddings": 8,
+                "beta_fast": 1,
+                "beta_slow": 2,
+            },
+            "'beta_fast' must be greater",
+        ),  # fmt: skip
+        ({"rope_theta": 500000.0}, "'rope_theta' 500000.0 disagrees with base 10000.0"),
+    )
+    def test_value_error_names_the_key(self, scaling, message):
+        with self.assertRaisesRegex(ValueError, message.replace("(", r"\(")):
+            rope_scaling.scaled_frequencies(64, base=10000.0, scaling=scaling)
+
+
+if __name__ == "__main__":
+    absltest.main()
