@@ -218,8 +218,19 @@ SCALINGS: dict[str, Callable] = {
 }
 
 
+def kind_of(scaling: Mapping | None) -> str:
+    """The kind a scaling dictionary names: "rope_type", v4's "type", or "default"."""
+    params = scaling or {}
+    return params.get("rope_type", params.get("type", "default"))
+
+
 def scaled_frequencies(
-    rotary_dim: int, *, base: float, scaling: Mapping | None = None, seq_len: int | None = None
+    rotary_dim: int,
+    *,
+    base: float,
+    scaling: Mapping | None = None,
+    seq_len: int | None = None,
+    dtype=np.float32,
 ) -> tuple[np.ndarray, float]:
     """Scaled RoPE frequencies θ'_i and the attention factor for HF's scaling dictionary.
 
@@ -230,17 +241,19 @@ def scaled_frequencies(
       scaling: None, or a dictionary with "rope_type" (or v4's "type") naming a kind of
         `SCALINGS` and that kind's keys, as HF writes them.
       seq_len: the sequence length, for "dynamic" and "longrope"; None as at HF's init.
+      dtype: float32 as HF; float64 keeps what float32 rounding would lose at large positions
+        (apply_rope takes these).
 
     Returns:
-      (inv_freq, attention_factor): numpy float32 [R/2] and a Python float.
+      (inv_freq, attention_factor): numpy [R/2] of `dtype` and a Python float.
     """
     _rope_cpu.check_dim(rotary_dim, "rotary dim")
     params = dict(scaling or {})
-    kind = params.get("rope_type", params.get("type", "default"))
+    kind = kind_of(params)
     if kind not in SCALINGS:
         raise ValueError(f"rope scaling 'rope_type' {kind!r} is not one of {sorted(SCALINGS)}")
     theta = params.get("rope_theta")
     if theta is not None and float(theta) != float(base):
         raise ValueError(f"rope scaling 'rope_theta' {theta} disagrees with base {base}")
     inv_freq, attention = SCALINGS[kind](rotary_dim, float(base), params, seq_len)
-    return np.asarray(inv_freq, np.float32), float(attention)
+    return np.asarray(inv_freq, dtype), float(attention)

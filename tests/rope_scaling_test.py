@@ -4,10 +4,12 @@ transformers is installed) and against formulas written out here."""
 import math
 
 import chex
+import jax
+import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax import rope_scaling
+from roformer_jax import rope, rope_scaling
 
 try:
     import transformers
@@ -217,6 +219,82 @@ class BadInputTest(parameterized.TestCase):
     def test_value_error_names_the_key(self, scaling, message):
         with self.assertRaisesRegex(ValueError, message.replace("(", r"\(")):
             rope_scaling.scaled_frequencies(64, base=10000.0, scaling=scaling)
+
+
+YARN = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096}
+LLAMA3 = dict(
+    rope_type="llama3",
+    factor=8.0,
+    low_freq_factor=1.0,
+    high_freq_factor=4.0,
+    original_max_position_embeddings=8192,
+)
+
+
+def _reference_rope(x, positions, inv_freq, attention):
+    """Interleaved RoPE in x87 long double with the given frequencies, rounded to float64."""
+    x = np.asarray(x, np.longdouble)
+    angles = np.asarray(positions, np.longdouble)[:, None] * np.asarray(inv_freq, np.longdouble)
+    cos, sin = np.cos(angles)[:, None, :] * attention, np.sin(angles)[:, None, :] * attention
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = np.stack([a * cos - b * sin, b * cos + a * sin], -1).reshape(x.shape)
+    return out.astype(np.float64)
+
+
+class ApplyRopeTest(parameterized.TestCase):
+    def setUp(self):
+        super().setUp()
+        self.x = jax.random.normal(jax.random.key(0), (1, 16, 2, 64))  # [B, L, N, H]
+
+    @parameterized.parameters(
+        ({"rope_type": "linear", "factor": 4.0},),
+        ({"rope_type": "ntk", "factor": 8.0},),
+        (YARN,),
+        (LLAMA3,),
+    )
+    def test_exact_phase_at_a_million(self, scaling):
+        positions = jnp.arange(16) + 1_000_000 - 16
+        out = rope.apply_rope(self.x, positions, base=500000.0, scaling=scaling)
+        inv_freq, attention = rope.scaled_frequencies(
+            64, base=500000.0, scaling=scaling, dtype=np.float64
+        )
+        want = _reference_rope(self.x, positions, inv_freq, attention)
+        self.assertLess(float(np.max(np.abs(np.asarray(out, np.float64) - want))), 1e-5)
+
+    def test_attention_factor_scales_cos_and_sin(self):
+        positions = jnp.arange(16) * 37
+        plain = rope.apply_rope(self.x, positions, scaling=dict(YARN, attention_factor=1.0))
+        scaled = rope.apply_rope(self.x, positions, scaling=YARN)
+        chex.assert_trees_all_close(scaled, plain * (0.1 * math.log(8) + 1), atol=1e-5)
+
+    def test_no_scaling_and_default_scaling_agree(self):
+        positions = jnp.arange(16) * 9973
+        chex.assert_trees_all_equal(
+            rope.apply_rope(self.x, positions, scaling={"rope_type": "default"}),
+            rope.apply_rope(self.x, positions),
+        )
+
+    def test_dynamic_chooses_by_length(self):
+        params = {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 8}
+        positions = jnp.arange(16)
+        # L = 16 > 8: scaled; an explicit seq_len within L₀: plain.
+        ntk = {"rope_type": "ntk", "factor": 4.0 * 2 - 3}
+        chex.assert_trees_all_close(
+            rope.apply_rope(self.x, positions, scaling=params),
+            rope.apply_rope(self.x, positions, scaling=ntk),
+            atol=1e-6,
+        )
+        chex.assert_trees_all_close(
+            rope.apply_rope(self.x, positions, scaling=params, seq_len=8),
+            rope.apply_rope(self.x, positions),
+            atol=1e-6,
+        )
+
+    def test_rotation_passes_scaling_through(self):
+        rotation = rope.rope_rotation(jnp.arange(16), scaling=YARN)
+        chex.assert_trees_all_equal(
+            rotation.q(self.x), rope.apply_rope(self.x, jnp.arange(16), scaling=YARN)
+        )
 
 
 if __name__ == "__main__":
