@@ -91,7 +91,7 @@ def _even_embedding(config):
 
 
 def _rope(config, positions):
-    return rope.rope_rotation(positions, base=config.rope_base)
+    return rope.rope_rotation(positions, base=config.rope_base, scaling=config.rope_scaling_dict)
 
 
 def _even_heads(config):

@@ -1,6 +1,8 @@
 """Tests for roformer_jax/rope_scaling.py: every kind against HF's ROPE_INIT_FUNCTIONS (when
 transformers is installed) and against formulas written out here."""
 
+import dataclasses
+import json
 import math
 
 import chex
@@ -9,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 
+from roformer_jax import model as model_lib
 from roformer_jax import rope, rope_scaling
 
 try:
@@ -295,6 +298,59 @@ class ApplyRopeTest(parameterized.TestCase):
         chex.assert_trees_all_equal(
             rotation.q(self.x), rope.apply_rope(self.x, jnp.arange(16), scaling=YARN)
         )
+
+
+def _model_config(scaling, **overrides):
+    return model_lib.model_config("tiny", vocab_size=64, rope_scaling=scaling, **overrides)
+
+
+class ModelConfigTest(parameterized.TestCase):
+    @parameterized.parameters(*(k for k in rope_scaling.SCALINGS if k != "longrope"), "longrope")
+    def test_every_kind_runs_in_a_model_and_ignores_a_shift(self, kind):
+        pairs = _model_config(None).head_dim // 2
+        scaling = (
+            _params(kind, 4.0, pairs) if kind != "ntk" else {"rope_type": "ntk", "factor": 4.0}
+        )
+        config = _model_config(scaling, hidden_dropout=0.0, initializer_range=0.2)
+        model = model_lib.RoFormer(config)
+        ids = jnp.asarray(np.random.default_rng(1).integers(5, 64, (2, 8)), jnp.int32)
+        variables = model.init(jax.random.key(0), ids)
+        out = model.apply(variables, ids).hidden_states
+        shifted = model.apply(variables, ids, positions=jnp.arange(8) + 1000).hidden_states
+        chex.assert_tree_all_finite(out)
+        chex.assert_trees_all_close(shifted, out, atol=2e-5)
+        spread = model.apply(variables, ids, positions=2 * jnp.arange(8)).hidden_states
+        self.assertGreater(float(jnp.abs(spread - out).max()), 1e-3)  # positions still matter
+
+    def test_scaling_changes_the_model(self):
+        ids = jnp.asarray(np.random.default_rng(1).integers(5, 64, (2, 8)), jnp.int32)
+        outputs = []
+        for scaling in (None, {"rope_type": "linear", "factor": 4.0}):
+            model = model_lib.RoFormer(_model_config(scaling, initializer_range=0.2))
+            variables = model.init(jax.random.key(0), ids)
+            outputs.append(model.apply(variables, ids).hidden_states)
+        self.assertGreater(float(jnp.abs(outputs[0] - outputs[1]).max()), 1e-3)
+
+    def test_stored_as_json_that_round_trips(self):
+        config = _model_config(dict(YARN))
+        self.assertIsInstance(config.rope_scaling, str)
+        self.assertEqual(config.rope_scaling_dict, YARN)
+        again = model_lib.ModelConfig(**json.loads(json.dumps(dataclasses.asdict(config))))
+        self.assertEqual(again, config)
+        self.assertEqual(hash(again), hash(config))
+
+    @parameterized.parameters(
+        ('{"rope_type": "yarn"}', "'factor'"),
+        ("yarn", "is not JSON"),
+        ("[1, 2]", "is not a JSON object"),
+    )
+    def test_bad_scaling_fails_in_the_config(self, scaling, message):
+        with self.assertRaisesRegex(ValueError, message):
+            _model_config(scaling)
+
+    def test_needs_a_rotation(self):
+        with self.assertRaisesRegex(ValueError, "rotates nothing; use position='rope'"):
+            _model_config(dict(YARN), position="learned")
 
 
 if __name__ == "__main__":
