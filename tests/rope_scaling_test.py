@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 
+from roformer_jax import hf, rope, rope_scaling
 from roformer_jax import model as model_lib
-from roformer_jax import rope, rope_scaling
 
 try:
     import transformers
@@ -347,6 +347,12 @@ class ModelConfigTest(parameterized.TestCase):
     def test_bad_scaling_fails_in_the_config(self, scaling, message):
         with self.assertRaisesRegex(ValueError, message):
             _model_config(scaling)
+
+    def test_hf_roformer_refuses_a_scaled_config(self):
+        # HF RoFormer cannot express scaling; saving must refuse, not drop it.
+        with self.assertRaisesRegex(ValueError, "rope_scaling"):
+            hf.config_to_hf(_model_config(dict(YARN)), with_mlm_head=False)
+        hf.config_to_hf(_model_config(None), with_mlm_head=False)
 
     def test_needs_a_rotation(self):
         with self.assertRaisesRegex(ValueError, "rotates nothing; use position='rope'"):
