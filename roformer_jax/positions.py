@@ -94,6 +94,10 @@ def _rope(config, positions):
     return rope.rope_rotation(positions, base=config.rope_base, scaling=config.rope_scaling_dict)
 
 
+def _xpos(config, positions):
+    return rope.xpos_rotation(positions, base=config.rope_base, scaling=config.rope_scaling_dict)
+
+
 def _even_heads(config):
     if config.head_dim % 2:
         raise ValueError(f"head dim {config.head_dim} is odd; RoPE rotates pairs of features")
@@ -144,6 +148,7 @@ ENCODINGS: dict[str, PositionEncoding] = {
     "learned": PositionEncoding(embed=_learned, max_length=lambda config: config.max_len),
     "sinusoidal": PositionEncoding(embed=_sinusoidal, check=_even_embedding),
     "rope": PositionEncoding(rotation=_rope, check=_even_heads),
+    "xpos": PositionEncoding(rotation=_xpos, check=_even_heads),
     "alibi": PositionEncoding(bias=_alibi),
     "none": PositionEncoding(),
 }

@@ -246,3 +246,56 @@ def rope_rotation(
         q=functools.partial(rotate, positions=q_positions),
         k=functools.partial(rotate, positions=k_positions),
     )
+
+
+def xpos_decay(positions, dim: int, *, scale_base: float = 512.0, layout: str = "interleaved"):
+    """xPos's per-feature scale ζ_i^(m/γ) (Sun et al. 2022, "A length-extrapolatable
+    transformer", eq. 5-6; ζ_i = (2i/R + 0.4)/1.4 as in rotary-embedding-torch), γ = scale_base.
+
+    Queries are multiplied by it and keys by its inverse, so a score gains ζ_i^((m-n)/γ): a
+    decay with distance on top of RoPE's rotation, still a function of m - n only.
+
+    Args:
+      positions: array of shape [..., L] (centred by the caller: ζ^(±m/γ) overflows far out).
+      dim: R, the rotated features.
+
+    Returns:
+      Array of shape [..., L, R], float32, in `layout`'s feature order.
+    """
+    _rope_cpu.check_dim(dim, "rotary dim")
+    zeta = (np.arange(0, dim, 2, dtype=np.float64) / dim + 0.4) / 1.4  # [R/2], in (0.29, 1)
+    power = jnp.asarray(positions, jnp.float32)[..., None] / np.float32(scale_base)
+    decay = jnp.asarray(zeta, jnp.float32) ** power  # [..., L, R/2]
+    return _rope_cpu.merge_pairs(decay, decay, layout)
+
+
+def xpos_rotation(
+    q_positions,
+    k_positions=None,
+    *,
+    base: float = 10000.0,
+    layout: str = "interleaved",
+    scale_base: float = 512.0,
+    scaling=None,
+) -> Rotation:
+    """xPos: RoPE, then q times `xpos_decay` at m and k times its inverse at n.
+
+    Positions are measured from the middle of the queries' (as rotary-embedding-torch does
+    with seq_len // 2), the same for q and k, so the offset cancels in every score and
+    neither factor overflows. All of F is rotated and scaled.
+    """
+    plain = rope_rotation(q_positions, k_positions, base=base, layout=layout, scaling=scaling)
+    k_positions = q_positions if k_positions is None else k_positions
+    q_positions, k_positions = jnp.asarray(q_positions), jnp.asarray(k_positions)
+    centre = (jnp.min(q_positions) + jnp.max(q_positions)) // 2
+
+    def scaled(rotate, positions, sign):
+        def apply(x):  # [B, L, N, F]
+            offset = sign * (positions - centre)
+            decay = xpos_decay(offset, x.shape[-1], scale_base=scale_base, layout=layout)
+            decay = _over_heads(decay, -3)  # [(B,) L, 1, F]
+            return (rotate(x).astype(jnp.float32) * decay).astype(x.dtype)
+
+        return apply
+
+    return Rotation(q=scaled(plain.q, q_positions, 1), k=scaled(plain.k, k_positions, -1))

@@ -300,6 +300,29 @@ class ApplyRopeTest(parameterized.TestCase):
         )
 
 
+class XposTest(parameterized.TestCase):
+    def test_scores_are_rope_times_the_decay_and_ignore_a_shift(self):
+        keys = jax.random.split(jax.random.key(0), 2)
+        q = jax.random.normal(keys[0], (1, 12, 2, 16))  # [B, L, N, H]
+        k = jax.random.normal(keys[1], (1, 12, 2, 16))
+        positions = jnp.arange(12) * 50
+
+        def scores(shift):
+            rotation = rope.xpos_rotation(positions + shift, scale_base=64.0)
+            return jnp.einsum("BLNH,BMNH->BNLM", rotation.q(q), rotation.k(k))
+
+        chex.assert_trees_all_close(scores(100_000), scores(0), rtol=2e-4, atol=2e-4)
+        # Written out: Σ_i ζ_i^((m-n)/γ) (RoPE's pair-i score) over pairs.
+        zeta = (np.arange(0, 16, 2) / 16 + 0.4) / 1.4
+        plain = rope.rope_rotation(positions)
+        rq, rk = np.asarray(plain.q(q), np.float64), np.asarray(plain.k(k), np.float64)
+        pairs = (rq[:, :, None] * rk[:, None, :]).reshape(1, 12, 12, 2, 8, 2).sum(-1)
+        distance = np.asarray(positions)[:, None] - np.asarray(positions)[None, :]
+        decay = zeta ** (distance[..., None] / 64.0)  # [L, M, R/2]
+        want = np.einsum("blmni,lmi->bnlm", pairs, decay)
+        chex.assert_trees_all_close(scores(0), want, rtol=2e-4, atol=2e-4)
+
+
 def _model_config(scaling, **overrides):
     return model_lib.model_config("tiny", vocab_size=64, rope_scaling=scaling, **overrides)
 
@@ -353,6 +376,14 @@ class ModelConfigTest(parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, "rope_scaling"):
             hf.config_to_hf(_model_config(dict(YARN)), with_mlm_head=False)
         hf.config_to_hf(_model_config(None), with_mlm_head=False)
+
+    def test_xpos_model_runs_and_ignores_a_shift(self):
+        model = model_lib.RoFormer(_model_config(None, position="xpos", hidden_dropout=0.0))
+        ids = jnp.asarray(np.random.default_rng(1).integers(5, 64, (2, 8)), jnp.int32)
+        variables = model.init(jax.random.key(0), ids)
+        out = model.apply(variables, ids).hidden_states
+        shifted = model.apply(variables, ids, positions=jnp.arange(8) + 1000).hidden_states
+        chex.assert_trees_all_close(shifted, out, atol=2e-5)
 
     def test_needs_a_rotation(self):
         with self.assertRaisesRegex(ValueError, "rotates nothing; use position='rope'"):
