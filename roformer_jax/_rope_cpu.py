@@ -56,23 +56,43 @@ def merge_pairs(first, second, layout):
 # --- Exact phase ---------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=64)
-def _phase_constants(dim: int, base: float, bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """θ_i / 2π in turns, split as P_i / 2^bits + δ_i with integer P_i and 0 <= δ_i < 2^-bits."""
-    with decimal.localcontext() as ctx:
-        ctx.prec = _DIGITS
-        scale = decimal.Decimal(2) ** bits
-        ints, rests = [], []
-        for i in range(dim // 2):
-            turns = decimal.Decimal(base) ** (decimal.Decimal(-2 * i) / dim) / (2 * _PI)
-            p = int(turns * scale)
-            ints.append(p)
-            rests.append(float(turns - decimal.Decimal(p) / scale))
+def _split_turns(turns, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """Decimal turns t_i -> (P_i, δ_i), t_i = P_i / 2^bits + δ_i, integer P_i, 0 <= δ_i < 2^-b."""
+    scale = decimal.Decimal(2) ** bits
+    ints = [int(t * scale) for t in turns]
+    rests = [float(t - decimal.Decimal(p) / scale) for t, p in zip(turns, ints, strict=True)]
     return np.array(ints, dtype=np.uint64), np.array(rests, dtype=np.float64)
 
 
+@functools.lru_cache(maxsize=64)
+def _phase_constants(dim: int, base: float, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """θ_i / 2π in turns for θ_i = base^(-2i/R), computed in Decimal from base itself."""
+    with decimal.localcontext() as ctx:
+        ctx.prec = _DIGITS
+        turns = [
+            decimal.Decimal(base) ** (decimal.Decimal(-2 * i) / dim) / (2 * _PI)
+            for i in range(dim // 2)
+        ]
+        return _split_turns(turns, bits)
+
+
+@functools.lru_cache(maxsize=64)
+def _frequency_constants(inv_freq: tuple[float, ...], bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """θ_i / 2π in turns for any frequencies (scaled ones are not base^(-2i/R)): each float
+    θ_i is taken as exact, so the phase is as precise as for the plain ones."""
+    with decimal.localcontext() as ctx:
+        ctx.prec = _DIGITS
+        return _split_turns([decimal.Decimal(f) / (2 * _PI) for f in inv_freq], bits)
+
+
 def rotation_turns(
-    positions, dim: int, *, base: float = 10000.0, dtype=jnp.float32, layout: str | None = None
+    positions,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    dtype=jnp.float32,
+    layout: str | None = None,
+    inv_freq=None,
 ):
     """The phase m·θ_i / 2π in turns, reduced to about [0, 1.5), for every position m and pair i.
 
@@ -89,6 +109,8 @@ def rotation_turns(
       dtype: float32, or float64 when `jax_enable_x64` is on.
       layout: None for one phase per pair; "interleaved" or "half" for one per feature, in
         that layout's order (each pair's phase at both its features).
+      inv_freq: None for θ_i = base^(-2i/R), or any frequencies θ_i, numpy [R/2] (e.g. scaled
+        ones from rope_scaling); `base` is then unused.
 
     Returns:
       Array of shape [..., L, R/2] (layout None) or [..., L, R] of `dtype`.
@@ -103,12 +125,23 @@ def rotation_turns(
         check_layout(layout)
         return np.repeat(values, 2) if layout == "interleaved" else np.tile(values, 2)
 
+    if inv_freq is not None:
+        inv_freq = np.asarray(inv_freq, np.float64)
+        if inv_freq.shape != (dim // 2,):
+            raise ValueError(f"inv_freq of shape {inv_freq.shape} does not fit rotary dim {dim}")
     if not jnp.issubdtype(positions.dtype, jnp.integer):
-        turns = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim) / (2 * np.pi)
+        if inv_freq is None:
+            turns = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim) / (2 * np.pi)
+        else:
+            turns = inv_freq / (2 * np.pi)
         return positions.astype(dtype)[..., None] * jnp.asarray(per_feature(turns), dtype)
     bits = 64 if dtype == jnp.float64 else 32
     uint = jnp.uint64 if bits == 64 else jnp.uint32
-    ints, rests = (per_feature(c) for c in _phase_constants(dim, float(base), bits))
+    if inv_freq is None:
+        constants = _phase_constants(dim, float(base), bits)
+    else:
+        constants = _frequency_constants(tuple(inv_freq.tolist()), bits)
+    ints, rests = (per_feature(c) for c in constants)
     if bits == 32:
         ints = ints.astype(np.uint32)
     m = positions[..., None]  # [..., L, 1]

@@ -54,7 +54,10 @@ _CONFIG_FIELDS = (
     ("hidden_act", "hidden_act", "gelu"),
 )
 # What HF RoFormer hard-codes; a ModelConfig must agree to be saved in HF's format.
-_HF_FIXED = dict(position="rope", attention="softmax", pre_ln=False, rope_base=10000.0)
+# HF RoFormer has no rope scaling: a scaled model saved there would silently lose it.
+_HF_FIXED = dict(
+    position="rope", attention="softmax", pre_ln=False, rope_base=10000.0, rope_scaling=None
+)
 
 # Our module path -> HF module name (without the "roformer." prefix); {i} is the layer index.
 _MODULES = {

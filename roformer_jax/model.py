@@ -24,6 +24,7 @@ Parameter tree (names follow HF's where the structure allows; hf.py maps them):
 import dataclasses
 import functools
 import inspect
+import json
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -32,6 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from roformer_jax import attention as attention_lib
+from roformer_jax import rope
 from roformer_jax.positions import ENCODINGS, PositionEncoding
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -67,6 +69,10 @@ class ModelConfig:
     feature_map: str = "elu"  # linear attention's φ
     linear_rope: str = "numerator"  # linear attention's rotation placement (eq. 19): PLACEMENTS
     rope_base: float = 10000.0  # θ_i = base^(-2i/H), paper eq. (15)
+    # HF's rope scaling dictionary as JSON (v4 `rope_scaling` or v5 `rope_parameters`), e.g.
+    # '{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}'; a dict
+    # is accepted and stored as JSON, which stays hashable, overridable and checkpointable.
+    rope_scaling: str | None = None
     rotary_value: bool = False  # also rotate v, as HF RoFormer's `rotary_value`
     pre_ln: bool = False  # LayerNorm before each sublayer (and once at the end) instead of after
     initializer_range: float = 0.02  # std of the normal initializer (BERT)
@@ -104,6 +110,8 @@ class ModelConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}={getattr(self, name)!r} is not one of {allowed}")
+        if self.rope_scaling is not None:
+            self._check_rope_scaling()
         self.encoding.check(self)
         if self.rotary_value and self.encoding.rotation is None:
             raise ValueError(
@@ -118,6 +126,29 @@ class ModelConfig:
                 "what makes it linear); RoPE rotates q and k instead, which linear attention "
                 "can use: set position='rope', or attention='softmax'"
             )
+
+    def _check_rope_scaling(self):
+        scaling = self.rope_scaling
+        if not isinstance(scaling, str):  # a dict: canonical JSON, so equal configs compare equal
+            object.__setattr__(self, "rope_scaling", json.dumps(dict(scaling), sort_keys=True))
+        if self.encoding.rotation is None:
+            raise ValueError(
+                f"rope_scaling={self.rope_scaling} scales RoPE's frequencies, but position="
+                f"{self.position!r} rotates nothing; use position='rope'"
+            )
+        try:
+            parsed = json.loads(self.rope_scaling)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"rope_scaling={self.rope_scaling!r} is not JSON: {error}") from None
+        if not isinstance(parsed, dict):
+            raise ValueError(f"rope_scaling={self.rope_scaling!r} is not a JSON object")
+        # Fails now, with HF's key names, rather than at the first forward pass.
+        rope.scaled_frequencies(self.head_dim, base=self.rope_base, scaling=parsed)
+
+    @property
+    def rope_scaling_dict(self) -> dict | None:
+        """`rope_scaling` parsed, for `rope.apply_rope(scaling=...)`."""
+        return None if self.rope_scaling is None else json.loads(self.rope_scaling)
 
     @property
     def head_dim(self) -> int:

@@ -92,7 +92,11 @@ def _even_embedding(config):
 
 
 def _rope(config, position_ids):
-    return rope.rope_rotation(position_ids, base=config.rope_base)
+    return rope.rope_rotation(position_ids, base=config.rope_base, scaling=config.rope_scaling_dict)
+
+
+def _xpos(config, position_ids):
+    return rope.xpos_rotation(position_ids, base=config.rope_base, scaling=config.rope_scaling_dict)
 
 
 def _even_heads(config):
@@ -145,6 +149,7 @@ ENCODINGS: dict[str, PositionEncoding] = {
     "learned": PositionEncoding(embed=_learned, max_length=lambda config: config.max_len),
     "sinusoidal": PositionEncoding(embed=_sinusoidal, check=_even_embedding),
     "rope": PositionEncoding(rotation=_rope, check=_even_heads),
+    "xpos": PositionEncoding(rotation=_xpos, check=_even_heads),
     "alibi": PositionEncoding(bias=_alibi),
     "none": PositionEncoding(),
 }

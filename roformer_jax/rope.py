@@ -33,7 +33,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from roformer_jax import _rope_cpu
+from roformer_jax import _rope_cpu, rope_scaling
+
+# HF's rope scaling family (PI, NTK, dynamic NTK, YaRN, LongRoPE, Llama 3) lives in rope_scaling.py.
+scaled_frequencies = rope_scaling.scaled_frequencies
 
 # Which features form a rotated pair (see above); defined beside the checks in _rope_cpu.
 LAYOUTS = _rope_cpu.LAYOUTS
@@ -95,6 +98,8 @@ def apply_rope(
     layout: str = "interleaved",
     rotary_dim: int | None = None,
     seq_axis: int = -3,
+    scaling=None,
+    seq_len: int | None = None,
 ):
     """Rotates features of x by their positions, element-wise (eq. 34 of the paper).
 
@@ -110,16 +115,33 @@ def apply_rope(
       layout: "interleaved" or "half", see the module docstring.
       rotary_dim: rotate only the first R features (even, <= H); the rest pass through.
       seq_axis: the axis of x that is L.
+      scaling: None for θ_i = base^(-2i/R), or HF's rope scaling dictionary (see
+        `rope_scaling.scaled_frequencies`): scaled θ_i, and cos and sin multiplied by the
+        attention factor as HF does.
+      seq_len: the length "dynamic" and "longrope" choose their frequencies by; None for L.
+        HF uses max(position) + 1, which is L in a full forward pass from position 0; here it
+        must be known when tracing, so pass it when positions are offset (decoding).
 
     Returns:
       Array of x's shape and dtype. The rotation itself runs in at least float32.
     """
     positions, rotary_dim = _validate(x, positions, layout, rotary_dim, seq_axis)
     dtype = _angle_dtype(x.dtype)
+    inv_freq, attention = None, 1.0  # None: θ_i = base^(-2i/R), exact from base itself
+    if rope_scaling.kind_of(scaling) != "default":
+        seq_len = x.shape[seq_axis] if seq_len is None else seq_len
+        # float64: at position 10^6 a float32 θ_i would already be off by ~0.1 rad.
+        inv_freq, attention = scaled_frequencies(
+            rotary_dim, base=base, scaling=scaling, seq_len=seq_len, dtype=np.float64
+        )
     # cos mθ_i and sin mθ_i per feature, in the layout's order (each pair's angle at both of
     # its features), from the exact phase in turns: [..., L, (1,) R].
-    turns = _rope_cpu.rotation_turns(positions, rotary_dim, base=base, dtype=dtype, layout=layout)
+    turns = _rope_cpu.rotation_turns(
+        positions, rotary_dim, base=base, dtype=dtype, layout=layout, inv_freq=inv_freq
+    )
     cos, sin = _rope_cpu.cos_sin_turns(_over_heads(turns, seq_axis))
+    if attention != 1.0:  # HF scales cos and sin, so q·k gains attention² (YaRN eq. 22)
+        cos, sin = cos * dtype.type(attention), sin * dtype.type(attention)
     # (a, b) -> (a cos - b sin, b cos + a sin) = x·cos + partners(x)·[-sin, +sin], where
     # partners(x) puts b at a's place and a at b's: one fused element-wise pass over the
     # features in their own order (interleaving per-pair tables would not vectorize).
@@ -195,13 +217,15 @@ def rope_rotation(
     base: float = 10000.0,
     layout: str = "interleaved",
     rotary_dim: int | None = None,
+    scaling=None,
+    seq_len: int | None = None,
 ) -> Rotation:
     """RoPE at q_positions for queries and k_positions (default: the queries') for keys.
 
     Args:
       q_positions: integer array of shape [L] or [B, L].
       k_positions: integer array of shape [M] or [B, M]; None for q_positions.
-      base, layout, rotary_dim: as in `apply_rope`.
+      base, layout, rotary_dim, scaling, seq_len: as in `apply_rope`.
 
     Returns:
       A `Rotation` whose q and k call `apply_rope` on [B, L, N, F] and [B, M, N, F].
@@ -210,8 +234,68 @@ def rope_rotation(
     # only when q and k arrive.
     _rope_cpu.check_layout(layout)
     k_positions = q_positions if k_positions is None else k_positions
-    rotate = functools.partial(apply_rope, base=base, layout=layout, rotary_dim=rotary_dim)
+    rotate = functools.partial(
+        apply_rope,
+        base=base,
+        layout=layout,
+        rotary_dim=rotary_dim,
+        scaling=scaling,
+        seq_len=seq_len,
+    )
     return Rotation(
         q=functools.partial(rotate, positions=q_positions),
         k=functools.partial(rotate, positions=k_positions),
     )
+
+
+def xpos_decay(positions, dim: int, *, scale_base: float = 512.0, layout: str = "interleaved"):
+    """xPos's per-feature scale ζ_i^(m/γ) (Sun et al. 2022, "A length-extrapolatable
+    transformer", eq. 5-6; ζ_i = (2i/R + 0.4)/1.4 as in rotary-embedding-torch), γ = scale_base.
+
+    Queries are multiplied by it and keys by its inverse, so a score gains ζ_i^((m-n)/γ): a
+    decay with distance on top of RoPE's rotation, still a function of m - n only.
+
+    Args:
+      positions: array of shape [..., L] (centred by the caller: ζ^(±m/γ) overflows far out).
+      dim: R, the rotated features.
+
+    Returns:
+      Array of shape [..., L, R], float32, in `layout`'s feature order.
+    """
+    _rope_cpu.check_dim(dim, "rotary dim")
+    zeta = (np.arange(0, dim, 2, dtype=np.float64) / dim + 0.4) / 1.4  # [R/2], in (0.29, 1)
+    power = jnp.asarray(positions, jnp.float32)[..., None] / np.float32(scale_base)
+    decay = jnp.asarray(zeta, jnp.float32) ** power  # [..., L, R/2]
+    return _rope_cpu.merge_pairs(decay, decay, layout)
+
+
+def xpos_rotation(
+    q_positions,
+    k_positions=None,
+    *,
+    base: float = 10000.0,
+    layout: str = "interleaved",
+    scale_base: float = 512.0,
+    scaling=None,
+) -> Rotation:
+    """xPos: RoPE, then q times `xpos_decay` at m and k times its inverse at n.
+
+    Positions are measured from the middle of the queries' (as rotary-embedding-torch does
+    with seq_len // 2), the same for q and k, so the offset cancels in every score and
+    neither factor overflows. All of F is rotated and scaled.
+    """
+    plain = rope_rotation(q_positions, k_positions, base=base, layout=layout, scaling=scaling)
+    k_positions = q_positions if k_positions is None else k_positions
+    q_positions, k_positions = jnp.asarray(q_positions), jnp.asarray(k_positions)
+    centre = (jnp.min(q_positions) + jnp.max(q_positions)) // 2
+
+    def scaled(rotate, positions, sign):
+        def apply(x):  # [B, L, N, F]
+            offset = sign * (positions - centre)
+            decay = xpos_decay(offset, x.shape[-1], scale_base=scale_base, layout=layout)
+            decay = _over_heads(decay, -3)  # [(B,) L, 1, F]
+            return (rotate(x).astype(jnp.float32) * decay).astype(x.dtype)
+
+        return apply
+
+    return Rotation(q=scaled(plain.q, q_positions, 1), k=scaled(plain.k, k_positions, -1))

@@ -1,0 +1,394 @@
+"""Tests for roformer_jax/rope_scaling.py: every kind against HF's ROPE_INIT_FUNCTIONS (when
+transformers is installed) and against formulas written out here."""
+
+import dataclasses
+import json
+import math
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest, parameterized
+
+from roformer_jax import hf, rope, rope_scaling
+from roformer_jax import model as model_lib
+
+try:
+    import transformers
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+except ImportError:  # the formula tests below still run
+    transformers = None
+
+HEAD_DIM = 64
+GRID = dict(head_dim=[32, 64, 128], base=[10000.0, 500000.0], partial=[1.0, 0.5])
+
+
+def _params(kind, factor, pairs):
+    """A scaling dictionary of `kind` as v5 writes it (without rope_theta)."""
+    longrope = dict(
+        short_factor=list(np.linspace(1.0, 1.5, pairs)),
+        long_factor=list(np.linspace(1.0, factor * 2, pairs)),
+        factor=factor,
+    )
+    return {
+        "default": {},
+        "linear": dict(factor=factor),
+        "proportional": dict(factor=factor),
+        "dynamic": dict(factor=factor),
+        "yarn": dict(factor=factor, beta_fast=32.0, beta_slow=1.0),
+        "longrope": longrope,
+        "llama3": dict(factor=factor, low_freq_factor=1.0, high_freq_factor=4.0),
+    }[kind] | {"rope_type": kind, "original_max_position_embeddings": 512}
+
+
+def _hf(kind, params, *, head_dim, base, partial, seq_len):
+    config = transformers.LlamaConfig(
+        hidden_size=head_dim * 4,
+        num_attention_heads=4,
+        head_dim=head_dim,
+        # HF's dynamic NTK reads the pre-training length from the model config.
+        max_position_embeddings=512 if kind == "dynamic" else 4096,
+        rope_parameters=dict(params, rope_theta=base, partial_rotary_factor=partial),
+    )
+    if kind == "default":  # v5 keeps plain RoPE in each model; linear at factor 1 is the same
+        config.rope_parameters.update(rope_type="linear", factor=1.0)
+        kind = "linear"
+    inv_freq, attention = ROPE_INIT_FUNCTIONS[kind](config, "cpu", seq_len=seq_len)
+    return inv_freq.numpy(), attention
+
+
+class AgainstHuggingFaceTest(parameterized.TestCase):
+    @parameterized.product(
+        kind=["default", "linear", "proportional", "dynamic", "yarn", "longrope", "llama3"]
+        + ["yarn untruncated"],
+        factor=[1.0, 2.0, 8.0],
+        seq_len=[None, 300, 3000],
+        **GRID,
+    )
+    def test_matches_rope_init_functions(self, kind, factor, seq_len, head_dim, base, partial):
+        if transformers is None:
+            self.skipTest("transformers is not installed; the formula tests cover the kinds")
+        kind, _, untruncated = kind.partition(" ")
+        # "proportional" returns frequencies for the whole head, the others for the rotated part.
+        dim = head_dim if kind == "proportional" else int(head_dim * partial)
+        params = _params(kind, factor, dim // 2)
+        if kind == "yarn":
+            params["truncate"] = not untruncated
+        if kind == "proportional":
+            params["partial_rotary_factor"] = partial
+        want, want_attention = _hf(
+            kind, params, head_dim=head_dim, base=base, partial=partial, seq_len=seq_len
+        )
+        got, attention = rope_scaling.scaled_frequencies(
+            dim, base=base, scaling=params, seq_len=seq_len
+        )
+        self.assertEqual(got.dtype, np.float32)
+        chex.assert_trees_all_close(got, want, rtol=1e-6, atol=0)
+        self.assertAlmostEqual(attention, want_attention, delta=1e-6 * want_attention)
+
+    def test_v4_and_v5_dictionaries_agree(self):
+        v4 = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}
+        v5 = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}
+        v5["original_max_position_embeddings"] = 512
+        chex.assert_trees_all_equal(
+            rope_scaling.scaled_frequencies(64, base=10000.0, scaling=v4),
+            rope_scaling.scaled_frequencies(64, base=10000.0, scaling=v5),
+        )
+
+
+def _theta(dim, base):
+    return np.array([base ** (-2.0 * i / dim) for i in range(dim // 2)])
+
+
+class FormulaTest(parameterized.TestCase):
+    """The kinds against formulas written out independently, transformers or not."""
+
+    def freq(self, scaling, seq_len=None, dim=HEAD_DIM, base=10000.0):
+        return rope_scaling.scaled_frequencies(dim, base=base, scaling=scaling, seq_len=seq_len)
+
+    @parameterized.parameters((None,), ({},), ({"rope_type": "default"},), ({"type": "default"},))
+    def test_default_is_plain_rope(self, scaling):
+        inv_freq, attention = self.freq(scaling)
+        chex.assert_trees_all_close(inv_freq, _theta(HEAD_DIM, 10000.0), rtol=1e-7)
+        self.assertEqual(attention, 1.0)
+
+    def test_linear_divides_by_factor(self):
+        inv_freq, _ = self.freq({"rope_type": "linear", "factor": 4.0})
+        chex.assert_trees_all_close(inv_freq, _theta(HEAD_DIM, 10000.0) / 4, rtol=1e-7)
+
+    @parameterized.parameters(2.0, 8.0)
+    def test_ntk_interpolates_the_lowest_frequency_by_factor(self, factor):
+        inv_freq, _ = self.freq({"rope_type": "ntk", "factor": factor})
+        theta = _theta(HEAD_DIM, 10000.0 * factor ** (HEAD_DIM / (HEAD_DIM - 2)))
+        chex.assert_trees_all_close(inv_freq, theta, rtol=1e-7)
+        plain = _theta(HEAD_DIM, 10000.0)
+        self.assertAlmostEqual(inv_freq[0], plain[0])  # highest frequency kept
+        # base' = base·s^(R/(R-2)) makes θ'_{R/2-1} = θ_{R/2-1}/s exactly.
+        self.assertAlmostEqual(plain[-1] / inv_freq[-1], factor, places=5)
+
+    def test_dynamic_is_plain_until_the_original_length_then_ntk(self):
+        params = {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 512}
+        chex.assert_trees_all_close(self.freq(params, 300)[0], _theta(HEAD_DIM, 1e4), rtol=1e-7)
+        # At s = 2·L₀ the NTK factor is 4·2 - 3 = 5.
+        ntk = self.freq({"rope_type": "ntk", "factor": 5.0})[0]
+        chex.assert_trees_all_close(self.freq(params, 1024)[0], ntk, rtol=1e-7)
+
+    def test_yarn_keeps_fast_pairs_and_interpolates_slow_ones(self):
+        params = {"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 4096}
+        inv_freq, attention = self.freq(params, base=10000.0, dim=128)
+        theta = _theta(128, 10000.0)
+        turns = 4096 * theta / (2 * math.pi)  # rotations of each pair over L₀
+        fast, slow = turns > 32 + 1, turns < 1 - 0.1
+        chex.assert_trees_all_close(inv_freq[fast], theta[fast], rtol=1e-7)
+        chex.assert_trees_all_close(inv_freq[slow], theta[slow] / 16, rtol=1e-7)
+        self.assertTrue(fast.any() and slow.any())
+        self.assertAlmostEqual(attention, 0.1 * math.log(16) + 1)
+        with_mscale = dict(params, mscale=0.707, mscale_all_dim=0.707)
+        self.assertEqual(self.freq(with_mscale)[1], 1.0)  # DeepSeek-V3's choice cancels
+        self.assertEqual(self.freq(dict(params, attention_factor=0.5))[1], 0.5)
+
+    def test_longrope_chooses_factors_by_length(self):
+        pairs = HEAD_DIM // 2
+        short, long = np.full(pairs, 1.5), np.linspace(1, 20, pairs)
+        params = dict(
+            rope_type="longrope",
+            short_factor=list(short),
+            long_factor=list(long),
+            factor=8.0,
+            original_max_position_embeddings=4096,
+        )
+        theta = _theta(HEAD_DIM, 10000.0)
+        chex.assert_trees_all_close(self.freq(params, 4096)[0], theta / short, rtol=1e-7)
+        chex.assert_trees_all_close(self.freq(params, 4097)[0], theta / long, rtol=1e-7)
+        self.assertAlmostEqual(self.freq(params)[1], math.sqrt(1 + math.log(8) / math.log(4096)))
+
+    def test_llama3_bands(self):
+        params = dict(
+            rope_type="llama3",
+            factor=8.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=8192,
+        )
+        inv_freq, _ = self.freq(params, dim=128, base=500000.0)
+        theta = _theta(128, 500000.0)
+        wavelength = 2 * math.pi / theta
+        high, low = wavelength < 8192 / 4, wavelength > 8192
+        chex.assert_trees_all_close(inv_freq[high], theta[high], rtol=1e-7)
+        chex.assert_trees_all_close(inv_freq[low], theta[low] / 8, rtol=1e-7)
+        mid = ~high & ~low
+        s = (8192 / wavelength[mid] - 1) / 3
+        chex.assert_trees_all_close(inv_freq[mid], theta[mid] * ((1 - s) / 8 + s), rtol=1e-6)
+
+    def test_proportional_leaves_the_rest_unrotated(self):
+        params = {"rope_type": "proportional", "partial_rotary_factor": 0.25, "factor": 2.0}
+        inv_freq, _ = self.freq(params)
+        chex.assert_trees_all_close(inv_freq[:8], _theta(HEAD_DIM, 1e4)[:8] / 2, rtol=1e-7)
+        chex.assert_trees_all_equal(inv_freq[8:], np.zeros(24, np.float32))
+
+
+class BadInputTest(parameterized.TestCase):
+    @parameterized.parameters(
+        ({"rope_type": "su"}, "'rope_type' 'su'"),
+        ({"rope_type": "yarn", "original_max_position_embeddings": 512}, "'factor'"),
+        ({"rope_type": "yarn", "factor": 4.0}, "'original_max_position_embeddings'"),
+        ({"rope_type": "linear", "factor": 0.5}, "'factor' must be a float >= 1, got 0.5"),
+        ({"type": "ntk", "factor": 0.9}, "'factor' must be a float >= 1"),
+        ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8}, "'low"),
+        ({"rope_type": "longrope", "original_max_position_embeddings": 8}, "'short_factor'"),
+        (
+            dict(
+                rope_type="longrope",
+                short_factor=[1.0] * 31,
+                long_factor=[1.0] * 32,
+                factor=2.0,
+                original_max_position_embeddings=8,
+            ),
+            "'short_factor' has 31 numbers; expected 32",
+        ),
+        (
+            {
+                "rope_type": "yarn",
+                "factor": 2.0,
+                "original_max_position_embeddings": 8,
+                "beta_fast": 1,
+                "beta_slow": 2,
+            },
+            "'beta_fast' must be greater",
+        ),  # fmt: skip
+        ({"rope_theta": 500000.0}, "'rope_theta' 500000.0 disagrees with base 10000.0"),
+    )
+    def test_value_error_names_the_key(self, scaling, message):
+        with self.assertRaisesRegex(ValueError, message.replace("(", r"\(")):
+            rope_scaling.scaled_frequencies(64, base=10000.0, scaling=scaling)
+
+
+YARN = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096}
+LLAMA3 = dict(
+    rope_type="llama3",
+    factor=8.0,
+    low_freq_factor=1.0,
+    high_freq_factor=4.0,
+    original_max_position_embeddings=8192,
+)
+
+
+def _reference_rope(x, positions, inv_freq, attention):
+    """Interleaved RoPE in x87 long double with the given frequencies, rounded to float64."""
+    x = np.asarray(x, np.longdouble)
+    angles = np.asarray(positions, np.longdouble)[:, None] * np.asarray(inv_freq, np.longdouble)
+    cos, sin = np.cos(angles)[:, None, :] * attention, np.sin(angles)[:, None, :] * attention
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = np.stack([a * cos - b * sin, b * cos + a * sin], -1).reshape(x.shape)
+    return out.astype(np.float64)
+
+
+class ApplyRopeTest(parameterized.TestCase):
+    def setUp(self):
+        super().setUp()
+        self.x = jax.random.normal(jax.random.key(0), (1, 16, 2, 64))  # [B, L, N, H]
+
+    @parameterized.parameters(
+        ({"rope_type": "linear", "factor": 4.0},),
+        ({"rope_type": "ntk", "factor": 8.0},),
+        (YARN,),
+        (LLAMA3,),
+    )
+    def test_exact_phase_at_a_million(self, scaling):
+        positions = jnp.arange(16) + 1_000_000 - 16
+        out = rope.apply_rope(self.x, positions, base=500000.0, scaling=scaling)
+        inv_freq, attention = rope.scaled_frequencies(
+            64, base=500000.0, scaling=scaling, dtype=np.float64
+        )
+        want = _reference_rope(self.x, positions, inv_freq, attention)
+        self.assertLess(float(np.max(np.abs(np.asarray(out, np.float64) - want))), 1e-5)
+
+    def test_attention_factor_scales_cos_and_sin(self):
+        positions = jnp.arange(16) * 37
+        plain = rope.apply_rope(self.x, positions, scaling=dict(YARN, attention_factor=1.0))
+        scaled = rope.apply_rope(self.x, positions, scaling=YARN)
+        chex.assert_trees_all_close(scaled, plain * (0.1 * math.log(8) + 1), atol=1e-5)
+
+    def test_no_scaling_and_default_scaling_agree(self):
+        positions = jnp.arange(16) * 9973
+        chex.assert_trees_all_equal(
+            rope.apply_rope(self.x, positions, scaling={"rope_type": "default"}),
+            rope.apply_rope(self.x, positions),
+        )
+
+    def test_dynamic_chooses_by_length(self):
+        params = {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 8}
+        positions = jnp.arange(16)
+        # L = 16 > 8: scaled; an explicit seq_len within L₀: plain.
+        ntk = {"rope_type": "ntk", "factor": 4.0 * 2 - 3}
+        chex.assert_trees_all_close(
+            rope.apply_rope(self.x, positions, scaling=params),
+            rope.apply_rope(self.x, positions, scaling=ntk),
+            atol=1e-6,
+        )
+        chex.assert_trees_all_close(
+            rope.apply_rope(self.x, positions, scaling=params, seq_len=8),
+            rope.apply_rope(self.x, positions),
+            atol=1e-6,
+        )
+
+    def test_rotation_passes_scaling_through(self):
+        rotation = rope.rope_rotation(jnp.arange(16), scaling=YARN)
+        chex.assert_trees_all_equal(
+            rotation.q(self.x), rope.apply_rope(self.x, jnp.arange(16), scaling=YARN)
+        )
+
+
+class XposTest(parameterized.TestCase):
+    def test_scores_are_rope_times_the_decay_and_ignore_a_shift(self):
+        keys = jax.random.split(jax.random.key(0), 2)
+        q = jax.random.normal(keys[0], (1, 12, 2, 16))  # [B, L, N, H]
+        k = jax.random.normal(keys[1], (1, 12, 2, 16))
+        positions = jnp.arange(12) * 50
+
+        def scores(shift):
+            rotation = rope.xpos_rotation(positions + shift, scale_base=64.0)
+            return jnp.einsum("BLNH,BMNH->BNLM", rotation.q(q), rotation.k(k))
+
+        chex.assert_trees_all_close(scores(100_000), scores(0), rtol=2e-4, atol=2e-4)
+        # Written out: Σ_i ζ_i^((m-n)/γ) (RoPE's pair-i score) over pairs.
+        zeta = (np.arange(0, 16, 2) / 16 + 0.4) / 1.4
+        plain = rope.rope_rotation(positions)
+        rq, rk = np.asarray(plain.q(q), np.float64), np.asarray(plain.k(k), np.float64)
+        pairs = (rq[:, :, None] * rk[:, None, :]).reshape(1, 12, 12, 2, 8, 2).sum(-1)
+        distance = np.asarray(positions)[:, None] - np.asarray(positions)[None, :]
+        decay = zeta ** (distance[..., None] / 64.0)  # [L, M, R/2]
+        want = np.einsum("blmni,lmi->bnlm", pairs, decay)
+        chex.assert_trees_all_close(scores(0), want, rtol=2e-4, atol=2e-4)
+
+
+def _model_config(scaling, **overrides):
+    return model_lib.model_config("tiny", vocab_size=64, rope_scaling=scaling, **overrides)
+
+
+class ModelConfigTest(parameterized.TestCase):
+    @parameterized.parameters(*(k for k in rope_scaling.SCALINGS if k != "longrope"), "longrope")
+    def test_every_kind_runs_in_a_model_and_ignores_a_shift(self, kind):
+        pairs = _model_config(None).head_dim // 2
+        scaling = (
+            _params(kind, 4.0, pairs) if kind != "ntk" else {"rope_type": "ntk", "factor": 4.0}
+        )
+        config = _model_config(scaling, hidden_dropout=0.0, initializer_range=0.2)
+        model = model_lib.RoFormer(config)
+        ids = jnp.asarray(np.random.default_rng(1).integers(5, 64, (2, 8)), jnp.int32)
+        variables = model.init(jax.random.key(0), ids)
+        out = model.apply(variables, ids).hidden_states
+        shifted = model.apply(variables, ids, position_ids=jnp.arange(8) + 1000).hidden_states
+        chex.assert_tree_all_finite(out)
+        chex.assert_trees_all_close(shifted, out, atol=2e-5)
+        spread = model.apply(variables, ids, position_ids=2 * jnp.arange(8)).hidden_states
+        self.assertGreater(float(jnp.abs(spread - out).max()), 1e-3)  # positions still matter
+
+    def test_scaling_changes_the_model(self):
+        ids = jnp.asarray(np.random.default_rng(1).integers(5, 64, (2, 8)), jnp.int32)
+        outputs = []
+        for scaling in (None, {"rope_type": "linear", "factor": 4.0}):
+            model = model_lib.RoFormer(_model_config(scaling, initializer_range=0.2))
+            variables = model.init(jax.random.key(0), ids)
+            outputs.append(model.apply(variables, ids).hidden_states)
+        self.assertGreater(float(jnp.abs(outputs[0] - outputs[1]).max()), 1e-3)
+
+    def test_stored_as_json_that_round_trips(self):
+        config = _model_config(dict(YARN))
+        self.assertIsInstance(config.rope_scaling, str)
+        self.assertEqual(config.rope_scaling_dict, YARN)
+        again = model_lib.ModelConfig(**json.loads(json.dumps(dataclasses.asdict(config))))
+        self.assertEqual(again, config)
+        self.assertEqual(hash(again), hash(config))
+
+    @parameterized.parameters(
+        ('{"rope_type": "yarn"}', "'factor'"),
+        ("yarn", "is not JSON"),
+        ("[1, 2]", "is not a JSON object"),
+    )
+    def test_bad_scaling_fails_in_the_config(self, scaling, message):
+        with self.assertRaisesRegex(ValueError, message):
+            _model_config(scaling)
+
+    def test_hf_roformer_refuses_a_scaled_config(self):
+        # HF RoFormer cannot express scaling; saving must refuse, not drop it.
+        with self.assertRaisesRegex(ValueError, "rope_scaling"):
+            hf.config_to_hf(_model_config(dict(YARN)), with_mlm_head=False)
+        hf.config_to_hf(_model_config(None), with_mlm_head=False)
+
+    def test_xpos_model_runs_and_ignores_a_shift(self):
+        model = model_lib.RoFormer(_model_config(None, position="xpos", hidden_dropout=0.0))
+        ids = jnp.asarray(np.random.default_rng(1).integers(5, 64, (2, 8)), jnp.int32)
+        variables = model.init(jax.random.key(0), ids)
+        out = model.apply(variables, ids).hidden_states
+        shifted = model.apply(variables, ids, position_ids=jnp.arange(8) + 1000).hidden_states
+        chex.assert_trees_all_close(shifted, out, atol=2e-5)
+
+    def test_needs_a_rotation(self):
+        with self.assertRaisesRegex(ValueError, "rotates nothing; use position='rope'"):
+            _model_config(dict(YARN), position="learned")
+
+
+if __name__ == "__main__":
+    absltest.main()
