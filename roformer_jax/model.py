@@ -128,20 +128,22 @@ class ModelConfig:
             )
 
     def _check_rope_scaling(self):
-        scaling = self.rope_scaling
-        if not isinstance(scaling, str):  # a dict: canonical JSON, so equal configs compare equal
-            object.__setattr__(self, "rope_scaling", json.dumps(dict(scaling), sort_keys=True))
         if self.encoding.rotation is None:
             raise ValueError(
                 f"rope_scaling={self.rope_scaling} scales RoPE's frequencies, but position="
                 f"{self.position!r} rotates nothing; use position='rope'"
             )
-        try:
-            parsed = json.loads(self.rope_scaling)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"rope_scaling={self.rope_scaling!r} is not JSON: {error}") from None
+        parsed = self.rope_scaling
+        if isinstance(parsed, str):
+            try:
+                parsed = json.loads(parsed)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"rope_scaling={parsed!r} is not JSON: {error}") from None
         if not isinstance(parsed, dict):
             raise ValueError(f"rope_scaling={self.rope_scaling!r} is not a JSON object")
+        # Canonical JSON (sorted keys), so that equal dictionaries give equal configs however
+        # they were written, and a resumed run is not refused for the order of its keys.
+        object.__setattr__(self, "rope_scaling", json.dumps(parsed, sort_keys=True))
         # Fails now, with HF's key names, rather than at the first forward pass.
         rope.scaled_frequencies(self.head_dim, base=self.rope_base, scaling=parsed)
 

@@ -361,6 +361,9 @@ class ModelConfigTest(parameterized.TestCase):
         again = model_lib.ModelConfig(**json.loads(json.dumps(dataclasses.asdict(config))))
         self.assertEqual(again, config)
         self.assertEqual(hash(again), hash(config))
+        # As a string (a command-line override), in any key order: the same config.
+        reordered = json.dumps(dict(reversed(list(YARN.items()))))
+        self.assertEqual(_model_config(reordered), config)
 
     @parameterized.parameters(
         ('{"rope_type": "yarn"}', "'factor'"),
