@@ -22,6 +22,14 @@ except ImportError:  # the formula tests below still run
 
 HEAD_DIM = 64
 GRID = dict(head_dim=[32, 64, 128], base=[10000.0, 500000.0], partial=[1.0, 0.5])
+YARN = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096}
+LLAMA3 = dict(
+    rope_type="llama3",
+    factor=8.0,
+    low_freq_factor=1.0,
+    high_freq_factor=4.0,
+    original_max_position_embeddings=8192,
+)
 
 
 def _params(kind, factor, pairs):
@@ -164,14 +172,7 @@ class FormulaTest(parameterized.TestCase):
         self.assertAlmostEqual(self.freq(params)[1], math.sqrt(1 + math.log(8) / math.log(4096)))
 
     def test_llama3_bands(self):
-        params = dict(
-            rope_type="llama3",
-            factor=8.0,
-            low_freq_factor=1.0,
-            high_freq_factor=4.0,
-            original_max_position_embeddings=8192,
-        )
-        inv_freq, _ = self.freq(params, dim=128, base=500000.0)
+        inv_freq, _ = self.freq(LLAMA3, dim=128, base=500000.0)
         theta = _theta(128, 500000.0)
         wavelength = 2 * math.pi / theta
         high, low = wavelength < 8192 / 4, wavelength > 8192
@@ -222,16 +223,6 @@ class BadInputTest(parameterized.TestCase):
     def test_value_error_names_the_key(self, scaling, message):
         with self.assertRaisesRegex(ValueError, message.replace("(", r"\(")):
             rope_scaling.scaled_frequencies(64, base=10000.0, scaling=scaling)
-
-
-YARN = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096}
-LLAMA3 = dict(
-    rope_type="llama3",
-    factor=8.0,
-    low_freq_factor=1.0,
-    high_freq_factor=4.0,
-    original_max_position_embeddings=8192,
-)
 
 
 def _reference_rope(x, positions, inv_freq, attention):
