@@ -77,7 +77,9 @@ class CheckpointsTest(parameterized.TestCase):
         checkpoints = Checkpoints(self.directory, keep=3)
         with self.assertLogs(level="WARNING") as logs:
             state, meta = checkpoints.restore(jax.eval_shape(lambda: _state(0)), MODEL)
-        self.assertRegex(logs.output[0], r"checkpoints/3 is damaged")
+        self.assertRegex("\n".join(logs.output), r"checkpoints/3 is damaged")
+        # orbax's abandoned reads of the other arrays are not reported as asyncio errors.
+        self.assertNotIn("never retrieved", "\n".join(logs.output))
         self.assertEqual((int(state["step"]), meta["window"]), (2, 2))
         np.testing.assert_array_equal(state["params"]["kernel"], np.full((2, 3), 2.0))
         # The damaged step is out of the way: the run's next saves are kept as usual.

@@ -14,6 +14,8 @@ it) is moved aside to `<directory>.damaged/` with a warning, and the next older 
 
 from __future__ import annotations
 
+import gc
+import logging as std_logging
 import os
 from typing import Any
 
@@ -37,6 +39,7 @@ class Checkpoints:
             options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True),
             item_names=("state", "meta"),
         )
+        self._quiet = _ReadsOfDamagedSteps(self.directory)
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
@@ -102,6 +105,7 @@ class Checkpoints:
     def _set_aside(self, step: int, item: str, error: Exception) -> None:
         """Moves an unreadable step out of orbax's sight, so that later saves are not refused."""
         aside = os.path.join(f"{self.directory}.damaged", str(step))
+        std_logging.getLogger("asyncio").addFilter(self._quiet)
         logging.warning(
             "checkpoint %s/%d is damaged (its %s cannot be read: %s: %s); moved to %s, trying "
             "the one before it", self.directory, step, item, type(error).__name__,
@@ -118,6 +122,30 @@ class Checkpoints:
         """Waits for pending saves (and deletions of old steps) to finish."""
         self._manager.wait_until_finished()
         self._manager.close()
+        gc.collect()  # so that the abandoned reads of a damaged step are reported to the filter
+        std_logging.getLogger("asyncio").removeFilter(self._quiet)
+
+
+class _ReadsOfDamagedSteps(std_logging.Filter):
+    """Drops asyncio's reports of orbax's abandoned reads in a step we have set aside.
+
+    When one array of a step cannot be read, orbax raises at once and leaves the reads of the
+    others as asyncio tasks that nobody awaits. Whenever the garbage collector finds them,
+    asyncio logs each failure with a long traceback ("Task exception was never retrieved"),
+    after our one-line warning has said what happened and what we did. Other asyncio errors
+    pass.
+    """
+
+    def __init__(self, directory: str):
+        super().__init__()
+        self._directory = directory
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (
+            record.getMessage().startswith("Task exception was never retrieved")
+            and self._directory in str(error)
+        )
 
 
 def _unused(path: str) -> str:
