@@ -75,6 +75,9 @@ class ModelConfig:
     rope_scaling: str | None = None
     rotary_value: bool = False  # also rotate v, as HF RoFormer's `rotary_value`
     pre_ln: bool = False  # LayerNorm before each sublayer (and once at the end) instead of after
+    # Token i attends to tokens j <= i only: a decoder (HF's `is_decoder`), for next-token
+    # prediction and generation (roformer_jax.decoding); every attention kind has a causal form.
+    causal: bool = False
     initializer_range: float = 0.02  # std of the normal initializer (BERT)
     hidden_act: str = "gelu"  # a key of ACTIVATIONS
 
@@ -272,7 +275,7 @@ class SelfAttention(nn.Module):
         options = _kind_options(
             function, cfg, dropout_rng=self.make_rng("dropout") if use_dropout else None
         )
-        out = function(q, k, v, mask=mask, **where, **options)
+        out = function(q, k, v, mask=mask, causal=cfg.causal, **where, **options)
         return _dense(cfg, d, "output")(out.reshape(b, length, d))  # [B, L, D]
 
 

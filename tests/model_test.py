@@ -154,6 +154,15 @@ class ModelTest(parameterized.TestCase):
         )
         chex.assert_trees_all_close(jax.tree.map(lambda x: x[:, :L], padded), real, atol=2e-5)
 
+    @parameterized.named_parameters(*COMBINATIONS)
+    def test_causal_outputs_do_not_see_later_tokens(self, position, attention):
+        model, variables = _init(_config(position=position, attention=attention, causal=True))
+        ids, types = _inputs()
+        changed = ids.at[:, 5:].set((ids[:, 5:] + 1) % V)
+        one, two = (model.apply(variables, x, token_type_ids=types).logits for x in (ids, changed))
+        chex.assert_trees_all_close(one[:, :5], two[:, :5], atol=1e-5)
+        self.assertGreater(float(jnp.max(jnp.abs(one[:, 5:] - two[:, 5:]))), 1e-2)
+
     def test_mask_masks(self):
         # The same pad ids unmasked do change the real positions: the test above can fail.
         model, variables = _init(_config())
