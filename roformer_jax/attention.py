@@ -25,8 +25,8 @@ Speed is measured in benchmarks/attention.py; what makes the CPU path fast is in
 `_attention_cpu.py`, apart from the formulas.
 """
 
-import functools
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -93,6 +93,17 @@ def softmax_attention(
         raise ValueError(f"dropout_rate={dropout_rate} needs a dropout_rng")
     if rotation is not None:
         q, k = rotation.q(q), rotation.k(k)
+    visible = jnp.ones((1, 1, 1, k.shape[1]), bool) if mask is None else mask[:, None, None, :]
+    if causal:
+        visible = visible & jnp.tril(jnp.ones((q.shape[1], k.shape[1]), bool))
+    return _softmax(q, k, v, visible, bias, dropout_rate, dropout_rng)
+
+
+def _softmax(q, k, v, visible, bias, dropout_rate=0.0, dropout_rng=None):
+    """softmax(q kᵀ / √H + bias) v over the visible keys; q, k already rotated.
+
+    visible: bool, broadcastable to [B, N, L, M]. Returns [B, L, N, H] in q's dtype.
+    """
     dtype = _compute_dtype(q)
     scores = jnp.einsum("BLNH,BMNH->BNLM", q, k, preferred_element_type=dtype)
     scores = scores * (q.shape[-1] ** -0.5)
@@ -104,12 +115,9 @@ def softmax_attention(
                 f"[{q.shape[0]} or 1, {', '.join(map(str, expected))}]"
             )
         scores = scores + bias.astype(dtype)
-    valid = jnp.ones((1, 1, 1, k.shape[1]), bool) if mask is None else mask[:, None, None, :]
-    if causal:
-        valid = valid & jnp.tril(jnp.ones((q.shape[1], k.shape[1]), bool))
-    weights = jax.nn.softmax(jnp.where(valid, scores, jnp.finfo(dtype).min), axis=-1)
-    # A row with no valid key would otherwise be a uniform average over padding.
-    weights = jnp.where(valid, weights, 0.0)
+    weights = jax.nn.softmax(jnp.where(visible, scores, jnp.finfo(dtype).min), axis=-1)
+    # A row with no visible key would otherwise be a uniform average over padding.
+    weights = jnp.where(visible, weights, 0.0)
     if dropout_rate > 0.0:
         keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
         weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
@@ -186,26 +194,62 @@ def _numerator_rope(q, k, v, *, phi, mask, eps, rotation):
     return num / _guard(_feature_sums(qf, key_sums), eps)
 
 
-def _kernel_attention(qn, kn, v, *, den_features=None, mask, causal, eps, chunk_size):
+def _kernel_attention(qn, kn, v, *, den_features=None, mask, causal, eps, chunk_size, state=None):
     """Σ_j (qn_i·kn_j) v_j / guard(Σ_j qd_i·kd_j), all heads-major: [B, N, L, F], [B, N, M, F].
 
     den_features=(qd, kd) when the denominator has its own features (eq. 19); otherwise it is
     Σ_j qn_i·kn_j, read off a column of ones appended to v in the same products.
     Returns [B, N, L, H].
+
+    With `state` (a `KernelState`: the sums over tokens seen before these), the queries also
+    see those tokens, and the result is (out, the state with these keys added): the
+    recurrent form of the causal sums, one block of new tokens at a time.
     """
 
     def keys(x):  # padded keys -> 0; where, not *: a NaN in the padding must not leak
         return x if mask is None else jnp.where(mask[:, None, :, None], x, 0.0)
 
-    sums = functools.partial(_kernel_sums, causal=causal, chunk_size=chunk_size)
     ones = jnp.ones_like(v[..., :1])
     if den_features is None:
-        out = sums(qn, keys(kn), keys(jnp.concatenate([v, ones], axis=-1)))
-        num, den = out[..., :-1], out[..., -1:]
+        terms = [(qn, kn, jnp.concatenate([v, ones], axis=-1))]
     else:
         qd, kd = den_features
-        num, den = sums(qn, keys(kn), keys(v)), sums(qd, keys(kd), ones)
-    return num / _guard(den, eps)
+        terms = [(qn, kn, v), (qd, kd, ones)]
+    before = [None] * len(terms) if state is None else state
+    sums, after = [], []
+    for (qx, kx, values), seen in zip(terms, before):
+        kx, values = keys(kx), keys(values)
+        total = _kernel_sums(qx, kx, values, causal=causal, chunk_size=chunk_size)
+        if seen is not None:
+            total = total + jnp.einsum("BNLF,BNFE->BNLE", qx, seen)
+            after.append(seen + jnp.einsum("BNMF,BNME->BNFE", kx, values))
+        sums.append(total)
+    num, den = (sums[0][..., :-1], sums[0][..., -1:]) if den_features is None else sums
+    out = num / _guard(den, eps)
+    return out if state is None else (out, KernelState(*after))
+
+
+def _linear_features(q, k, *, phi, rotation, placement):
+    """Linear attention's (qn, kn, den_features), heads-major [B, N, L, F] (see below)."""
+    rotate = rotation is not None
+    if rotate and placement == "before_feature_map":
+        q, k = rotation.q(q), rotation.k(k)
+    qf, kf = phi(q), phi(k)  # [B, L, N, F], [B, M, N, F]
+    den_features = (_heads(qf), _heads(kf)) if rotate and placement == "numerator" else None
+    if rotate and placement != "before_feature_map":
+        # Fused into the rotation, φ is evaluated up to three times per feature (RoPE reads
+        # each feature and its two neighbours). Still faster on CPU than materializing φ
+        # first: the separate buffers that costs are fresh pages, and a first touch is slow
+        # (benchmarks/attention.py).
+        qf, kf = rotation.q(qf), rotation.k(kf)
+    return _heads(qf), _heads(kf), den_features
+
+
+def _check_linear_options(feature_map, placement):
+    if feature_map not in FEATURE_MAPS:
+        raise ValueError(f"feature_map={feature_map!r}; expected one of {sorted(FEATURE_MAPS)}")
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement={placement!r}; expected one of {PLACEMENTS}")
 
 
 def linear_attention(
@@ -240,30 +284,17 @@ def linear_attention(
     Returns [B, L, N, H] in q's dtype.
     """
     _check_shapes(q, k, v, mask, causal)
-    if feature_map not in FEATURE_MAPS:
-        raise ValueError(f"feature_map={feature_map!r}; expected one of {sorted(FEATURE_MAPS)}")
-    if placement not in PLACEMENTS:
-        raise ValueError(f"placement={placement!r}; expected one of {PLACEMENTS}")
+    _check_linear_options(feature_map, placement)
     phi = FEATURE_MAPS[feature_map]
     out_dtype, dtype = q.dtype, _compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
 
-    rotate = rotation is not None
-    if rotate and placement == "numerator" and not causal:
+    if rotation is not None and placement == "numerator" and not causal:
         out = _numerator_rope(q, k, v, phi=phi, mask=mask, eps=eps, rotation=rotation)
         return _heads(out).astype(out_dtype)
-    if rotate and placement == "before_feature_map":
-        q, k = rotation.q(q), rotation.k(k)
-    qf, kf = phi(q), phi(k)  # [B, L, N, F], [B, M, N, F]
-    den_features = (_heads(qf), _heads(kf)) if rotate and placement == "numerator" else None
-    if rotate and placement != "before_feature_map":
-        # Fused into the rotation, φ is evaluated up to three times per feature (RoPE reads
-        # each feature and its two neighbours). Still faster on CPU than materializing φ
-        # first: the separate buffers that costs are fresh pages, and a first touch is slow
-        # (benchmarks/attention.py).
-        qf, kf = rotation.q(qf), rotation.k(kf)
+    qn, kn, den = _linear_features(q, k, phi=phi, rotation=rotation, placement=placement)
     kernel = dict(mask=mask, causal=causal, eps=eps, chunk_size=chunk_size)
-    out = _kernel_attention(_heads(qf), _heads(kf), _heads(v), den_features=den_features, **kernel)
+    out = _kernel_attention(qn, kn, _heads(v), den_features=den, **kernel)
     return _heads(out).astype(out_dtype)
 
 
@@ -290,9 +321,18 @@ def cosine_attention(
     _check_shapes(q, k, v, mask, causal)
     out_dtype, dtype = q.dtype, _compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
+    qf, kf = _cosine_features(q, k, rotation)
+    out = _kernel_attention(
+        qf, kf, _heads(v), mask=mask, causal=causal, eps=eps, chunk_size=chunk_size
+    )
+    return _heads(out).astype(out_dtype)
+
+
+def _cosine_features(q, k, rotation):
+    """[1, R_i q_i / |q_i|] and [1, R_j k_j / |k_j|], heads-major [B, N, L, H + 1]."""
 
     def unit(x):  # x / |x|, and 0 for x = 0
-        squared = jnp.maximum(jnp.sum(x * x, axis=-1, keepdims=True), jnp.finfo(dtype).tiny)
+        squared = jnp.maximum(jnp.sum(x * x, axis=-1, keepdims=True), jnp.finfo(x.dtype).tiny)
         return x * jax.lax.rsqrt(squared)
 
     # Normalised before the rotation (the same, as RoPE preserves norms): RoPE reads every
@@ -304,13 +344,171 @@ def cosine_attention(
     def features(x):  # [B, *, N, H] -> [1, x]: [B, *, N, H + 1]
         return jnp.concatenate([jnp.ones_like(x[..., :1]), x], axis=-1)
 
-    qf, kf, v = _heads(features(q)), _heads(features(k)), _heads(v)
-    out = _kernel_attention(qf, kf, v, mask=mask, causal=causal, eps=eps, chunk_size=chunk_size)
-    return _heads(out).astype(out_dtype)
+    return _heads(features(q)), _heads(features(k))
 
 
 ATTENTION_FUNCTIONS: dict[str, Callable[..., jax.Array]] = {
     "softmax": softmax_attention,
     "linear": linear_attention,
     "cosine": cosine_attention,
+}
+
+
+# ---------------------------------------------------------------- decoding: one block at a time
+#
+# Each kind's step function takes what the earlier tokens left (`memory`: None before the first
+# block), the new tokens' q, k, v [B, T, N, H], and returns (out [B, T, N, H], memory after
+# them). The new tokens attend causally among themselves and to every earlier token, so a
+# prompt of T tokens followed by single tokens computes what the kind's causal form computes
+# on the whole sequence. Steps take the kind's own options as its full form does.
+
+
+class KVCache(NamedTuple):
+    """Softmax attention's memory: every earlier key (rotated at its position) and value.
+
+    Slots fill from 0; `length` are written. S is the capacity, fixed when the cache is made.
+    """
+
+    keys: jax.Array  # [B, S, N, H], rotated where they were written
+    values: jax.Array  # [B, S, N, H]
+    positions: jax.Array  # int32 [B, S], each key's position (for a bias on the scores)
+    valid: jax.Array  # bool [B, S]: written, and not padding
+    length: jax.Array  # int32 [], the slots written so far
+
+
+class KernelState(NamedTuple):
+    """A linear kind's memory: Σ_j k'_j e_jᵀ over earlier tokens j, for each sum it forms.
+
+    numerator: [B, N, F, E], with k' the key features and e_j = v_j, or [v_j, 1] when the
+    denominator shares the numerator's features. denominator: [B, N, F, 1] when it has its own
+    features (eq. 19: Σ_j φ(k_j)), else None. O(1) memory in the length: the recurrent
+    decoding that linear attention allows and softmax does not.
+    """
+
+    numerator: jax.Array
+    denominator: jax.Array | None = None
+
+
+def softmax_attention_step(
+    cache: KVCache | None,
+    q,
+    k,
+    v,
+    *,
+    positions,
+    capacity: int | None = None,
+    mask=None,
+    rotation: Rotation | None = None,
+    bias: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
+):
+    """`softmax_attention`, causal, for T new tokens after those in `cache`.
+
+    q, k, v [B, T, N, H]; positions int [B, T], where the new tokens are (stored for `bias`);
+    mask [B, T] bool (False: padding, never attended to). The keys are rotated once, when
+    written: new queries are rotated at their own positions, never re-counted from 0.
+    cache None: the first block, into a new cache of `capacity` slots. bias: a function
+    (query positions [B, T], key positions [B, S]) -> [B or 1, N, T, S] (ALiBi).
+    Writing past the capacity is the caller's to prevent (`length` is traced).
+    Returns (out [B, T, N, H], cache).
+    """
+    b, t, n, h = q.shape
+    if cache is None:
+        if capacity is None or capacity < t:
+            raise ValueError(f"a KV cache of capacity {capacity} cannot hold {t} tokens")
+        cache = KVCache(
+            keys=jnp.zeros((b, capacity, n, h), k.dtype),
+            values=jnp.zeros((b, capacity, n, h), v.dtype),
+            positions=jnp.zeros((b, capacity), jnp.int32),
+            valid=jnp.zeros((b, capacity), bool),
+            length=jnp.zeros((), jnp.int32),
+        )
+    if rotation is not None:
+        q, k = rotation.q(q), rotation.k(k)
+    start = cache.length
+
+    def write(old, new):
+        return jax.lax.dynamic_update_slice_in_dim(old, new.astype(old.dtype), start, axis=1)
+
+    new_mask = jnp.ones((b, t), bool) if mask is None else mask
+    cache = KVCache(
+        keys=write(cache.keys, k),
+        values=write(cache.values, v),
+        positions=write(cache.positions, jnp.broadcast_to(positions, (b, t))),
+        valid=write(cache.valid, new_mask),
+        length=start + t,
+    )
+    slots = jnp.arange(cache.keys.shape[1])
+    earlier = slots[None, :] <= start + jnp.arange(t)[:, None]  # [T, S]
+    visible = cache.valid[:, None, None, :] & earlier[None, None]  # [B, 1, T, S]
+    scores_bias = (
+        None if bias is None else bias(jnp.broadcast_to(positions, (b, t)), cache.positions)
+    )
+    return _softmax(q, cache.keys, cache.values, visible, scores_bias), cache
+
+
+def _kernel_step(state, qn, kn, v, *, den_features, mask, eps):
+    """`_kernel_attention`, causal, for new tokens after those summed in `state`."""
+    if state is None:  # nothing summed yet: Σ over no tokens
+        b, n, _, f = kn.shape
+        e = v.shape[-1] + (den_features is None)
+        state = KernelState(
+            jnp.zeros((b, n, f, e), kn.dtype),
+            None
+            if den_features is None
+            else jnp.zeros((b, n, den_features[1].shape[-1], 1), kn.dtype),
+        )
+    carried = tuple(x for x in state if x is not None)
+    return _kernel_attention(
+        qn, kn, v, den_features=den_features, mask=mask, causal=True, eps=eps,
+        chunk_size=qn.shape[2], state=carried,
+    )  # fmt: skip
+
+
+def linear_attention_step(
+    state: KernelState | None,
+    q,
+    k,
+    v,
+    *,
+    mask=None,
+    rotation: Rotation | None = None,
+    placement="numerator",
+    feature_map="elu",
+    eps=1e-6,
+):
+    """`linear_attention`, causal, for T new tokens after those summed in `state`.
+
+    q, k, v [B, T, N, H]; mask [B, T]. The state is O(1) in the length (`KernelState`): with
+    RoPE in the numerator (eq. 19) it is Σ_j [R_j φ(k_j)] v_jᵀ and Σ_j φ(k_j), each updated
+    in O(F·H) per token, so a RoFormer with linear attention generates in constant time and
+    memory per token. Returns (out [B, T, N, H], state).
+    """
+    _check_linear_options(feature_map, placement)
+    out_dtype, dtype = q.dtype, _compute_dtype(q)
+    q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
+    phi = FEATURE_MAPS[feature_map]
+    qn, kn, den = _linear_features(q, k, phi=phi, rotation=rotation, placement=placement)
+    out, state = _kernel_step(state, qn, kn, _heads(v), den_features=den, mask=mask, eps=eps)
+    return _heads(out).astype(out_dtype), state
+
+
+def cosine_attention_step(
+    state: KernelState | None, q, k, v, *, mask=None, rotation: Rotation | None = None, eps=1e-6
+):
+    """`cosine_attention`, causal, for T new tokens after those summed in `state`.
+
+    The state is Σ_j [1, b_j][v_j, 1]ᵀ ([B, N, H + 1, H + 1]). Returns (out, state).
+    """
+    out_dtype, dtype = q.dtype, _compute_dtype(q)
+    q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
+    qf, kf = _cosine_features(q, k, rotation)
+    out, state = _kernel_step(state, qf, kf, _heads(v), den_features=None, mask=mask, eps=eps)
+    return _heads(out).astype(out_dtype), state
+
+
+# Each kind's step, beside its full form in ATTENTION_FUNCTIONS.
+DECODE_STEPS: dict[str, Callable[..., tuple[jax.Array, object]]] = {
+    "softmax": softmax_attention_step,
+    "linear": linear_attention_step,
+    "cosine": cosine_attention_step,
 }

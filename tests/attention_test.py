@@ -367,6 +367,75 @@ class LinearGradientTest(absltest.TestCase):
         chex.assert_trees_all_close(got(q, k, v), want(q, k, v), atol=1e-4)
 
 
+def _decode_in_blocks(name, kw, q, k, v, mask, positions, blocks):
+    """The kind's step function over consecutive blocks of the sequence, outputs joined."""
+    step = attention.DECODE_STEPS[name.split("_")[0]]
+    outs, memory, start = [], None, 0
+    for size in blocks:
+        part = slice(start, start + size)
+        options = dict(kw, mask=mask[:, part])
+        if _takes_positions(kw):
+            options["rotation"] = rope_rotation(positions[:, part])
+        if step is attention.softmax_attention_step:
+            options.update(positions=positions[:, part], capacity=q.shape[1] + 2)
+        out, memory = step(memory, q[:, part], k[:, part], v[:, part], **options)
+        outs.append(out)
+        start += size
+    return jnp.concatenate(outs, axis=1)
+
+
+class DecodeStepsTest(parameterized.TestCase):
+    """Each kind's step function, block after block, equals its causal form on the whole."""
+
+    def _check(self, name, fn, kw, dtype, atol, blocks):
+        q, k, v = _qkv(5, dtype=dtype)
+        mask = np.ones((B, L), bool)
+        mask[0, :2] = False  # a left-padded prompt, as decoding.generate lays them out
+        mask = jnp.asarray(mask)
+        positions = jnp.asarray(np.maximum(np.arange(L)[None] - 2 * (1 - mask[:, :1]), 0))
+        full_kw = dict(kw)
+        if _takes_positions(kw):
+            full_kw["rotation"] = rope_rotation(positions)
+        want = fn(q, k, v, mask=mask, causal=True, **full_kw)
+        got = _decode_in_blocks(name, kw, q, k, v, mask, positions, blocks)
+        chex.assert_type(got, dtype)
+        real = np.asarray(mask)[..., None, None]
+        np.testing.assert_allclose(np.where(real, got, 0), np.where(real, want, 0), atol=atol)
+
+    @parameterized.named_parameters(
+        (f"{name}_{split}", name, fn, kw, blocks)
+        for name, fn, kw in KINDS
+        for split, blocks in (("token_by_token", (1,) * L), ("prompt_then_tokens", (4, 1, 2)))
+    )
+    def test_float32(self, name, fn, kw, blocks):
+        self._check(name, fn, kw, jnp.float32, 1e-5, blocks)
+
+    @parameterized.named_parameters(*[(name, name, fn, kw) for name, fn, kw in KINDS])
+    def test_float64(self, name, fn, kw):
+        with jax.enable_x64(True):
+            self._check(name, fn, kw, jnp.float64, 1e-12, (3, 1, 1, 2))
+
+    def test_linear_state_is_constant_in_the_length(self):
+        q, k, v = _qkv(6)
+        _, state = attention.linear_attention_step(
+            None, q, k, v, rotation=rope_rotation(jnp.arange(L))
+        )
+        _, longer = attention.linear_attention_step(
+            state, q, k, v, rotation=rope_rotation(jnp.arange(L, 2 * L))
+        )
+        chex.assert_trees_all_equal_shapes(state, longer)
+        chex.assert_shape(state.numerator, (B, N, H, H))  # Σ R_j φ(k_j) v_jᵀ
+        chex.assert_shape(state.denominator, (B, N, H, 1))  # Σ φ(k_j)
+
+    def test_cache_too_small_for_the_prompt(self):
+        q, k, v = _qkv(7)
+        with self.assertRaisesRegex(ValueError, "capacity 5 cannot hold 7 tokens"):
+            attention.softmax_attention_step(None, q, k, v, positions=jnp.arange(L), capacity=5)
+
+    def test_every_kind_has_a_step(self):
+        self.assertEqual(set(attention.DECODE_STEPS), set(attention.ATTENTION_FUNCTIONS))
+
+
 class ErrorsTest(parameterized.TestCase):
     def test_table_names_every_kind(self):
         self.assertEqual(set(attention.ATTENTION_FUNCTIONS), {"softmax", "linear", "cosine"})
