@@ -234,8 +234,8 @@ class Embeddings(nn.Module):
         return nn.Dropout(cfg.hidden_dropout)(x, deterministic=deterministic)
 
 
-def _kind_options(function: Callable, cfg: ModelConfig, *, dropout_rng) -> dict:
-    """The kind-specific keywords of `function` that it declares, from the config.
+def _kind_options(function: Callable, cfg: ModelConfig, *, dropout_rng, **extra) -> dict:
+    """The kind-specific keywords of `function` that it declares, from the config and `extra`.
 
     Every attention kind takes the common arguments (mask, causal, rotation); beyond those a
     kind receives exactly the options its signature names, so a new kind needs no code here.
@@ -245,18 +245,24 @@ def _kind_options(function: Callable, cfg: ModelConfig, *, dropout_rng) -> dict:
         "dropout_rng": dropout_rng,
         "feature_map": cfg.feature_map,
         "placement": cfg.linear_rope,
+        **extra,
     }
     accepted = inspect.signature(function).parameters
     return {name: value for name, value in options.items() if name in accepted}
 
 
 class SelfAttention(nn.Module):
-    """Projections q, k, v [B, L, N, H] → attention kind → output projection [B, L, D]."""
+    """Projections q, k, v [B, L, N, H] → attention kind → output projection [B, L, D].
+
+    decode_length: None, or the length of the whole sequence being decoded; then the layer
+    keeps its kind's memory of earlier tokens (`attention.DECODE_STEPS`) in the "cache"
+    collection, and the L tokens of each call come after those of the calls before.
+    """
 
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x, mask, position_ids, deterministic):
+    def __call__(self, x, mask, position_ids, deterministic, decode_length=None):
         cfg = self.config
         b, length, d = x.shape
         q, k, v = (
@@ -265,17 +271,28 @@ class SelfAttention(nn.Module):
         )
         encoding, where = cfg.encoding, {}  # what the position encoding does in attention
         if encoding.rotation is not None:
-            where["rotation"] = encoding.rotation(cfg, position_ids)
+            where["rotation"] = encoding.rotation(cfg, position_ids, decode_length)
             if cfg.rotary_value:  # HF RoFormer's option: v is rotated too, and not rotated back.
                 v = where["rotation"].k(v)
-        if encoding.bias is not None:
-            where["bias"] = encoding.bias(cfg, position_ids)  # [B or 1, N, L, L]
-        use_dropout = not deterministic and cfg.attention_dropout > 0.0
-        function = attention_lib.ATTENTION_FUNCTIONS[cfg.attention]
-        options = _kind_options(
-            function, cfg, dropout_rng=self.make_rng("dropout") if use_dropout else None
-        )
-        out = function(q, k, v, mask=mask, causal=cfg.causal, **where, **options)
+        if decode_length is None:
+            if encoding.bias is not None:
+                where["bias"] = encoding.bias(cfg, position_ids, position_ids)  # [B|1, N, L, L]
+            use_dropout = not deterministic and cfg.attention_dropout > 0.0
+            function = attention_lib.ATTENTION_FUNCTIONS[cfg.attention]
+            options = _kind_options(
+                function, cfg, dropout_rng=self.make_rng("dropout") if use_dropout else None
+            )
+            out = function(q, k, v, mask=mask, causal=cfg.causal, **where, **options)
+        else:  # the kind's step after the memory of the earlier calls, which it updates
+            if encoding.bias is not None:  # of key positions that only the cache knows
+                where["bias"] = functools.partial(encoding.bias, cfg)
+            step = attention_lib.DECODE_STEPS[cfg.attention]
+            options = _kind_options(
+                step, cfg, dropout_rng=None, positions=position_ids, capacity=decode_length
+            )
+            memory = self.get_variable("cache", "memory")  # None at the first call
+            out, memory = step(memory, q, k, v, mask=mask, **where, **options)
+            self.put_variable("cache", "memory", memory)
         return _dense(cfg, d, "output")(out.reshape(b, length, d))  # [B, L, D]
 
 
@@ -285,7 +302,7 @@ class Layer(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x, mask, position_ids, deterministic):
+    def __call__(self, x, mask, position_ids, deterministic, decode_length=None):
         cfg = self.config
         attention = SelfAttention(cfg, name="attention")
         dropout = nn.Dropout(cfg.hidden_dropout, deterministic=deterministic)
@@ -301,7 +318,7 @@ class Layer(nn.Module):
 
         x = sublayer(
             x,
-            lambda h: attention(h, mask, position_ids, deterministic),
+            lambda h: attention(h, mask, position_ids, deterministic, decode_length),
             _layer_norm(cfg, "attention_norm"),
         )
         return sublayer(x, feed_forward, _layer_norm(cfg, "output_norm"))
@@ -311,9 +328,10 @@ class Encoder(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x, mask, position_ids, deterministic):
+    def __call__(self, x, mask, position_ids, deterministic, decode_length=None):
         for i in range(self.config.num_layers):
-            x = Layer(self.config, name=f"layer_{i}")(x, mask, position_ids, deterministic)
+            layer = Layer(self.config, name=f"layer_{i}")
+            x = layer(x, mask, position_ids, deterministic, decode_length)
         if self.config.pre_ln:
             x = _layer_norm(self.config, "final_norm")(x)
         return x
@@ -345,6 +363,13 @@ class RoFormer(nn.Module):
     draws from the "dropout" rng stream when deterministic=False. With mlm_positions int
     [B, P] the MLM head runs only at those positions of each row and logits are [B, P, V]:
     BERT's `gather_indexes`, which saves the decoder's P·V·E work at the L - P unmasked positions.
+
+    Decoding (a causal model; see roformer_jax.decoding): with decode_length, the total length
+    of the sequence being generated, each layer keeps what its attention kind needs of
+    earlier tokens in the mutable "cache" collection (a KV cache for softmax, an O(1) state
+    for linear and cosine), and each call's tokens follow those of the calls before: call
+    with the prompt, then with each new token, passing the cache back and `position_ids` of
+    the new tokens. Deterministic only.
     """
 
     config: ModelConfig
@@ -360,15 +385,26 @@ class RoFormer(nn.Module):
         position_ids=None,
         deterministic=True,
         mlm_positions=None,
+        decode_length=None,
     ) -> EncoderOutput:
         cfg = self.config
         input_ids = jnp.asarray(input_ids)
         if input_ids.ndim != 2:
             raise ValueError(f"input_ids has shape {input_ids.shape}; expected [B, L]")
         b, length = input_ids.shape
-        if cfg.max_length is not None and length > cfg.max_length:
+        if decode_length is not None:
+            if not cfg.causal:
+                raise ValueError(
+                    "decoding needs a causal model (ModelConfig.causal=True): each token of "
+                    "a bidirectional encoder depends on the tokens after it"
+                )
+            if length > decode_length:
+                raise ValueError(f"{length} tokens do not fit in decode_length={decode_length}")
+            deterministic = True
+        total = length if decode_length is None else decode_length
+        if cfg.max_length is not None and total > cfg.max_length:
             raise ValueError(
-                f"sequence length {length} exceeds the {cfg.max_length} positions that "
+                f"sequence length {total} exceeds the {cfg.max_length} positions that "
                 f"position={cfg.position!r} supports with max_len {cfg.max_len}; use "
                 "position='rope' to run past the training length"
             )
@@ -392,7 +428,7 @@ class RoFormer(nn.Module):
         x = embeddings(input_ids, token_type_ids, position_ids, deterministic)  # [B, L, E]
         if cfg.embed_dim != cfg.hidden_size:
             x = _dense(cfg, cfg.hidden_size, "embeddings_project")(x)  # [B, L, D]
-        x = Encoder(cfg, name="encoder")(x, mask, position_ids, deterministic)
+        x = Encoder(cfg, name="encoder")(x, mask, position_ids, deterministic, decode_length)
         logits = None
         if self.with_mlm_head:
             table = embeddings.variables["params"]["word_embeddings"]["embedding"]  # [V, E]

@@ -41,16 +41,19 @@ class PositionEncoding:
     Attributes:
       embed: (config, position_ids, dtype) -> [(B,) L, E], added to the token embeddings. Runs
         inside the embedding module, so it may create Flax parameters (a learned table).
-      rotation: (config, position_ids) -> `rope.Rotation` applied to q and k.
-      bias: (config, position_ids) -> [B or 1, N, L, L] added to softmax scores. Attention
-        kinds that never form the scores (linear, cosine) cannot take it.
+      rotation: (config, position_ids, seq_len) -> `rope.Rotation` applied to q and k.
+        seq_len is the length of the whole sequence: the L rotated, or when decoding the
+        cache's capacity, so that each step rotates as the whole sequence would be rotated
+        (scalings that choose frequencies by the length, xPos's centre).
+      bias: (config, q_positions, k_positions) -> [B or 1, N, L, M] added to softmax scores.
+        Attention kinds that never form the scores (linear, cosine) cannot take it.
       max_length: config -> the longest sequence it supports, or None for any length.
       check: config -> None; raises ValueError for a config it cannot serve.
     """
 
     embed: Callable[[ModelConfig, jax.Array, Any], jax.Array] | None = None
-    rotation: Callable[[ModelConfig, jax.Array], rope.Rotation] | None = None
-    bias: Callable[[ModelConfig, jax.Array], jax.Array] | None = None
+    rotation: Callable[[ModelConfig, jax.Array, int], rope.Rotation] | None = None
+    bias: Callable[[ModelConfig, jax.Array, jax.Array], jax.Array] | None = None
     max_length: Callable[[ModelConfig], int | None] = lambda config: None
     check: Callable[[ModelConfig], None] = lambda config: None
 
@@ -91,12 +94,16 @@ def _even_embedding(config):
 # ---------------------------------------------------------------- relative: q and k rotated
 
 
-def _rope(config, position_ids):
-    return rope.rope_rotation(position_ids, base=config.rope_base, scaling=config.rope_scaling_dict)
+def _rope(config, position_ids, seq_len):
+    return rope.rope_rotation(
+        position_ids, base=config.rope_base, scaling=config.rope_scaling_dict, seq_len=seq_len
+    )
 
 
-def _xpos(config, position_ids):
-    return rope.xpos_rotation(position_ids, base=config.rope_base, scaling=config.rope_scaling_dict)
+def _xpos(config, position_ids, seq_len):
+    return rope.xpos_rotation(
+        position_ids, base=config.rope_base, scaling=config.rope_scaling_dict, seq_len=seq_len
+    )
 
 
 def _even_heads(config):
@@ -141,8 +148,8 @@ def alibi_bias(q_positions, k_positions, num_heads: int) -> jax.Array:
     return -slopes * distance.astype(jnp.float32)
 
 
-def _alibi(config, position_ids):
-    return alibi_bias(position_ids, position_ids, config.num_heads)
+def _alibi(config, q_positions, k_positions):
+    return alibi_bias(q_positions, k_positions, config.num_heads)
 
 
 ENCODINGS: dict[str, PositionEncoding] = {

@@ -277,17 +277,25 @@ def xpos_rotation(
     layout: str = "interleaved",
     scale_base: float = 512.0,
     scaling=None,
+    seq_len: int | None = None,
 ) -> Rotation:
     """xPos: RoPE, then q times `xpos_decay` at m and k times its inverse at n.
 
-    Positions are measured from the middle of the queries' (as rotary-embedding-torch does
-    with seq_len // 2), the same for q and k, so the offset cancels in every score and
-    neither factor overflows. All of F is rotated and scaled.
+    Positions are measured from a centre, the same for q and k, so the offset cancels in
+    every score and neither factor overflows: the middle of the queries' positions (as
+    rotary-embedding-torch does with seq_len // 2), or (seq_len - 1) // 2 when seq_len is
+    given, which keeps the centre fixed while a sequence is decoded a block at a time.
+    `scaling` and `seq_len` as in `apply_rope`. All of F is rotated and scaled.
     """
-    plain = rope_rotation(q_positions, k_positions, base=base, layout=layout, scaling=scaling)
+    plain = rope_rotation(
+        q_positions, k_positions, base=base, layout=layout, scaling=scaling, seq_len=seq_len
+    )
     k_positions = q_positions if k_positions is None else k_positions
     q_positions, k_positions = jnp.asarray(q_positions), jnp.asarray(k_positions)
-    centre = (jnp.min(q_positions) + jnp.max(q_positions)) // 2
+    if seq_len is None:
+        centre = (jnp.min(q_positions) + jnp.max(q_positions)) // 2
+    else:
+        centre = (seq_len - 1) // 2
 
     def scaled(rotate, positions, sign):
         def apply(x):  # [B, L, N, F]

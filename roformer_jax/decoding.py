@@ -1,0 +1,170 @@
+"""Generation with a causal RoFormer: the prompt once, then one token per step.
+
+Each attention layer keeps what its kind needs of the tokens so far (`attention.DECODE_STEPS`):
+softmax a KV cache with the keys rotated at their absolute positions, linear and cosine
+attention a state of constant size, so that their time and memory per new token do not grow
+with the length. The model computes the same logits as its causal forward pass on the whole
+sequence (tests/decoding_test.py).
+
+Prompts of different lengths are laid out left-padded, as decoder-only generation wants them
+(every row's next token then goes to the same slot): row b has pad_b padding slots first, and
+its tokens sit at positions 0, 1, ... from its first real token.
+
+What depends on the length of the whole sequence (the frequencies of the "dynamic" and
+"longrope" RoPE scalings, xPos's centre) is taken at the final length, prompt + new tokens,
+for every step: each token is rotated once, when its key is cached, and so as the forward
+pass over the whole generated sequence rotates it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from roformer_jax.model import RoFormer
+
+
+def generate(
+    model: RoFormer,
+    variables,
+    input_ids,
+    *,
+    max_new_tokens: int,
+    attention_mask=None,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    eos_id: int | None = None,
+    rng: jax.Array | None = None,
+) -> jax.Array:
+    """The prompts followed by `max_new_tokens` generated tokens each: int [B, P + T].
+
+    Args:
+      model: a causal `RoFormer` (config.causal) with its LM head.
+      variables: its variables ({"params": ...}).
+      input_ids: int [B, P], the prompts.
+      attention_mask: [B, P], 1 at real tokens; None for none padded. Padding may be on
+        either side (or anywhere): each row's real tokens are moved to the right end, and
+        the result is laid out that way, left-padded.
+      temperature: 0 picks the most likely token (greedy); otherwise samples from
+        softmax(logits / temperature), restricted to the `top_k` most likely tokens and to
+        the smallest set whose probability reaches `top_p` (nucleus), when given.
+      eos_id: a row that produces it is finished; later slots of that row hold eos_id.
+      rng: a PRNG key, needed when temperature > 0.
+
+    Jitted (compiled once per model, shapes and sampling settings).
+    """
+    cfg = model.config
+    input_ids = jnp.asarray(input_ids)
+    if input_ids.ndim != 2:
+        raise ValueError(f"input_ids has shape {input_ids.shape}; expected [B, P]")
+    batch, prompt = input_ids.shape
+    mask = jnp.ones_like(input_ids, bool) if attention_mask is None else attention_mask
+    mask = jnp.asarray(mask).astype(bool)
+    _check(cfg, model, input_ids, mask, max_new_tokens, temperature, top_k, top_p, rng)
+    run = _compiled(model, int(max_new_tokens), float(temperature), top_k, top_p, eos_id)
+    return run(variables, input_ids, mask, jax.random.key(0) if rng is None else rng)
+
+
+def _check(cfg, model, input_ids, mask, max_new_tokens, temperature, top_k, top_p, rng):
+    if not cfg.causal:
+        raise ValueError(
+            "generate needs a causal model (ModelConfig.causal=True); this one is a "
+            "bidirectional encoder, whose tokens depend on the tokens after them"
+        )
+    if not model.with_mlm_head:
+        raise ValueError("generate needs the model's LM head (RoFormer(..., with_mlm_head=True))")
+    if int(max_new_tokens) < 1:
+        raise ValueError(f"max_new_tokens={max_new_tokens} must be at least 1")
+    if mask.shape != input_ids.shape:
+        raise ValueError(f"attention_mask has shape {mask.shape}; expected {input_ids.shape}")
+    empty = np.flatnonzero(~np.asarray(mask).any(axis=1))
+    if empty.size:
+        raise ValueError(f"prompts {empty.tolist()} have no tokens; each needs at least one")
+    total = input_ids.shape[1] + max_new_tokens
+    if cfg.max_length is not None and total > cfg.max_length:
+        raise ValueError(
+            f"prompt length {input_ids.shape[1]} + max_new_tokens {max_new_tokens} = {total} "
+            f"exceeds the {cfg.max_length} positions of position={cfg.position!r} "
+            f"(max_len {cfg.max_len})"
+        )
+    if temperature < 0:
+        raise ValueError(f"temperature={temperature} must be >= 0 (0 is greedy)")
+    if temperature > 0 and rng is None:
+        raise ValueError(f"sampling at temperature={temperature} needs an rng key")
+    if top_k is not None and not 1 <= top_k <= cfg.vocab_size:
+        raise ValueError(f"top_k={top_k} is not in [1, vocab_size={cfg.vocab_size}]")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p={top_p} is not in (0, 1]")
+
+
+def left_padded(input_ids, mask):
+    """Each row's real tokens moved to the right end, in order: (ids, mask, positions) [B, P].
+
+    positions count from each row's first real token (0 at padding).
+    """
+    order = jnp.argsort(mask, axis=1, stable=True)  # padding first, then the tokens in order
+    ids, mask = (jnp.take_along_axis(x, order, axis=1) for x in (input_ids, mask))
+    pad = jnp.sum(~mask, axis=1, keepdims=True)
+    positions = jnp.maximum(jnp.arange(ids.shape[1])[None, :] - pad, 0)
+    return ids, mask, positions
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(model, max_new_tokens, temperature, top_k, top_p, eos_id):
+    """The jitted generation loop for one model, length and sampling rule."""
+    sample = functools.partial(_next_token, temperature=temperature, top_k=top_k, top_p=top_p)
+
+    @jax.jit
+    def run(variables, input_ids, mask, rng):
+        ids, mask, positions = left_padded(input_ids, mask)
+        total = ids.shape[1] + max_new_tokens
+        out, cache = model.apply(
+            variables, ids, attention_mask=mask, position_ids=positions, decode_length=total,
+            mutable=["cache"],
+        )  # fmt: skip
+        first = sample(out.logits[:, -1], jax.random.fold_in(rng, 0))  # [B]
+        done = jnp.zeros_like(first, bool) if eos_id is None else first == eos_id
+        next_position = positions[:, -1] + 1  # [B]
+
+        def one_token(carry, i):
+            token, done, cache = carry
+            out, cache = model.apply(
+                {**variables, **cache}, token[:, None],
+                attention_mask=jnp.ones_like(token[:, None], bool),
+                position_ids=(next_position + i)[:, None], decode_length=total,
+                mutable=["cache"],
+            )  # fmt: skip
+            new = sample(out.logits[:, -1], jax.random.fold_in(rng, i + 1))
+            if eos_id is not None:
+                new = jnp.where(done, eos_id, new)
+                done = done | (new == eos_id)
+            return (new, done, cache), new
+
+        steps = jnp.arange(max_new_tokens - 1)
+        _, rest = jax.lax.scan(one_token, (first, done, cache), steps)  # [T - 1, B]
+        return jnp.concatenate([ids, first[:, None], rest.T.astype(ids.dtype)], axis=1)
+
+    return run
+
+
+def _next_token(logits, rng, *, temperature, top_k, top_p):
+    """The next token of each row from its logits [B, V]: int [B]."""
+    if temperature == 0.0:
+        return jnp.argmax(logits, axis=-1)
+    logits = logits.astype(jnp.float32) / temperature
+    floor = jnp.finfo(jnp.float32).min
+    if top_k is not None:
+        kth = jax.lax.top_k(logits, top_k)[0][:, -1:]  # [B, 1]
+        logits = jnp.where(logits < kth, floor, logits)
+    if top_p is not None:
+        ranked = jnp.sort(logits, axis=-1)[:, ::-1]
+        mass_before = jnp.cumsum(jax.nn.softmax(ranked, axis=-1), axis=-1)
+        mass_before = mass_before - jax.nn.softmax(ranked, axis=-1)
+        # The smallest logit kept: the last one whose predecessors' mass is below top_p.
+        cutoff = jnp.min(jnp.where(mass_before < top_p, ranked, jnp.inf), axis=-1, keepdims=True)
+        logits = jnp.where(logits < cutoff, floor, logits)
+    return jax.random.categorical(rng, logits, axis=-1)

@@ -1,0 +1,183 @@
+"""Tests for roformer_jax/decoding.py and the model's decode mode: every kind × encoding."""
+
+import itertools
+import json
+
+import chex
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest, parameterized
+
+from roformer_jax import attention, decoding, positions
+from roformer_jax import model as model_lib
+
+V, P, T = 64, 5, 4  # vocabulary, prompt length, new tokens
+MASK = np.array([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1], [1, 1, 0, 0, 0]], bool)  # 3 prompts
+DYNAMIC = json.dumps({"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 4})
+COMBINATIONS = [
+    dict(testcase_name=f"{p}_{a}", position=p, attention=a)
+    for p, a in itertools.product(positions.ENCODINGS, attention.ATTENTION_FUNCTIONS)
+    if positions.ENCODINGS[p].bias is None or a == "softmax"
+] + [
+    dict(testcase_name="linear_eq18", position="rope", attention="linear", linear_rope="both"),
+    dict(testcase_name="dynamic_rope", position="rope", attention="softmax", rope_scaling=DYNAMIC),
+]
+
+
+def _model(**overrides):
+    """A tiny causal model with weights at ten times the init scale (attention far from
+    uniform, so that positions matter)."""
+    config = model_lib.model_config(
+        "tiny", **{"vocab_size": V, "max_len": 16, "causal": True, **overrides}
+    )
+    model = model_lib.RoFormer(config)
+    shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
+    rng = np.random.default_rng(0)
+    params = {
+        path: jnp.asarray((path[-1] == "scale") + rng.normal(0, 0.2, x.shape), jnp.float32)
+        for path, x in flax.traverse_util.flatten_dict(shapes).items()
+    }
+    return model, flax.traverse_util.unflatten_dict(params)
+
+
+def _prompts(seed=1):
+    return jnp.asarray(np.random.default_rng(seed).integers(1, V, MASK.shape), jnp.int32)
+
+
+def _full_forward(model, variables, ids, mask):
+    """Logits of the causal forward pass over whole left-padded sequences [B, L, V]."""
+    ids, mask, position_ids = decoding.left_padded(ids, mask)
+    return model.apply(variables, ids, attention_mask=mask, position_ids=position_ids).logits
+
+
+class DecodeModeTest(parameterized.TestCase):
+    @parameterized.named_parameters(*COMBINATIONS)
+    def test_cached_steps_give_the_logits_of_the_whole_sequence(self, **overrides):
+        model, variables = _model(**overrides)
+        ids = jnp.concatenate([_prompts(), _prompts(2)[:, :T]], axis=1)  # [B, P + T]
+        mask = jnp.concatenate([MASK, np.ones((len(MASK), T), bool)], axis=1)
+        want = _full_forward(model, variables, ids, mask)
+        ids, mask, position_ids = decoding.left_padded(ids, mask)
+        total = P + T
+
+        @jax.jit
+        def stepwise(variables):  # the prompt, then each later token on its own
+            out, cache = model.apply(
+                variables, ids[:, :P], attention_mask=mask[:, :P], position_ids=position_ids[:, :P],
+                decode_length=total, mutable=["cache"],
+            )  # fmt: skip
+            logits = [out.logits]
+            for i in range(P, total):
+                out, cache = model.apply(
+                    {**variables, **cache}, ids[:, i : i + 1], attention_mask=mask[:, i : i + 1],
+                    position_ids=position_ids[:, i : i + 1], decode_length=total,
+                    mutable=["cache"],
+                )  # fmt: skip
+                logits.append(out.logits)
+            return jnp.concatenate(logits, axis=1)
+
+        got = stepwise(variables)
+        real = np.asarray(mask)[..., None]
+        np.testing.assert_allclose(np.where(real, got, 0), np.where(real, want, 0), atol=1e-5)
+
+    @parameterized.parameters("linear", "cosine")
+    def test_linear_memory_does_not_grow_with_the_length(self, kind):
+        model, variables = _model(attention=kind)
+
+        def cache_shapes(total):
+            _, cache = jax.eval_shape(
+                lambda v: model.apply(
+                    v, _prompts(), decode_length=total, mutable=["cache"]
+                ), variables
+            )  # fmt: skip
+            return jax.tree.map(lambda x: x.shape, cache)
+
+        self.assertEqual(cache_shapes(8), cache_shapes(4096))
+
+    def test_softmax_cache_holds_the_whole_sequence(self):
+        model, variables = _model()
+        _, cache = model.apply(variables, _prompts(), decode_length=12, mutable=["cache"])
+        memory = cache["cache"]["encoder"]["layer_0"]["attention"]["memory"]
+        chex.assert_shape(memory.keys, (len(MASK), 12, 4, 16))
+        self.assertEqual(int(memory.length), P)
+
+
+class GenerateTest(parameterized.TestCase):
+    @parameterized.named_parameters(
+        dict(testcase_name="softmax_rope", attention="softmax"),
+        dict(testcase_name="linear_eq19", attention="linear"),
+        dict(testcase_name="cosine_rope", attention="cosine"),
+        dict(testcase_name="softmax_learned", attention="softmax", position="learned"),
+    )
+    def test_greedy_equals_recomputing_the_growing_sequence(self, **overrides):
+        model, variables = _model(**overrides)
+        got = decoding.generate(model, variables, _prompts(), attention_mask=MASK, max_new_tokens=T)
+        ids, mask, _ = decoding.left_padded(_prompts(), jnp.asarray(MASK))
+        for _ in range(T):
+            logits = _full_forward(model, variables, ids, mask)
+            ids = jnp.concatenate([ids, jnp.argmax(logits[:, -1], axis=-1)[:, None]], axis=1)
+            mask = jnp.concatenate([mask, jnp.ones_like(mask[:, :1])], axis=1)
+        np.testing.assert_array_equal(got, ids)
+
+    def test_padding_on_either_side_gives_the_same_tokens(self):
+        model, variables = _model()
+        right = decoding.generate(
+            model, variables, _prompts(), attention_mask=MASK, max_new_tokens=T
+        )
+        ids, mask, _ = decoding.left_padded(_prompts(), jnp.asarray(MASK))
+        left = decoding.generate(model, variables, ids, attention_mask=mask, max_new_tokens=T)
+        np.testing.assert_array_equal(right, left)
+
+    def test_sampling(self):
+        model, variables = _model()
+        ids = _prompts()
+
+        def run(**kw):
+            return decoding.generate(model, variables, ids, max_new_tokens=T, **kw)
+
+        greedy = run()
+        key = jax.random.key(3)
+        np.testing.assert_array_equal(run(temperature=1.0, top_k=1, rng=key), greedy)
+        np.testing.assert_array_equal(run(temperature=1.0, top_p=1e-6, rng=key), greedy)
+        np.testing.assert_array_equal(run(temperature=2.0, rng=key), run(temperature=2.0, rng=key))
+        draws = {
+            tuple(np.asarray(run(temperature=5.0, rng=jax.random.key(s))).ravel()) for s in range(4)
+        }
+        self.assertGreater(len(draws), 1)
+
+    def test_a_finished_row_repeats_eos(self):
+        model, variables = _model()
+        greedy = np.asarray(decoding.generate(model, variables, _prompts(), max_new_tokens=T))
+        eos = int(greedy[0, P])  # row 0's first new token
+        out = np.asarray(
+            decoding.generate(model, variables, _prompts(), max_new_tokens=T, eos_id=eos)
+        )
+        np.testing.assert_array_equal(out[0, P:], eos)
+        for row in range(len(MASK)):  # up to its first eos, each row is the greedy one
+            new = list(greedy[row, P:])
+            stop = new.index(eos) + 1 if eos in new else T
+            np.testing.assert_array_equal(out[row, P : P + stop], greedy[row, P : P + stop])
+
+    @parameterized.named_parameters(
+        ("no_new_tokens", {}, dict(max_new_tokens=0), "max_new_tokens=0 must be at least 1"),
+        ("not_causal", dict(causal=False), {}, "needs a causal model"),
+        (
+            "past_the_learned_table",
+            dict(position="learned"),
+            dict(max_new_tokens=12),
+            r"prompt length 5 \+ max_new_tokens 12 = 17 exceeds the 16 positions",
+        ),
+        ("empty_prompt", {}, dict(attention_mask=np.zeros((3, P), bool)), r"prompts \[0, 1, 2\]"),
+        ("no_rng", {}, dict(temperature=0.7), "needs an rng key"),
+        ("top_p", {}, dict(temperature=1.0, top_p=0.0, rng=jax.random.key(0)), "top_p=0.0"),
+    )
+    def test_bad_input(self, config, kwargs, message):
+        model, variables = _model(**config)
+        with self.assertRaisesRegex(ValueError, message):
+            decoding.generate(model, variables, _prompts(), **{"max_new_tokens": T, **kwargs})
+
+
+if __name__ == "__main__":
+    absltest.main()
