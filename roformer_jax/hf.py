@@ -5,6 +5,9 @@ not; `pytorch_model.bin` when torch is installed; or HF Flax's `flax_model.msgpa
 returns `(RoFormer, variables)` whose outputs equal HF `RoFormerModel`'s last_hidden_state and
 `RoFormerForMaskedLM`'s logits (tests/hf_test.py measures the difference against transformers).
 `save_hf_roformer` writes `model.safetensors` + `config.json` that transformers loads back.
+Causal checkpoints too: HF's `is_decoder=True` is our `causal=True`, and `RoFormerForCausalLM`
+has the same weight names and head (`cls.predictions`) as `RoFormerForMaskedLM`, so only
+config.json tells the two apart. Cross-attention (`add_cross_attention`) has no counterpart here.
 
 How HF lays out RoPE (modeling_roformer.py), and why no weight needs permuting:
   * `RoFormerSinusoidalPositionalEmbedding` stores a table [max_position_embeddings, H] as
@@ -104,10 +107,13 @@ def config_from_hf(hf_config: dict, **overrides) -> ModelConfig:
     """ModelConfig of an HF RoFormer config.json dict; `overrides` (e.g. dtype) replace fields."""
     if hf_config.get("model_type", "roformer") != "roformer":
         raise ValueError(f"model_type {hf_config['model_type']!r} is not 'roformer'")
-    for key in ("is_decoder", "add_cross_attention"):
-        if hf_config.get(key, False):
-            raise ValueError(f"{key}=True: only the bidirectional RoFormer encoder is supported")
+    if hf_config.get("add_cross_attention", False):
+        raise ValueError(
+            "add_cross_attention=True: cross-attention to an encoder's outputs is not supported; "
+            "only RoFormer's self-attention (bidirectional, or causal with is_decoder=True) is"
+        )
     fields = {ours: hf_config.get(key, default) for ours, key, default in _CONFIG_FIELDS}
+    fields["causal"] = bool(hf_config.get("is_decoder", False))
     embedding_size = hf_config.get("embedding_size")
     if embedding_size != fields["hidden_size"]:
         fields["embedding_size"] = embedding_size
@@ -119,14 +125,19 @@ def config_to_hf(config: ModelConfig, *, with_mlm_head: bool) -> dict:
     mismatched = {k: getattr(config, k) for k, v in _HF_FIXED.items() if getattr(config, k) != v}
     if mismatched:
         raise ValueError(f"HF RoFormer needs {_HF_FIXED}; this config has {mismatched}")
-    architecture = "RoFormerForMaskedLM" if with_mlm_head else "RoFormerModel"
+    # RoFormerForCausalLM and RoFormerForMaskedLM share weight names; `architectures` is what
+    # AutoModel and pipelines read to pick one.
+    if not with_mlm_head:
+        architecture = "RoFormerModel"
+    else:
+        architecture = "RoFormerForCausalLM" if config.causal else "RoFormerForMaskedLM"
     return {
         "architectures": [architecture],
         "model_type": "roformer",
         **{key: getattr(config, ours) for ours, key, _ in _CONFIG_FIELDS},
         "embedding_size": config.embed_dim,
         "tie_word_embeddings": True,
-        "is_decoder": False,
+        "is_decoder": config.causal,
     }
 
 
@@ -221,7 +232,8 @@ def _check_tied(state: dict, params: dict, config: ModelConfig) -> None:
 def load_hf_roformer(path: str, **overrides) -> tuple[RoFormer, dict]:
     """Reads a local HF RoFormer directory; returns (model, {"params": ...}) in float32.
 
-    The model has the MLM head when the checkpoint has `cls.predictions.*` (RoFormerForMaskedLM);
+    The model has the MLM head when the checkpoint has `cls.predictions.*` (RoFormerForMaskedLM,
+    or RoFormerForCausalLM, whose `is_decoder=True` makes the model causal);
     weights of other task heads (classifier, qa_outputs, ...) are ignored. `overrides` replace
     ModelConfig fields, e.g. dtype="bfloat16" or hidden_dropout=0.0 for fine-tuning.
     """
@@ -255,8 +267,9 @@ def load_hf_roformer(path: str, **overrides) -> tuple[RoFormer, dict]:
 def save_hf_roformer(model_config: ModelConfig, variables: dict, path: str) -> None:
     """Writes `path/model.safetensors` and `path/config.json` in HF RoFormer's format.
 
-    With an MLM head the names are RoFormerForMaskedLM's ("roformer." prefix, "cls.*"),
-    without one RoFormerModel's. Parameters are written in float32.
+    With an MLM head the names are RoFormerForMaskedLM's ("roformer." prefix, "cls.*"), which
+    are also RoFormerForCausalLM's (a causal config), without one RoFormerModel's. Parameters
+    are written in float32.
     """
     params = flax.traverse_util.flatten_dict(flax.core.unfreeze(variables)["params"])
     with_head = any(p[0] == "mlm_head" for p in params)

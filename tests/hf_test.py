@@ -125,6 +125,7 @@ class SaveLoadTest(parameterized.TestCase):
         dict(overrides={}, with_mlm_head=True),
         dict(overrides={}, with_mlm_head=False),
         dict(overrides=dict(embedding_size=24, rotary_value=True), with_mlm_head=True),
+        dict(overrides=dict(causal=True), with_mlm_head=True),
     )
     def test_load_save_load_is_identity(self, overrides, with_mlm_head):
         config = _tiny_config(**overrides)
@@ -145,6 +146,18 @@ class SaveLoadTest(parameterized.TestCase):
         # RoFormerForMaskedLM's names when there is a head, RoFormerModel's otherwise.
         prefix = "roformer." if with_mlm_head else ""
         self.assertIn(f"{prefix}encoder.layer.1.attention.self.query.weight", first)
+
+    @parameterized.parameters(
+        dict(causal=False, with_mlm_head=True, architecture="RoFormerForMaskedLM"),
+        dict(causal=True, with_mlm_head=True, architecture="RoFormerForCausalLM"),
+        dict(causal=False, with_mlm_head=False, architecture="RoFormerModel"),
+        dict(causal=True, with_mlm_head=False, architecture="RoFormerModel"),
+    )
+    def test_config_to_hf_names_the_architecture(self, causal, with_mlm_head, architecture):
+        hf_config = hf.config_to_hf(_tiny_config(causal=causal), with_mlm_head=with_mlm_head)
+        self.assertEqual(hf_config["architectures"], [architecture])
+        self.assertIs(hf_config["is_decoder"], causal)
+        self.assertEqual(hf.config_from_hf(hf_config).causal, causal)
 
     def test_flax_msgpack(self):
         # HF Flax's tree: torch names split on ".", kernels [in, out], no position table.
@@ -211,8 +224,8 @@ class SaveLoadTest(parameterized.TestCase):
             with open(os.path.join(d, "config.json")) as f:
                 hf_config = json.load(f)
             with open(os.path.join(d, "config.json"), "w") as f:
-                json.dump({**hf_config, "is_decoder": True}, f)
-            with self.assertRaisesRegex(ValueError, "is_decoder=True"):
+                json.dump({**hf_config, "is_decoder": True, "add_cross_attention": True}, f)
+            with self.assertRaisesRegex(ValueError, "add_cross_attention=True: cross-attention"):
                 hf.load_hf_roformer(d)
 
 
@@ -270,6 +283,35 @@ class TransformersParityTest(parameterized.TestCase):
         )
         self.assertLessEqual(_max_diff(out.logits, logits), PARITY_TOLERANCE)
 
+    def test_causal_lm(self):
+        theirs = _hf_model(transformers.RoFormerForCausalLM, 3, is_decoder=True)
+        ids, types, mask = _batch(seed=3)
+        with tempfile.TemporaryDirectory() as d:
+            theirs.save_pretrained(d)
+            model, variables = hf.load_hf_roformer(d)
+        self.assertTrue(model.config.causal)
+        self.assertTrue(model.with_mlm_head)
+
+        def our_logits(batch):
+            out = model.apply(variables, batch, attention_mask=mask, token_type_ids=types)
+            return np.asarray(out.logits)
+
+        def hf_logits(batch):
+            with torch.no_grad():
+                t = [torch.tensor(x) for x in (batch, mask, types)]
+                return theirs(t[0], attention_mask=t[1], token_type_ids=t[2]).logits.numpy()
+
+        real = mask.astype(bool)  # padded positions predict nothing; compare the real tokens
+        difference = np.abs(our_logits(ids)[real] - hf_logits(ids)[real]).max()
+        self.assertLessEqual(float(difference), PARITY_TOLERANCE)
+        # Row 0 has no padding: a token changed at position 6 moves the logits from 6 on only.
+        changed = ids.copy()
+        changed[0, 6] = ids[0, 6] % 98 + 1
+        for logits in (our_logits, hf_logits):
+            before, after = logits(ids)[0], logits(changed)[0]
+            np.testing.assert_allclose(after[:6], before[:6], atol=1e-6)
+            self.assertGreater(float(np.abs(after[6:] - before[6:]).min()), 0.0)
+
     def test_base_model_from_pytorch_bin(self):
         theirs = _hf_model(transformers.RoFormerModel, 1)
         ids, types, mask = _batch(seed=1)
@@ -299,6 +341,25 @@ class TransformersParityTest(parameterized.TestCase):
         with torch.no_grad():
             logits = theirs(*[torch.tensor(x) for x in (ids, mask, types)]).logits
         self.assertLessEqual(_max_diff(out.logits, logits), PARITY_TOLERANCE)
+
+    def test_transformers_causal_lm_loads_what_we_save(self):
+        config = _tiny_config(causal=True)
+        model, variables = _random_variables(config, seed=4)
+        ids, types, mask = _batch(seed=4)
+        with tempfile.TemporaryDirectory() as d:
+            hf.save_hf_roformer(config, variables, d)
+            theirs, info = transformers.RoFormerForCausalLM.from_pretrained(
+                d, output_loading_info=True
+            )
+        self.assertEqual((info["missing_keys"], info["unexpected_keys"]), (set(), set()))
+        self.assertTrue(theirs.config.is_decoder)
+        self.assertEqual(theirs.config.architectures, ["RoFormerForCausalLM"])
+        theirs.eval()
+        out = model.apply(variables, ids, attention_mask=mask, token_type_ids=types)
+        with torch.no_grad():
+            logits = theirs(*[torch.tensor(x) for x in (ids, mask, types)]).logits
+        real = mask.astype(bool)
+        self.assertLessEqual(_max_diff(out.logits[real], logits[real]), PARITY_TOLERANCE)
 
 
 if __name__ == "__main__":
