@@ -406,6 +406,7 @@ class DecodeStepsTest(parameterized.TestCase):
         (f"{name}_{split}", name, fn, kw, blocks)
         for name, fn, kw in KINDS
         for split, blocks in (("token_by_token", (1,) * L), ("prompt_then_tokens", (4, 1, 2)))
+        if split == "prompt_then_tokens" or name == "linear_numerator"
     )
     def test_float32(self, name, fn, kw, blocks):
         self._check(name, fn, kw, jnp.float32, 1e-5, blocks)
