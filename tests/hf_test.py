@@ -19,7 +19,7 @@ import numpy as np
 import safetensors.numpy
 from absl.testing import absltest, parameterized
 
-from roformer_jax import _rope_cpu, hf, rope
+from roformer_jax import _rope_cpu, decoding, hf, rope
 from roformer_jax import model as model_lib
 
 try:
@@ -311,6 +311,22 @@ class TransformersParityTest(parameterized.TestCase):
             before, after = logits(ids)[0], logits(changed)[0]
             np.testing.assert_allclose(after[:6], before[:6], atol=1e-6)
             self.assertGreater(float(np.abs(after[6:] - before[6:]).min()), 0.0)
+
+    def test_greedy_generation_equals_transformers(self):
+        theirs = _hf_model(transformers.RoFormerForCausalLM, 4, is_decoder=True)
+        with tempfile.TemporaryDirectory() as d:
+            theirs.save_pretrained(d)
+            model, variables = hf.load_hf_roformer(d)
+        ids, _, _ = _batch(seed=4, length=6)
+        mask = np.ones_like(ids)
+        mask[1, :2] = mask[2, :4] = 0  # left-padded prompts, as transformers wants them
+        ours = decoding.generate(model, variables, ids, attention_mask=mask, max_new_tokens=8)
+        with torch.no_grad():
+            expected = theirs.generate(
+                torch.tensor(ids), attention_mask=torch.tensor(mask), max_new_tokens=8,
+                do_sample=False, pad_token_id=0,
+            )  # fmt: skip
+        np.testing.assert_array_equal(np.asarray(ours)[:, 6:], expected.numpy()[:, 6:])
 
     def test_base_model_from_pytorch_bin(self):
         theirs = _hf_model(transformers.RoFormerModel, 1)
