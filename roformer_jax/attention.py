@@ -367,10 +367,12 @@ class KVCache(NamedTuple):
     """Softmax attention's memory: every earlier key (rotated at its position) and value.
 
     Slots fill from 0; `length` are written. S is the capacity, fixed when the cache is made.
+    Heads lead: with [B, S, N, H], XLA's CPU backend copied every layer's whole cache into
+    [B, N, H, S] for the scores at each step (benchmarks/decode.py).
     """
 
-    keys: jax.Array  # [B, S, N, H], rotated where they were written
-    values: jax.Array  # [B, S, N, H]
+    keys: jax.Array  # [B, N, S, H], rotated where they were written
+    values: jax.Array  # [B, N, S, H]
     positions: jax.Array  # int32 [B, S], each key's position (for a bias on the scores)
     valid: jax.Array  # bool [B, S]: written, and not padding
     length: jax.Array  # int32 [], the slots written so far
@@ -416,8 +418,8 @@ def softmax_attention_step(
         if capacity is None or capacity < t:
             raise ValueError(f"a KV cache of capacity {capacity} cannot hold {t} tokens")
         cache = KVCache(
-            keys=jnp.zeros((b, capacity, n, h), k.dtype),
-            values=jnp.zeros((b, capacity, n, h), v.dtype),
+            keys=jnp.zeros((b, n, capacity, h), k.dtype),
+            values=jnp.zeros((b, n, capacity, h), v.dtype),
             positions=jnp.zeros((b, capacity), jnp.int32),
             valid=jnp.zeros((b, capacity), bool),
             length=jnp.zeros((), jnp.int32),
@@ -426,24 +428,23 @@ def softmax_attention_step(
         q, k = rotation.q(q), rotation.k(k)
     start = cache.length
 
-    def write(old, new):
-        return jax.lax.dynamic_update_slice_in_dim(old, new.astype(old.dtype), start, axis=1)
+    def write(old, new, axis=1):
+        return jax.lax.dynamic_update_slice_in_dim(old, new.astype(old.dtype), start, axis=axis)
 
     new_mask = jnp.ones((b, t), bool) if mask is None else mask
     cache = KVCache(
-        keys=write(cache.keys, k),
-        values=write(cache.values, v),
+        keys=write(cache.keys, _heads(k), axis=2),
+        values=write(cache.values, _heads(v), axis=2),
         positions=write(cache.positions, jnp.broadcast_to(positions, (b, t))),
         valid=write(cache.valid, new_mask),
         length=start + t,
     )
-    slots = jnp.arange(cache.keys.shape[1])
+    slots = jnp.arange(cache.keys.shape[2])
     earlier = slots[None, :] <= start + jnp.arange(t)[:, None]  # [T, S]
     visible = cache.valid[:, None, None, :] & earlier[None, None]  # [B, 1, T, S]
-    scores_bias = (
-        None if bias is None else bias(jnp.broadcast_to(positions, (b, t)), cache.positions)
-    )
-    return _softmax(q, cache.keys, cache.values, visible, scores_bias), cache
+    if bias is not None:
+        bias = bias(jnp.broadcast_to(positions, (b, t)), cache.positions)
+    return _softmax(q, _heads(cache.keys), _heads(cache.values), visible, bias), cache
 
 
 def _kernel_step(state, qn, kn, v, *, den_features, mask, eps):

@@ -103,7 +103,7 @@ class DecodeModeTest(parameterized.TestCase):
         model, variables = _model()
         _, cache = model.apply(variables, _prompts(), decode_length=12, mutable=["cache"])
         memory = cache["cache"]["encoder"]["layer_0"]["attention"]["memory"]
-        chex.assert_shape(memory.keys, (len(MASK), 12, 4, 16))
+        chex.assert_shape(memory.keys, (len(MASK), 4, 12, 16))  # [B, N, S, H]
         self.assertEqual(int(memory.length), P)
 
 
