@@ -283,7 +283,7 @@ class BatchTest(CorpusTestCase):
         for _ in range(5):
             _assert_batches_equal(self, next(a), next(b))
         a.close()
-        with mock.patch.object(corpus, "_mlm", side_effect=RuntimeError("disk on fire")):
+        with mock.patch.object(corpus, "_targets", side_effect=RuntimeError("disk on fire")):
             with self.assertRaisesRegex(RuntimeError, "disk on fire"):
                 next(corpus.train_batches(batch_size=4, seed=0, prefetch=2))
 
