@@ -1,4 +1,5 @@
-r"""Pre-trains an encoder by masked language modelling: parses flags, calls the library.
+r"""Pre-trains an encoder by masked language modelling (or, with data.objective="clm" and a
+causal model, a decoder by next-token prediction): parses flags, calls the library.
 
   python experiments/train_mlm.py --config=configs/roformer_small.py --workdir=/tmp/rs \
       --config.model.position=learned --config.train.steps=2000

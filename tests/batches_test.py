@@ -241,6 +241,41 @@ class BatchTest(CorpusTestCase):
         _assert_batches_equal(self, again[0], corpus.valid_batches(seq_len=16, batch_size=4)[0])
         self.assertEqual(corpus.valid_batches(seq_len=100_000, batch_size=4), [])
 
+    def test_clm_batches_are_the_real_tokens_and_their_next_ones(self):
+        mlm, clm = self.load(), self.load(objective="clm")
+        for seed in (0, 1):  # the same windows as MLM's, unmasked
+            m = next(mlm.train_batches(batch_size=8, seed=seed, start_step=3, prefetch=0))
+            c = next(clm.train_batches(batch_size=8, seed=seed, start_step=3, prefetch=0))
+            np.testing.assert_array_equal(c["input_ids"], _original(m))
+            np.testing.assert_array_equal(c["index"], m["index"])
+        ids, targets, weights = c["input_ids"], c["targets"], c["weights"]
+        self.assertNotIn(clm.tokenizer.mask_id, ids)
+        np.testing.assert_array_equal(targets[:, :-2], ids[:, 1:-1])
+        # Full rows: every position but the last two (the closing [SEP], and its
+        # predecessor, whose next token is that [SEP]).
+        np.testing.assert_array_equal(weights[:, :-2], 1)
+        np.testing.assert_array_equal(weights[:, -2:], 0)
+        # Whole-word and mask-rate settings change nothing.
+        other = self.load(objective="clm", whole_word=True, mask_prob=0.5)
+        _assert_batches_equal(
+            self, c, next(other.train_batches(batch_size=8, seed=1, start_step=3, prefetch=0))
+        )
+
+    def test_clm_valid_batches_are_fixed_and_padding_has_no_weight(self):
+        corpus = self.load(objective="clm")
+        size = corpus.valid_tokens.size // 14 + 3  # one batch, its last 3 rows padding
+        batches = corpus.valid_batches(seq_len=16, batch_size=size)
+        for a, b in zip(batches, corpus.valid_batches(seq_len=16, batch_size=size, seed=5)):
+            _assert_batches_equal(self, a, b)  # nothing random: the seed does not matter
+        ids = np.concatenate([b["input_ids"] for b in batches])
+        weights = np.concatenate([b["weights"] for b in batches])
+        targets = np.concatenate([b["targets"] for b in batches])
+        real = np.concatenate([b["attention_mask"] for b in batches]).all(-1)
+        self.assertEqual((~real).sum(), 3)
+        np.testing.assert_array_equal(weights[~real], 0)
+        np.testing.assert_array_equal(weights[real].sum(-1), 16 - 2)
+        np.testing.assert_array_equal(targets[real][:, :-2], ids[real][:, 1:-1])
+
     def test_prefetch_matches_and_reports_errors(self):
         corpus = self.load()
         a = corpus.train_batches(batch_size=4, seed=0, prefetch=3)
@@ -248,7 +283,7 @@ class BatchTest(CorpusTestCase):
         for _ in range(5):
             _assert_batches_equal(self, next(a), next(b))
         a.close()
-        with mock.patch.object(corpus, "_mlm", side_effect=RuntimeError("disk on fire")):
+        with mock.patch.object(corpus, "_targets", side_effect=RuntimeError("disk on fire")):
             with self.assertRaisesRegex(RuntimeError, "disk on fire"):
                 next(corpus.train_batches(batch_size=4, seed=0, prefetch=2))
 

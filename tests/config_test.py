@@ -42,6 +42,20 @@ class ConfigFromDictTest(absltest.TestCase):
         with self.assertRaisesRegex(ValueError, r"must be \(steps, seq_len, batch_size\)"):
             experiment_config_from_dict(d)
 
+    def test_objective_and_causal_model_must_agree(self):
+        d = tiny.get_config().to_dict()
+        d["data"]["objective"] = "clm"
+        with self.assertRaisesRegex(ValueError, r"data.objective='clm' needs model.causal=True"):
+            experiment_config_from_dict(d)
+        d["model"]["causal"] = True
+        self.assertTrue(experiment_config_from_dict(d).model.causal)
+        d["data"]["objective"] = "mlm"
+        with self.assertRaisesRegex(ValueError, r"data.objective='mlm' needs model.causal=False"):
+            experiment_config_from_dict(d)
+        d["data"]["objective"] = "lm"
+        with self.assertRaisesRegex(ValueError, r"objective 'lm' is not one of \('mlm', 'clm'\)"):
+            experiment_config_from_dict(d)
+
 
 class ConfigDiffTest(absltest.TestCase):
     def test_names_each_differing_leaf_in_json_form(self):

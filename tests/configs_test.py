@@ -32,6 +32,8 @@ GOLDEN_PARAMS = {
     "roformer_small": 5_331_712,
     "linear_small": 5_331_712,
     "cosine_small": 5_331_712,
+    "causal_small": 5_331_712,  # roformer_small's weights, causal attention
+    "causal_linear_small": 5_331_712,
     "bert_base": 109_514_298,
     "roformer_base": 109_121_082,
 }
@@ -73,7 +75,9 @@ class ConfigsTest(parameterized.TestCase):
             self.assertEqual(count, GOLDEN_PARAMS[name], f"{name}:{arg}")
             self.assertLessEqual(cfg.optim.warmup_steps, cfg.train.steps)
 
-    @parameterized.parameters("compare", "study_positions", "study_linear", "study_extrapolation")
+    @parameterized.parameters(
+        "compare", "study_positions", "study_linear", "study_extrapolation", "study_causal"
+    )
     def test_study_config_builds_every_run(self, name):
         doc = importlib.import_module(f"configs.{name}").__doc__
         self.assertIn(f"python experiments/compare.py --config=configs/{name}.py", doc)

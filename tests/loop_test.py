@@ -97,12 +97,16 @@ def _traced_once():
     return mock.patch.object(loop, "make_train_step", traced_once)
 
 
+# Overrides that make `_config()` a causal LM.
+_CLM = {"data__objective": "clm", "model__causal": True}
+
+
 @functools.cache
-def _reference_run() -> tuple[str, dict]:
-    """The 3-step run of `_config()`."""
-    workdir = os.path.join(_TMP, "reference")
+def _reference_run(objective: str = "mlm") -> tuple[str, dict]:
+    """The 3-step run of `_config()`, or of its causal-LM form for objective "clm"."""
+    workdir = os.path.join(_TMP, "reference" if objective == "mlm" else f"reference_{objective}")
     with _traced_once():
-        final = loop.train_and_evaluate(_config(), workdir)
+        final = loop.train_and_evaluate(_config(**(_CLM if objective == "clm" else {})), workdir)
     return workdir, final
 
 
@@ -119,10 +123,19 @@ class EndToEndTest(parameterized.TestCase):
         for length in (32, 64):
             self.assertGreater(final[f"valid/tokens_{length}"], 0)
             self.assertBetween(final[f"valid/loss_{length}"], 1.0, 7.0)
+            loss = final[f"valid/loss_{length}"]
+            self.assertAlmostEqual(final[f"valid/perplexity_{length}"], np.exp(loss), places=4)
         self.assertEqual(sorted(os.listdir(os.path.join(workdir, "checkpoints"))), ["2", "3"])
         with open(os.path.join(workdir, "config.json")) as f:
             self.assertEqual(json.load(f)["model"]["hidden_size"], 64)
         self.assertNotEmpty(os.listdir(os.path.join(workdir, metrics_lib.TENSORBOARD_DIR)))
+
+    def test_clm_scores_every_next_token(self):
+        # 2 validation batches of 8 full rows of 32: 30 next tokens each (not the closing
+        # [SEP], nothing after it); a head gathered at MLM's 15% would score 5.
+        _, final = _reference_run("clm")
+        self.assertEqual(final["valid/tokens_32"], 2 * 8 * 30)
+        self.assertAlmostEqual(final["valid/perplexity_32"], np.exp(final["valid/loss_32"]), 4)
 
     def test_rerun_of_a_finished_run_trains_nothing(self):
         workdir, final = _reference_run()
@@ -210,21 +223,25 @@ class EndToEndTest(parameterized.TestCase):
                 np.testing.assert_allclose(b[key], a[key], rtol=2e-5, err_msg=key)
 
     def test_eight_devices_match_one_device(self):
-        workdir, _ = _reference_run()
-        eight = os.path.join(_TMP, "eight")
+        # MLM and causal LM in one subprocess: one start of Python and JAX for both.
+        runs = {o: os.path.join(_TMP, f"eight_{o}") for o in ("mlm", "clm")}
+        configs = {"mlm": _config_json(), "clm": _config_json(**_CLM)}
         script = textwrap.dedent(f"""
             import json, jax
             from roformer_jax.training.config import experiment_config_from_dict
             from roformer_jax.training.loop import train_and_evaluate
             assert jax.local_device_count() == 8, jax.devices()
-            cfg = experiment_config_from_dict(json.loads({_config_json()!r}))
-            train_and_evaluate(cfg, {eight!r})
+            for objective, workdir in {runs!r}.items():
+                cfg = json.loads({configs!r}[objective])
+                train_and_evaluate(experiment_config_from_dict(cfg), workdir)
         """)
         env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
         subprocess.run(
             [sys.executable, "-c", script], cwd=_ROOT, env=env, check=True, capture_output=True
         )
-        self._assert_records_close(_records(eight), _records(workdir))
+        for objective, eight in runs.items():
+            workdir, _ = _reference_run(objective)
+            self._assert_records_close(_records(eight), _records(workdir))
 
 
 def _free_port() -> int:

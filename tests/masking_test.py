@@ -1,9 +1,9 @@
-"""Tests for roformer_jax/masking.py: BERT's 15% / 80-10-10 corruption."""
+"""Tests for roformer_jax/masking.py: BERT's 15% / 80-10-10 corruption, next-token targets."""
 
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax.data.masking import mask_tokens, max_targets
+from roformer_jax.data.masking import mask_tokens, max_targets, next_token_targets
 
 PAD, UNK, CLS, SEP, MASK = range(5)
 SPECIALS = (PAD, UNK, CLS, SEP, MASK)
@@ -154,6 +154,32 @@ class PerRowGeneratorsTest(absltest.TestCase):
             np.testing.assert_array_equal(rows[key][1:2], value)
         with self.assertRaisesRegex(ValueError, "2 generators for 3 rows"):
             mask_tokens(tokens, [np.random.default_rng(k) for k in (1, 2)], **kwargs)
+
+
+class NextTokenTargetsTest(absltest.TestCase):
+    def test_targets_are_the_next_real_tokens_of_the_text(self):
+        tokens = np.array(
+            [
+                [CLS, 7, 8, SEP, 9, SEP],
+                [CLS, 7, 8, SEP, PAD, PAD],
+                [PAD] * 6,
+                [CLS, SEP] + [PAD] * 4,
+            ]
+        )
+        out = next_token_targets(tokens, pad_id=PAD)
+        np.testing.assert_array_equal(out["input_ids"], tokens)  # nothing corrupted
+        # The last real token has no next token, and the row's closing [SEP] (where the
+        # window was cut) is no target; a [SEP] inside the text (a document's end) is one.
+        np.testing.assert_array_equal(
+            out["weights"], [[1, 1, 1, 1, 0, 0], [1, 1, 0, 0, 0, 0], [0] * 6, [0] * 6]
+        )
+        np.testing.assert_array_equal(
+            out["targets"], [[7, 8, SEP, 9, 0, 0], [7, 8, 0, 0, 0, 0], [0] * 6, [0] * 6]
+        )
+        self.assertEqual(out["weights"].dtype, np.float32)
+        self.assertEqual(out["targets"].dtype, np.int32)
+        one = next_token_targets(tokens[0], pad_id=PAD)  # [L] in, [L] out
+        np.testing.assert_array_equal(one["weights"], out["weights"][0])
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ class WindowTest(parameterized.TestCase):
         record = metrics.window_record(window, lr=0.1, tokens_per_s=None)
         # Over the 4 tokens: 10 / 4, not the mean (6/3 + 4/1) / 2 = 3 of the per-step means.
         self.assertEqual(record["train/loss"], 2.5)
+        self.assertAlmostEqual(record["train/perplexity"], np.exp(2.5))
         self.assertEqual(record["train/accuracy"], 0.5)
         self.assertEqual(record["train/grad_norm"], 2.0)
         self.assertEqual(window["steps"], 2)

@@ -1,4 +1,5 @@
-"""Tests for roformer_jax/training/step.py: MLM sums, the head at targets, per-row dropout."""
+"""Tests for roformer_jax/training/step.py: MLM and next-token sums, the head at targets,
+per-row dropout."""
 
 import chex
 import jax
@@ -14,18 +15,24 @@ from roformer_jax.training.config import experiment_config_from_dict
 from roformer_jax.training.step import TrainState, make_eval_step, make_train_step, mlm_sums
 
 
-def _setup(dropout: float):
-    """tiny's model (bytes) with the given dropout, its optimizer, a state and a 4 x 64 batch."""
+def _setup(dropout: float, objective: str = "mlm"):
+    """tiny's model (bytes) with the given dropout, its optimizer, a state and a 4 x 64 batch
+    of the objective ("clm": a causal model)."""
     d = tiny.get_config().to_dict()
     d["model"].update(hidden_dropout=dropout, attention_dropout=dropout)
+    d["model"]["causal"] = objective == "clm"
+    d["data"]["objective"] = objective
     cfg = experiment_config_from_dict(d)
     model = RoFormer(cfg.model)
     tx = optim.make_optimizer(cfg.optim, 10)
     rng = np.random.default_rng(0)
     tokens = rng.integers(5, cfg.model.vocab_size, size=(4, 64))
     tokens[1, 40:] = 0  # padding: fewer targets in that row
-    batch = masking.mask_tokens(tokens, rng, vocab_size=cfg.model.vocab_size, mask_id=4,
-                                special_ids=range(5))  # fmt: skip
+    if objective == "clm":
+        batch = masking.next_token_targets(tokens, pad_id=0)
+    else:
+        batch = masking.mask_tokens(tokens, rng, vocab_size=cfg.model.vocab_size, mask_id=4,
+                                    special_ids=range(5))  # fmt: skip
     batch.update(attention_mask=tokens != 0, token_type_ids=np.zeros_like(tokens),
                  index=np.arange(4, dtype=np.int32))  # fmt: skip
     params = model.init(jax.random.key(0), tokens[:1])["params"]
@@ -76,6 +83,25 @@ class DropoutPerRowTest(parameterized.TestCase):
         _, later = step(state.replace(step=state.step + 1), batch, key)
         self.assertNotEqual(float(first["loss"]), float(other_index["loss"]))
         self.assertNotEqual(float(first["loss"]), float(later["loss"]))
+
+
+class NextTokenLossTest(absltest.TestCase):
+    def test_clm_step_loss_is_the_mean_next_token_cross_entropy(self):
+        model, tx, state, batch = _setup(dropout=0.0, objective="clm")
+        logits = model.apply(
+            {"params": state.params}, batch["input_ids"], attention_mask=batch["attention_mask"]
+        ).logits  # [B, L, V]
+        # Independently: position i of row b predicts token i + 1 of the same row, for every
+        # i + 1 inside the text but the row's last token; row 1 is padded from 40 on.
+        log_p = np.asarray(jax.nn.log_softmax(logits.astype(jnp.float32)), np.float64)
+        tokens = np.asarray(batch["input_ids"])
+        lengths = [64, 40, 64, 64]
+        xent = [-log_p[b, i, tokens[b, i + 1]] for b in range(4) for i in range(lengths[b] - 2)]
+        _, metrics = jax.jit(make_train_step(model, tx))(state, batch, jax.random.key(1))
+        self.assertEqual(float(metrics["count"]), len(xent))
+        np.testing.assert_allclose(metrics["loss"] / metrics["count"], np.mean(xent), rtol=1e-5)
+        sums = make_eval_step(model)(state.params, batch)
+        np.testing.assert_allclose(sums["loss"] / sums["count"], np.mean(xent), rtol=1e-5)
 
 
 class MlmSumsTest(absltest.TestCase):

@@ -1,4 +1,4 @@
-"""The train/valid split, cached token ids, packing and the MLM batch iterator.
+"""The train/valid split, cached token ids, packing and the MLM or causal-LM batch iterator.
 
     corpus = load_corpus(DataConfig(source="builtin"), cache_dir="workdir/data")
     batches = corpus.train_batches(batch_size=32, seed=0, start_step=step)
@@ -14,6 +14,9 @@ documents → train/valid split by a hash of each document (so duplicates land o
 as .npy under `cache_dir` and memory-mapped on later runs. Training sequences are windows of
 seq_len - 2 tokens of that stream wrapped as [CLS] ... [SEP]: full, no padding, documents
 packed across boundaries; each epoch shuffles the windows and shifts them by a random offset.
+`DataConfig.objective` (a key of OBJECTIVES) turns those rows into a batch: BERT's masks
+("mlm") or next-token targets ("clm"); the steps read only targets and weights, so they do not
+depend on it.
 
 Shapes: B batch (this host's share), L sequence length.
 """
@@ -43,7 +46,7 @@ _ORDER, _MASK, _VALID = 0, 1, 2  # seed domains: window order, train masks, vali
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-    """What to read and how to turn it into MLM batches."""
+    """What to read and how to turn it into training batches."""
 
     source: str = "builtin"  # "builtin", a file/directory/glob, "hf:<name>[:<cfg>]" (module doc)
     seq_len: int = 128  # training sequence length, [CLS] and [SEP] included
@@ -55,6 +58,10 @@ class DataConfig:
         0.15  # BERT: 15% of real tokens are targets; 80% [MASK], 10% random, 10% kept
     )
     whole_word: bool = False  # choose whole words rather than WordPiece pieces
+    # What the batches ask for, a key of OBJECTIVES: "mlm" (BERT's masked tokens) or "clm"
+    # (every next token, nothing masked; mask_prob and whole_word are then unused). It lives
+    # here because it decides how rows get their targets; the model's `causal` must agree.
+    objective: str = "mlm"
     doc_separator: str = "line"  # for files: "line" (one document per line) | "blank" (blank lines)
     max_chars: int | None = None  # read at most this many characters; None = all
 
@@ -72,10 +79,24 @@ class DataConfig:
             raise ValueError(f"valid_fraction {self.valid_fraction} is outside [0, 1)")
         if not 0.0 < self.mask_prob <= 1.0:
             raise ValueError(f"mask_prob {self.mask_prob} is outside (0, 1]")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective {self.objective!r} is not one of {tuple(OBJECTIVES)}")
         if self.doc_separator not in ("line", "blank"):
             raise ValueError(f"doc_separator {self.doc_separator!r} is not 'line' or 'blank'")
         if self.max_chars is not None and self.max_chars <= 0:
             raise ValueError(f"max_chars {self.max_chars} must be positive (or None for all)")
+
+    @property
+    def causal(self) -> bool:
+        """Whether the objective needs a causal model: "clm" predicts token i + 1 from i."""
+        return self.objective == "clm"
+
+    @property
+    def target_rate(self) -> float | None:
+        """The rate `masking.max_targets` bounds each row's targets by; None where nothing
+        bounds them below the row length (whole words can run over it; "clm" targets nearly
+        every position). The train step gathers the head at that many positions per row."""
+        return self.mask_prob if self.objective == "mlm" and not self.whole_word else None
 
 
 def _is_valid_doc(doc: str, fraction: float) -> bool:
@@ -263,8 +284,8 @@ class Corpus:
         batches are prepared ahead in a background thread (0: in the caller's thread).
 
         Yields dicts of [b, seq_len] numpy arrays: input_ids, attention_mask, token_type_ids,
-        targets (int32) and weights (float32, 1 at the masked targets); and index, int32 [b],
-        each row's index r in the global batch (the trainer's per-row dropout stream).
+        targets (int32) and weights (float32, 1 at the objective's targets); and index, int32
+        [b], each row's index r in the global batch (the trainer's per-row dropout stream).
         """
         index, count = _host(process_index, process_count)
         if batch_size <= 0 or batch_size % count:
@@ -300,7 +321,7 @@ class Corpus:
             windows = stream[starts[:, None] + np.arange(span)]  # [B, L - 2]
             # Masks per global row: the same on any number of hosts.
             rngs = [np.random.default_rng([_MASK, seed, step, row]) for row in rows.tolist()]
-            batch = self._mlm(self._wrap(windows), rngs)
+            batch = self._targets(self._wrap(windows), rngs)
             batch["index"] = (rows - step * batch_size).astype(np.int32)
             return batch
 
@@ -315,7 +336,7 @@ class Corpus:
         process_index: int | None = None,
         process_count: int | None = None,
     ) -> list[dict[str, np.ndarray]]:
-        """Fixed masked batches of the held-out stream cut into windows at `seq_len`.
+        """Fixed batches (masked for "mlm") of the held-out stream cut into windows at `seq_len`.
 
         Every length reads the same held-out documents. The last batch is padded with empty
         rows (attention_mask and weights 0) so every batch has one shape. Rows are split over
@@ -333,7 +354,7 @@ class Corpus:
         if num == 0:
             return []
         ids = self._wrap(np.asarray(self.valid_tokens[: num * span]).reshape(num, span))
-        batch = self._mlm(ids, np.random.default_rng([_VALID, seed, seq_len]))
+        batch = self._targets(ids, np.random.default_rng([_VALID, seed, seq_len]))
         pad = ((0, -num % batch_size), (0, 0))  # zeros: [PAD] rows, nothing attended or scored
         batch = {k: np.pad(v, pad) for k, v in batch.items()}
         local = batch_size // count
@@ -350,10 +371,19 @@ class Corpus:
         ids[:, -1] = self.tokenizer.sep_id
         return ids
 
+    def _targets(self, ids: np.ndarray, rng) -> dict[str, np.ndarray]:
+        """The batch of [B, L] rows [CLS] ... [SEP] under the config's objective.
+
+        rng: one generator, or one per row (see masking.mask_tokens); "clm" draws nothing.
+        """
+        batch = OBJECTIVES[self.config.objective](self, ids, rng)
+        batch["attention_mask"] = np.ones(ids.shape, np.int32)
+        batch["token_type_ids"] = np.zeros(ids.shape, np.int32)
+        return batch
+
     def _mlm(self, ids: np.ndarray, rng) -> dict[str, np.ndarray]:
-        """rng: one generator, or one per row (see masking.mask_tokens)."""
         tok = self.tokenizer
-        batch = masking.mask_tokens(
+        return masking.mask_tokens(
             ids,
             rng,
             vocab_size=tok.vocab_size,
@@ -362,9 +392,14 @@ class Corpus:
             mask_prob=self.config.mask_prob,
             word_starts=tok.word_starts(ids) if self.config.whole_word else None,
         )
-        batch["attention_mask"] = np.ones(ids.shape, np.int32)
-        batch["token_type_ids"] = np.zeros(ids.shape, np.int32)
-        return batch
+
+    def _clm(self, ids: np.ndarray, rng) -> dict[str, np.ndarray]:
+        del rng  # nothing is random
+        return masking.next_token_targets(ids, pad_id=self.tokenizer.pad_id)
+
+
+# objective name -> Corpus method (rows, rng) -> input_ids, targets, weights
+OBJECTIVES = {"mlm": Corpus._mlm, "clm": Corpus._clm}
 
 
 def _host(process_index: int | None, process_count: int | None) -> tuple[int, int]:

@@ -1,8 +1,10 @@
-"""BERT's masked-language-model corruption, as a pure numpy function of the tokens and a seed.
+"""The targets of each training objective, as pure numpy functions of the tokens (and a seed).
 
-Devlin et al. 2019 ("BERT"), sec. 3.1 and appendix A.1: choose 15% of the real tokens of each
-sequence; of those, replace 80% by [MASK], 10% by a random token and keep 10% unchanged; the
-model predicts the original token at every chosen position.
+MLM, Devlin et al. 2019 ("BERT"), sec. 3.1 and appendix A.1: choose 15% of the real tokens of
+each sequence; of those, replace 80% by [MASK], 10% by a random token and keep 10% unchanged;
+the model predicts the original token at every chosen position (`mask_tokens`).
+Causal LM: the model predicts every next token from the tokens before it, nothing corrupted
+(`next_token_targets`).
 
 Shapes: B batch, L sequence length, V vocabulary size.
 """
@@ -89,6 +91,43 @@ def mask_tokens(
         "input_ids": input_ids.astype(np.int32).reshape(shape),
         "targets": np.where(chosen, tokens, 0).astype(np.int32).reshape(shape),
         "weights": chosen.astype(np.float32).reshape(shape),
+    }
+
+
+def next_token_targets(tokens: np.ndarray, *, pad_id: int) -> dict[str, np.ndarray]:
+    """Next-token targets of rows [CLS] text [SEP] [PAD]...: targets[i] = tokens[i + 1].
+
+    Weighted are the positions i whose next token is part of the text: i + 1 is real (not
+    padding) and not the row's last real token, the [SEP] that closes the row. That [SEP]
+    marks where the window of the token stream was cut, not where a document ends, so
+    predicting it would teach the model an artifact of the batching; the [SEP]s inside the
+    text end documents and are targets like any token. [CLS] is the first input, as a
+    start-of-sequence token. A row of n real tokens has max(n - 2, 0) targets.
+
+    Args:
+      tokens: int [B, L] (or [L]), real tokens first, then padding.
+      pad_id: the padding id.
+
+    Returns:
+      dict of numpy arrays shaped like `tokens`: input_ids (int32, `tokens` unchanged),
+      targets (int32, tokens[i + 1], 0 at the last position), weights (float32).
+    """
+    tokens = np.asarray(tokens)
+    if not np.issubdtype(tokens.dtype, np.integer):
+        raise ValueError(f"tokens must be integers, got dtype {tokens.dtype}")
+    shape = tokens.shape
+    tokens = np.atleast_2d(tokens).astype(np.int32)  # [B, L]
+    real = tokens != pad_id  # [B, L]
+    last = real.sum(axis=-1, keepdims=True) - 1  # [B, 1] the closing [SEP]
+    pos = np.arange(tokens.shape[-1])
+    weights = np.zeros(tokens.shape, bool)
+    weights[:, :-1] = real[:, :-1] & real[:, 1:] & (pos[1:] < last)
+    targets = np.zeros_like(tokens)
+    targets[:, :-1] = tokens[:, 1:]
+    return {
+        "input_ids": tokens.reshape(shape),
+        "targets": np.where(weights, targets, 0).reshape(shape),
+        "weights": weights.astype(np.float32).reshape(shape),
     }
 
 

@@ -66,6 +66,18 @@ class ExperimentConfig:
     train: TrainConfig
     seed: int = 0  # parameters, dropout, data order and masks all derive from it
 
+    def __post_init__(self):
+        # A next-token loss on a bidirectional encoder is trivial (position i sees token
+        # i + 1), so it is an error. An MLM objective on a causal encoder would be legal, but
+        # it sees only left context around each [MASK]: almost surely a forgotten
+        # data.objective="clm", so it is an error too.
+        if self.model.causal != self.data.causal:
+            raise ValueError(
+                f"data.objective={self.data.objective!r} needs model.causal="
+                f"{self.data.causal}, got model.causal={self.model.causal}; set both "
+                "(causal LM: data.objective='clm' with model.causal=True)"
+            )
+
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "optim": OptimConfig, "train": TrainConfig}
 

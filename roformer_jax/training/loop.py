@@ -91,9 +91,9 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
             json.dump(cfg_dict, f, indent=2)
 
     # --- Step functions: one code path, jitted on one device or pmapped.
-    # Whole-word masking can choose more targets than masking.max_targets; then the head
+    # Where targets are not bounded by masking.max_targets (whole words, "clm"), the head
     # runs at every position.
-    mask_prob = None if cfg.data.whole_word else cfg.data.mask_prob
+    mask_prob = cfg.data.target_rate
     train_step, eval_step = devices.compile(
         make_train_step(
             model, tx, grad_accum=tcfg.grad_accum, axis_name=devices.axis, mask_prob=mask_prob
@@ -230,7 +230,8 @@ class _Speed:
 
 
 def _evaluate(eval_fn, valid_sets: dict[int, list[dict]]) -> dict:
-    """valid/{loss,accuracy,tokens}_<length>: sums over all batches (and devices), then ratios."""
+    """valid/{loss,perplexity,accuracy,tokens}_<length>: sums over all batches (and devices),
+    then ratios."""
     record = {}
     for length, batches in valid_sets.items():
         sums = {"loss": 0.0, "correct": 0.0, "count": 0.0}
@@ -239,6 +240,7 @@ def _evaluate(eval_fn, valid_sets: dict[int, list[dict]]) -> dict:
                 sums[key] += float(value)
         count = max(sums["count"], 1.0)
         record[f"valid/loss_{length}"] = sums["loss"] / count
+        record[f"valid/perplexity_{length}"] = metrics_lib.perplexity(sums["loss"] / count)
         record[f"valid/accuracy_{length}"] = sums["correct"] / count
         record[f"valid/tokens_{length}"] = int(sums["count"])
     return record

@@ -1,12 +1,14 @@
 """Where training metrics go: workdir/metrics.jsonl, TensorBoard, and a progress line.
 
 One record per logged step, e.g.
-  {"step": 200, "train/loss": 5.31, "train/accuracy": 0.21, "train/lr": 1e-3,
-   "train/grad_norm": 0.9, "train/tokens_per_s": 8123.0, "elapsed_s": 61.2,
-   "valid/loss_128": 5.40, "valid/accuracy_128": 0.20, "valid/tokens_128": 1843}
+  {"step": 200, "train/loss": 5.31, "train/perplexity": 202.3, "train/accuracy": 0.21,
+   "train/lr": 1e-3, "train/grad_norm": 0.9, "train/tokens_per_s": 8123.0, "elapsed_s": 61.2,
+   "valid/loss_128": 5.40, "valid/perplexity_128": 221.4, "valid/accuracy_128": 0.20,
+   "valid/tokens_128": 1843}
 (valid/*_<length> for the training length and each of data.valid_lengths).
-Losses and accuracies are sums over masked tokens divided by their count, the sums taken over
-every step since the previous record and every device (never a mean of means).
+Losses and accuracies are sums over target tokens (masked ones for MLM, next tokens for a
+causal LM) divided by their count, the sums taken over every step since the previous record
+and every device (never a mean of means); perplexity is exp of that mean loss.
 TensorBoard goes through tensorboardX, which needs no TensorFlow.
 """
 
@@ -95,11 +97,18 @@ def accumulate(window: dict, fetched: list[dict], first_step: int) -> None:
         window["steps"] += 1
 
 
+def perplexity(mean_loss: float) -> float:
+    """exp(mean loss in nats per target token); inf past what a float64 holds."""
+    return math.exp(mean_loss) if mean_loss < 709.0 else math.inf
+
+
 def window_record(window: dict, *, lr: float, tokens_per_s: float | None) -> dict:
-    """The train/* entries of a record: masked-token loss and accuracy, mean grad norm."""
+    """The train/* entries of a record: target-token loss, perplexity and accuracy, mean
+    grad norm."""
     count = max(window["count"], 1.0)
     return {
         "train/loss": window["loss"] / count,
+        "train/perplexity": perplexity(window["loss"] / count),
         "train/accuracy": window["correct"] / count,
         "train/lr": lr,
         "train/grad_norm": window["grad_norm"] / max(window["steps"], 1),
