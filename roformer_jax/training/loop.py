@@ -62,15 +62,8 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
     )  # fmt: skip
 
     # --- Model and optimizer; shapes first.
-    model = RoFormer(cfg.model)
-    schedule = optim.learning_rate_schedule(cfg.optim, tcfg.steps)
-    tx = optim.optimizer_on(cfg.optim, schedule)
+    model, schedule, tx, init = model_and_optimizer(cfg)
     init_rng, step_rng = jax.random.split(jax.random.key(cfg.seed))
-
-    def init(rng):
-        params = model.init(rng, jnp.zeros((1, cfg.data.seq_len), jnp.int32))["params"]
-        return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
-
     abstract_state = jax.eval_shape(init, init_rng)
     n_params = sum(x.size for x in jax.tree.leaves(abstract_state.params))
     logging.info("%s parameters; %d device(s) on %d host(s)", f"{n_params:,}", jax.device_count(),
@@ -169,6 +162,19 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
         finally:
             checkpoints.close()
     return last
+
+
+def model_and_optimizer(cfg: ExperimentConfig):
+    """(model, learning-rate schedule, optimizer, init): init(rng) is the initial TrainState."""
+    model = RoFormer(cfg.model)
+    schedule = optim.learning_rate_schedule(cfg.optim, cfg.train.steps)
+    tx = optim.optimizer_on(cfg.optim, schedule)
+
+    def init(rng):
+        params = model.init(rng, jnp.zeros((1, cfg.data.seq_len), jnp.int32))["params"]
+        return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+
+    return model, schedule, tx, init
 
 
 def _stages(cfg: ExperimentConfig, devices: runtime.Devices) -> tuple[tuple[int, int, int], ...]:

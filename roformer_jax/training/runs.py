@@ -1,0 +1,54 @@
+"""A training run read back from its workdir: config, model, parameters and tokenizer.
+
+    run = load_run("runs/causal/softmax_+_RoPE/seed0")
+    tokens = decoding.generate(run.model, {"params": run.params}, ids, max_new_tokens=32)
+
+For what comes after pre-training (generation, evaluation, fine-tuning), the parameters of
+the run's newest readable checkpoint, with the tokenizer it was trained with.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, NamedTuple
+
+import jax
+
+from roformer_jax.data.batches import load_corpus
+from roformer_jax.model import RoFormer
+from roformer_jax.training.checkpoints import Checkpoints
+from roformer_jax.training.config import ExperimentConfig, experiment_config_from_dict
+from roformer_jax.training.loop import model_and_optimizer
+
+
+class TrainedRun(NamedTuple):
+    config: ExperimentConfig
+    model: RoFormer
+    params: Any  # host arrays, the model's "params" collection
+    tokenizer: Any  # roformer_jax.data.tokenizer's ByteTokenizer or WordPieceTokenizer
+    step: int  # the updates the parameters have had
+
+
+def load_run(workdir: str) -> TrainedRun:
+    """The newest checkpoint of the run in `workdir` (written by `train_and_evaluate`).
+
+    Raises FileNotFoundError when `workdir` holds no run or no checkpoint yet.
+    """
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{workdir} holds no training run (no config.json)")
+    with open(path, encoding="utf-8") as f:
+        cfg = experiment_config_from_dict(json.load(f))
+    model, _, _, init = model_and_optimizer(cfg)
+    checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"), keep=cfg.train.keep_checkpoints)
+    try:
+        restored = checkpoints.restore(jax.eval_shape(init, jax.random.key(0)), cfg.model)
+    finally:
+        checkpoints.close()
+    if restored is None:
+        raise FileNotFoundError(f"{workdir} has no checkpoint yet")
+    state, _ = restored
+    cache = cfg.train.data_cache_dir or os.path.join(workdir, "data")
+    tokenizer = load_corpus(cfg.data, cache).tokenizer
+    return TrainedRun(cfg, model, state.params, tokenizer, int(state.step))
