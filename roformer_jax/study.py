@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from absl import logging
 from ml_collections import ConfigDict
+from scipy import stats
 
 from roformer_jax import plots
 from roformer_jax.training import metrics as metrics_lib
@@ -130,7 +131,10 @@ def final_values(records: list[dict], key: str) -> float | None:
 
 
 def summary_table(results: Mapping[str, Sequence[list[dict]]], keys: Sequence[str]) -> str:
-    """Markdown table: one row per run, mean ± std over seeds of each key's final value."""
+    """Markdown table: one row per run, mean ± sample std (ddof 1) of each key's final value.
+
+    With one seed the value alone: no spread can be estimated from one run.
+    """
     header = "| run | seeds | " + " | ".join(keys) + " | wall time (s) |"
     lines = [header, "|" + "---|" * (len(keys) + 3)]
     for name, seeds in results.items():
@@ -146,12 +150,17 @@ def paired_table(results: Mapping[str, Sequence[list[dict]]], baseline: str, key
     """Markdown table: each run's final `key` minus the baseline's, seed by seed.
 
     Runs of one seed see the same batches and masks, so much of the spread over seeds cancels
-    in these differences: a sharper comparison than two means ± std.
+    in these differences: a sharper comparison than two means ± std. The mean difference
+    comes with its 95% t-interval (n - 1 degrees of freedom); an interval that excludes 0
+    is a difference that the seeds do not explain.
     """
     if baseline not in results:
         raise ValueError(f"baseline {baseline!r} is not one of the runs {list(results)}")
     base = [final_values(r, key) for r in results[baseline]]
-    lines = [f"| run − {baseline} | {key}: mean ± std | per seed |", "|---|---|---|"]
+    lines = [
+        f"| run − {baseline} | {key}: mean [95% interval] | n | per seed |",
+        "|---|---|---|---|",
+    ]
     for name, seeds in results.items():
         if name == baseline:
             continue
@@ -161,9 +170,27 @@ def paired_table(results: Mapping[str, Sequence[list[dict]]], baseline: str, key
             if v is not None and b is not None
         ]
         per_seed = ", ".join(f"{d:+.3f}" for d in diffs) or "n/a"
-        mean = f"{np.mean(diffs):+.3f} ± {np.std(diffs):.3f}" if diffs else "n/a"
-        lines.append(f"| {name} | {mean} | {per_seed} |")
+        lines.append(f"| {name} | {_interval(diffs)} | {len(diffs)} | {per_seed} |")
     return "\n".join(lines)
+
+
+def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): the t-interval of the mean of `values` (at least 2 of them)."""
+    n = len(values)
+    if n < 2:
+        raise ValueError(f"an interval needs at least 2 values, got {n}")
+    mean, sem = float(np.mean(values)), float(np.std(values, ddof=1)) / np.sqrt(n)
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sem
+    return mean, mean - half, mean + half
+
+
+def _interval(diffs: list[float]) -> str:
+    if not diffs:
+        return "n/a"
+    if len(diffs) == 1:
+        return f"{diffs[0]:+.3f}"
+    mean, low, high = t_interval(diffs)
+    return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
 def _mean_std(values: list[float]) -> str:
@@ -171,7 +198,7 @@ def _mean_std(values: list[float]) -> str:
         return "n/a"
     if len(values) == 1:
         return f"{values[0]:.4g}"
-    return f"{np.mean(values):.4g} ± {np.std(values):.2g}"
+    return f"{np.mean(values):.4g} ± {np.std(values, ddof=1):.2g}"
 
 
 def write_report(

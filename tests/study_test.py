@@ -85,11 +85,18 @@ class StudyTest(absltest.TestCase):
             "y": [[{"step": 1, "train/loss": 2.0}]],
         }  # fmt: skip
         table = study.summary_table(results, ["train/loss", "valid/loss_128"])
-        self.assertIn("| x | 2 | 4 ± 1 | n/a | 1 ± 0 |", table)
+        self.assertIn("| x | 2 | 4 ± 1.4 | n/a | 1 ± 0 |", table)  # sample std, ddof 1
         self.assertIn("| y | 1 | 2 | n/a | n/a |", table)
         self.assertEqual(
             study.paired_table(results, "x", "train/loss").splitlines()[2:],
-            ["| y | -1.000 ± 0.000 | -1.000 |"],  # y's one seed against x's seed 0
+            ["| y | -1.000 | 1 | -1.000 |"],  # y's one seed against x's seed 0: no interval
+        )
+        # 3 seeds: mean 2, sample std 1, t(0.975, 2) = 4.303 -> 2 ± 4.303 / sqrt(3).
+        results["x"].append([{"step": 1, "train/loss": 5.0}])  # x: 3, 5, 5
+        results["w"] = [[{"step": 1, "train/loss": loss}] for loss in (4.0, 8.0, 7.0)]
+        self.assertIn(
+            "| w | +2.000 [-0.484, +4.484] | 3 | +1.000, +3.000, +2.000 |",
+            study.paired_table(results, "x", "train/loss"),
         )
         with self.assertRaisesRegex(ValueError, "baseline 'z' is not one of the runs"):
             study.paired_table(results, "z", "train/loss")
@@ -101,7 +108,7 @@ class StudyTest(absltest.TestCase):
         with open(md, encoding="utf-8") as f:
             text = f.read()
         self.assertIn("data: test", text)
-        self.assertIn("| x | +1.000 ± 0.000 | +1.000 |", text)
+        self.assertIn("| x | +1.000 | 1 | +1.000 |", text)
 
 
 if __name__ == "__main__":
