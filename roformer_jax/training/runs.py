@@ -4,7 +4,7 @@
     tokens = decoding.generate(run.model, {"params": run.params}, ids, max_new_tokens=32)
 
 For what comes after pre-training (generation, evaluation, fine-tuning), the parameters of
-the run's newest readable checkpoint, with the tokenizer it was trained with.
+the run's newest readable checkpoint, with the corpus and tokenizer it was trained with.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from roformer_jax.data.batches import load_corpus
+from roformer_jax.data.batches import Corpus, load_corpus
 from roformer_jax.model import RoFormer
 from roformer_jax.training.checkpoints import Checkpoints
 from roformer_jax.training.config import ExperimentConfig, experiment_config_from_dict
@@ -26,8 +26,12 @@ class TrainedRun(NamedTuple):
     config: ExperimentConfig
     model: RoFormer
     params: Any  # host arrays, the model's "params" collection
-    tokenizer: Any  # roformer_jax.data.tokenizer's ByteTokenizer or WordPieceTokenizer
+    corpus: Corpus  # its data: tokenizer, training and held-out token streams
     step: int  # the updates the parameters have had
+
+    @property
+    def tokenizer(self):
+        return self.corpus.tokenizer
 
 
 def load_run(workdir: str) -> TrainedRun:
@@ -50,5 +54,4 @@ def load_run(workdir: str) -> TrainedRun:
         raise FileNotFoundError(f"{workdir} has no checkpoint yet")
     state, _ = restored
     cache = cfg.train.data_cache_dir or os.path.join(workdir, "data")
-    tokenizer = load_corpus(cfg.data, cache).tokenizer
-    return TrainedRun(cfg, model, state.params, tokenizer, int(state.step))
+    return TrainedRun(cfg, model, state.params, load_corpus(cfg.data, cache), int(state.step))
