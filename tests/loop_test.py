@@ -23,9 +23,11 @@ from absl.testing import absltest, parameterized
 from jax.experimental.compilation_cache import compilation_cache
 
 from configs import tiny
+from roformer_jax import decoding
 from roformer_jax.data import batches as batches_lib
-from roformer_jax.training import loop, runtime
+from roformer_jax.training import loop, runs, runtime
 from roformer_jax.training import metrics as metrics_lib
+from roformer_jax.training import step as step_lib
 from roformer_jax.training.config import ExperimentConfig, experiment_config_from_dict
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -136,6 +138,22 @@ class EndToEndTest(parameterized.TestCase):
         _, final = _reference_run("clm")
         self.assertEqual(final["valid/tokens_32"], 2 * 8 * 30)
         self.assertAlmostEqual(final["valid/perplexity_32"], np.exp(final["valid/loss_32"]), 4)
+
+    def test_a_finished_causal_run_loads_and_generates(self):
+        workdir, final = _reference_run("clm")
+        run = runs.load_run(workdir)
+        self.assertEqual(run.step, 3)
+        # The parameters read back give the validation loss the run logged at its end.
+        batches = run.corpus.valid_batches(seq_len=32, batch_size=8, seed=run.config.seed)
+        eval_step = step_lib.make_eval_step(run.model)
+        sums = [eval_step(run.params, b) for b in batches[: run.config.train.eval_batches]]
+        loss = sum(s["loss"] for s in sums) / sum(s["count"] for s in sums)
+        self.assertAlmostEqual(float(loss), final["valid/loss_32"], 5)
+        prompt = np.asarray([[run.tokenizer.cls_id, *run.tokenizer.encode("the cat")]])
+        tokens = decoding.generate(run.model, {"params": run.params}, prompt, max_new_tokens=5)
+        self.assertEqual(tokens.shape, (1, prompt.shape[1] + 5))
+        with self.assertRaisesRegex(FileNotFoundError, "holds no training run"):
+            runs.load_run(os.path.join(_TMP, "nothing here"))
 
     def test_rerun_of_a_finished_run_trains_nothing(self):
         workdir, final = _reference_run()
