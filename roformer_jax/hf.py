@@ -8,6 +8,9 @@ returns `(RoFormer, variables)` whose outputs equal HF `RoFormerModel`'s last_hi
 Causal checkpoints too: HF's `is_decoder=True` is our `causal=True`, and `RoFormerForCausalLM`
 has the same weight names and head (`cls.predictions`) as `RoFormerForMaskedLM`, so only
 config.json tells the two apart. Cross-attention (`add_cross_attention`) has no counterpart here.
+Task checkpoints (RoFormerFor{SequenceClassification, TokenClassification, QuestionAnswering,
+MultipleChoice}, named by config.json's `architectures`) load as, and save from, the
+`heads.TaskModel` of that head, with HF's num_labels.
 
 How HF lays out RoPE (modeling_roformer.py), and why no weight needs permuting:
   * `RoFormerSinusoidalPositionalEmbedding` stores a table [max_position_embeddings, H] as
@@ -38,6 +41,7 @@ import numpy as np
 import safetensors.numpy
 from safetensors import safe_open
 
+from roformer_jax import heads
 from roformer_jax.model import ModelConfig, RoFormer
 
 # (ModelConfig field, HF RoFormerConfig key, HF default).
@@ -88,6 +92,13 @@ _LEAVES = {
     "bias": ("bias", False),
 }
 _PREFIX = "roformer."
+# Names of the encoder's weights; a checkpoint with any head stores them under _PREFIX.
+_ENCODER_MODULES = ("embeddings", "embeddings_project", "encoder")
+# HF's class of each task head: "question_answering" -> "RoFormerForQuestionAnswering", so that
+# a new entry of heads.HEADS named after its HF class needs nothing here.
+_TASK_ARCHITECTURES = {
+    "RoFormerFor" + "".join(word.title() for word in head.split("_")): head for head in heads.HEADS
+}
 _TABLE = "encoder.embed_positions.weight"
 
 
@@ -120,14 +131,29 @@ def config_from_hf(hf_config: dict, **overrides) -> ModelConfig:
     return ModelConfig(**{**fields, **_HF_FIXED, **overrides})
 
 
-def config_to_hf(config: ModelConfig, *, with_mlm_head: bool) -> dict:
-    """The HF config.json dict of `config`; ValueError if HF RoFormer cannot express it."""
+def config_to_hf(
+    config: ModelConfig, *, with_mlm_head: bool, head: str | None = None, num_labels: int = 2
+) -> dict:
+    """The HF config.json dict of `config`; ValueError if HF RoFormer cannot express it.
+
+    head: a key of heads.HEADS, for a TaskModel with `num_labels`; its HF class is written as
+    the architecture, with HF's label names (and problem_type "regression" for one label).
+    """
     mismatched = {k: getattr(config, k) for k, v in _HF_FIXED.items() if getattr(config, k) != v}
     if mismatched:
         raise ValueError(f"HF RoFormer needs {_HF_FIXED}; this config has {mismatched}")
     # RoFormerForCausalLM and RoFormerForMaskedLM share weight names; `architectures` is what
     # AutoModel and pipelines read to pick one.
-    if not with_mlm_head:
+    labels = {}
+    if head is not None:
+        architecture = {h: a for a, h in _TASK_ARCHITECTURES.items()}[head]
+        labels = {
+            "id2label": {str(i): f"LABEL_{i}" for i in range(num_labels)},
+            "label2id": {f"LABEL_{i}": i for i in range(num_labels)},
+        }
+        if head == "sequence_classification" and num_labels == 1:
+            labels["problem_type"] = "regression"  # what HF infers at its loss for one label
+    elif not with_mlm_head:
         architecture = "RoFormerModel"
     else:
         architecture = "RoFormerForCausalLM" if config.causal else "RoFormerForMaskedLM"
@@ -138,7 +164,21 @@ def config_to_hf(config: ModelConfig, *, with_mlm_head: bool) -> dict:
         "embedding_size": config.embed_dim,
         "tie_word_embeddings": True,
         "is_decoder": config.causal,
+        **labels,
     }
+
+
+def _task_of(hf_config: dict) -> tuple[str | None, int]:
+    """(key of heads.HEADS or None, num_labels) of an HF config.json dict."""
+    head = _TASK_ARCHITECTURES.get((hf_config.get("architectures") or [None])[0])
+    summary = {k: v for k, v in hf_config.items() if k.startswith("summary_")}
+    if head == "multiple_choice" and any(v and v != "last" for v in summary.values()):
+        raise ValueError(
+            f"{summary}: RoFormerForMultipleChoice with a sequence summary other than HF's "
+            "default (the last token, no projection, activation or dropout) is not supported"
+        )
+    labels = hf_config.get("id2label")
+    return head, len(labels) if labels else hf_config.get("num_labels", 2)
 
 
 def _hf_name(path: tuple[str, ...]) -> tuple[str, bool]:
@@ -151,6 +191,14 @@ def _hf_name(path: tuple[str, ...]) -> tuple[str, bool]:
     leaf, transposed = _LEAVES[path[-1]]
     name = _MODULES[template].format(i=layer.group(1) if layer else "")
     return f"{name}.{leaf}", transposed
+
+
+def _task_hf_name(path: tuple[str, ...]) -> tuple[str, bool]:
+    """A TaskModel's parameter path -> (HF name without the encoder's prefix, transposed?)."""
+    if path[0] == "roformer":
+        return _hf_name(path[1:])
+    leaf, transposed = _LEAVES[path[-1]]  # the head's modules carry HF's names
+    return ".".join((*path[1:-1], leaf)), transposed
 
 
 def _weight_files(path: str) -> tuple[str, list[str]]:
@@ -229,23 +277,30 @@ def _check_tied(state: dict, params: dict, config: ModelConfig) -> None:
             )
 
 
-def load_hf_roformer(path: str, **overrides) -> tuple[RoFormer, dict]:
+def load_hf_roformer(path: str, **overrides) -> tuple[RoFormer | heads.TaskModel, dict]:
     """Reads a local HF RoFormer directory; returns (model, {"params": ...}) in float32.
 
-    The model has the MLM head when the checkpoint has `cls.predictions.*` (RoFormerForMaskedLM,
-    or RoFormerForCausalLM, whose `is_decoder=True` makes the model causal);
-    weights of other task heads (classifier, qa_outputs, ...) are ignored. `overrides` replace
+    A checkpoint whose config.json names a task architecture (RoFormerForSequenceClassification,
+    ...TokenClassification, ...QuestionAnswering, ...MultipleChoice) gives a heads.TaskModel
+    with HF's num_labels. Otherwise a RoFormer, with the MLM head when the checkpoint has
+    `cls.predictions.*` (RoFormerForMaskedLM, or RoFormerForCausalLM, whose `is_decoder=True`
+    makes the model causal); weights of task heads are then ignored. `overrides` replace
     ModelConfig fields, e.g. dtype="bfloat16" or hidden_dropout=0.0 for fine-tuning.
     """
     with open(os.path.join(path, "config.json")) as f:
-        config = config_from_hf(json.load(f), **overrides)
+        hf_config = json.load(f)
+    config = config_from_hf(hf_config, **overrides)
+    head, num_labels = _task_of(hf_config)
     state = {k.removeprefix(_PREFIX): v for k, v in read_hf_state_dict(path).items()}
-    with_head = any(k.startswith("cls.predictions.transform.") for k in state)
-    model = RoFormer(config, with_mlm_head=with_head)
-    shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 1), jnp.int32))
+    if head is None:
+        with_head = any(k.startswith("cls.predictions.transform.") for k in state)
+        model, name_of, ids = RoFormer(config, with_mlm_head=with_head), _hf_name, (1, 1)
+    else:  # ids [1, 1, 1] suit every head, multiple choice's [B, C, L] too
+        model, name_of, ids = heads.TaskModel(config, head, num_labels), _task_hf_name, (1, 1, 1)
+    shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros(ids, jnp.int32))
     params, missing = {}, []
     for path_, shape in flax.traverse_util.flatten_dict(shapes["params"]).items():
-        name, transposed = _hf_name(path_)
+        name, transposed = name_of(path_)
         if name not in state:
             missing.append(name)
             continue
@@ -257,28 +312,42 @@ def load_hf_roformer(path: str, **overrides) -> tuple[RoFormer, dict]:
     if missing:
         raise ValueError(f"checkpoint {path} lacks {missing}")
     _check_tied(state, params, config)
-    unexpected = [k for k in state if k.split(".")[0] in ("embeddings", "encoder") and k != _TABLE]
+    # A task checkpoint holds nothing but its model; others may hold heads we do not load.
+    unexpected = [
+        k
+        for k in state
+        if k != _TABLE and (head is not None or k.split(".")[0] in _ENCODER_MODULES)
+    ]
     if unexpected:
         raise ValueError(f"checkpoint {path} has weights this config does not use: {unexpected}")
     params = {k: jnp.asarray(v, jnp.float32) for k, v in params.items()}
     return model, {"params": flax.traverse_util.unflatten_dict(params)}
 
 
-def save_hf_roformer(model_config: ModelConfig, variables: dict, path: str) -> None:
+def save_hf_roformer(model: ModelConfig | heads.TaskModel, variables: dict, path: str) -> None:
     """Writes `path/model.safetensors` and `path/config.json` in HF RoFormer's format.
 
+    model: the ModelConfig of a RoFormer, or a heads.TaskModel (as load_hf_roformer returns).
     With an MLM head the names are RoFormerForMaskedLM's ("roformer." prefix, "cls.*"), which
-    are also RoFormerForCausalLM's (a causal config), without one RoFormerModel's. Parameters
-    are written in float32.
+    are also RoFormerForCausalLM's (a causal config), without one RoFormerModel's; a TaskModel's
+    are its HF class's ("roformer." prefix, "classifier.*" or "qa_outputs.*"). Parameters are
+    written in float32.
     """
     params = flax.traverse_util.flatten_dict(flax.core.unfreeze(variables)["params"])
-    with_head = any(p[0] == "mlm_head" for p in params)
-    hf_config = config_to_hf(model_config, with_mlm_head=with_head)
+    if isinstance(model, heads.TaskModel):
+        model_config, name_of, with_head = model.config, _task_hf_name, True
+        hf_config = config_to_hf(
+            model_config, with_mlm_head=False, head=model.head, num_labels=model.num_labels
+        )
+    else:
+        model_config, name_of = model, _hf_name
+        with_head = any(p[0] == "mlm_head" for p in params)
+        hf_config = config_to_hf(model_config, with_mlm_head=with_head)
     state = {}
     for path_, value in params.items():
-        name, transposed = _hf_name(path_)
+        name, transposed = name_of(path_)
         value = np.asarray(value, np.float32)
-        prefix = "" if name.startswith("cls.") or not with_head else _PREFIX
+        prefix = _PREFIX if with_head and name.split(".")[0] in _ENCODER_MODULES else ""
         state[prefix + name] = np.ascontiguousarray(value.T if transposed else value)
     # Part of HF's state dict (a frozen parameter); written so that transformers finds it.
     table = hf_sinusoidal_table(model_config.max_len, model_config.head_dim)

@@ -19,7 +19,7 @@ import numpy as np
 import safetensors.numpy
 from absl.testing import absltest, parameterized
 
-from roformer_jax import _rope_cpu, decoding, hf, rope
+from roformer_jax import _rope_cpu, decoding, heads, hf, rope
 from roformer_jax import model as model_lib
 
 try:
@@ -376,6 +376,90 @@ class TransformersParityTest(parameterized.TestCase):
             logits = theirs(*[torch.tensor(x) for x in (ids, mask, types)]).logits
         real = mask.astype(bool)
         self.assertLessEqual(_max_diff(out.logits[real], logits[real]), PARITY_TOLERANCE)
+
+
+# (HF class, its RoFormerConfig overrides); regression is sequence classification with one label.
+TASKS = [
+    dict(testcase_name="sequence_classification", cls="SequenceClassification", num_labels=3),
+    dict(testcase_name="regression", cls="SequenceClassification", num_labels=1),
+    dict(testcase_name="token_classification", cls="TokenClassification", num_labels=5),
+    dict(testcase_name="question_answering", cls="QuestionAnswering", num_labels=2),
+    dict(testcase_name="multiple_choice", cls="MultipleChoice", num_labels=2),
+]
+
+
+def _task_batch(cls, seed):
+    """A padded batch with token types; choices [1, 3, L] for multiple choice."""
+    ids, types, mask = _batch(seed=seed)
+    if cls == "MultipleChoice":  # the padded rows become padded choices
+        return tuple(x.reshape(1, 3, -1) for x in (ids, types, mask))
+    return ids, types, mask
+
+
+def _task_diff(model, variables, theirs, batch):
+    """Max abs difference of every output (logits; start_logits, end_logits) against HF's."""
+    ids, types, mask = batch
+    out = model.apply(variables, ids, attention_mask=mask, token_type_ids=types)
+    with torch.no_grad():
+        expected = theirs(*[torch.tensor(x) for x in (ids, mask, types)])
+    return max(_max_diff(getattr(out, field), expected[field]) for field in out._fields)
+
+
+@unittest.skipIf(transformers is None, NO_TRANSFORMERS)
+class TaskHeadParityTest(parameterized.TestCase):
+    def test_every_head_has_an_hf_architecture(self):
+        self.assertEqual(
+            {hf.config_to_hf(_tiny_config(), with_mlm_head=False, head=h)["architectures"][0]
+             for h in heads.HEADS},
+            {f"RoFormerFor{t['cls']}" for t in TASKS},
+        )  # fmt: skip
+        for architecture in hf._TASK_ARCHITECTURES:
+            self.assertTrue(hasattr(transformers, architecture), architecture)
+
+    @parameterized.named_parameters(TASKS)
+    def test_load_equals_transformers(self, cls, num_labels):
+        theirs = _hf_model(getattr(transformers, f"RoFormerFor{cls}"), 5, num_labels=num_labels)
+        with tempfile.TemporaryDirectory() as d:
+            theirs.save_pretrained(d)
+            model, variables = hf.load_hf_roformer(d)
+        self.assertIsInstance(model, heads.TaskModel)
+        self.assertEqual(f"RoFormerFor{cls}", hf.config_to_hf(
+            model.config, with_mlm_head=False, head=model.head)["architectures"][0]
+        )  # fmt: skip
+        self.assertEqual(model.num_labels, num_labels)
+        difference = _task_diff(model, variables, theirs, _task_batch(cls, seed=5))
+        self.assertLessEqual(difference, PARITY_TOLERANCE)
+
+    @parameterized.named_parameters(TASKS)
+    def test_transformers_loads_what_we_save(self, cls, num_labels):
+        head = hf._TASK_ARCHITECTURES[f"RoFormerFor{cls}"]
+        model = heads.TaskModel(_tiny_config(), head, num_labels)
+        shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 1, 1), jnp.int32))
+        rng = np.random.default_rng(6)
+        variables = jax.tree.map(lambda x: np.float32(rng.normal(0, 0.2, x.shape)), shapes)
+        with tempfile.TemporaryDirectory() as d:
+            hf.save_hf_roformer(model, variables, d)
+            theirs, info = getattr(transformers, f"RoFormerFor{cls}").from_pretrained(
+                d, output_loading_info=True
+            )
+            ours, loaded = hf.load_hf_roformer(d)
+            names = set(hf.read_hf_state_dict(d))
+        # HF's names exactly (transformers also accepts some misplaced prefixes silently).
+        self.assertEqual(names, set(theirs.state_dict()))
+        self.assertEqual((info["missing_keys"], info["unexpected_keys"]), (set(), set()))
+        self.assertEqual(theirs.config.num_labels, num_labels)
+        self.assertEqual(theirs.config.problem_type, "regression" if num_labels == 1 else None)
+        self.assertEqual(ours, model)
+        chex.assert_trees_all_equal(loaded, variables)
+        difference = _task_diff(model, variables, theirs.eval(), _task_batch(cls, seed=6))
+        self.assertLessEqual(difference, PARITY_TOLERANCE)
+
+    def test_multiple_choice_summary_other_than_hfs_default_is_refused(self):
+        theirs = _hf_model(transformers.RoFormerForMultipleChoice, 7, summary_type="first")
+        with tempfile.TemporaryDirectory() as d:
+            theirs.save_pretrained(d)
+            with self.assertRaisesRegex(ValueError, "'summary_type': 'first'.* not supported"):
+                hf.load_hf_roformer(d)
 
 
 if __name__ == "__main__":

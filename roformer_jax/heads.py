@@ -1,0 +1,163 @@
+"""Task heads over the encoder: HF's RoFormerFor{SequenceClassification, TokenClassification,
+QuestionAnswering, MultipleChoice}, parameter for parameter (hf.py loads and saves them).
+
+A head is one Flax module over the encoder's hidden states plus one entry in `HEADS`;
+`TaskModel` runs the encoder and the named head. The encoder (model.py) knows no task.
+
+Glossary of shapes:
+  B batch, C choices (multiple choice), L sequence length, D hidden size, K num_labels.
+
+Parameter tree of a TaskModel; inside `head` the names are HF's, "." for "/":
+  roformer/...                        the encoder, as RoFormer(with_mlm_head=False)
+  head/classifier/{dense, out_proj}   sequence_classification
+  head/classifier                     token_classification, multiple_choice
+  head/qa_outputs                     question_answering
+"""
+
+from typing import NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from roformer_jax.model import ACTIVATIONS, ModelConfig, RoFormer, _dense
+
+
+# NamedTuples, as the encoder's EncoderOutput: fields are HF's output names, read as HF's
+# `out.logits`; a misspelt field fails instead of returning None; jit returns them as pytrees.
+class ClassifierOutput(NamedTuple):
+    logits: jax.Array  # [B, K] sequence, [B, L, K] token, [B, C] multiple choice; float32
+
+
+class SpanOutput(NamedTuple):
+    start_logits: jax.Array  # [B, L] float32
+    end_logits: jax.Array  # [B, L] float32
+
+
+class ClassificationHead(nn.Module):
+    """HF's RoFormerClassificationHead: first token [..., D] → dropout, dense D → D, activation,
+    dropout, out_proj D → K. HF names it `classifier`; regression is K = 1."""
+
+    config: ModelConfig
+    num_labels: int
+
+    @nn.compact
+    def __call__(self, x, deterministic):  # x [..., L, D]
+        cfg = self.config
+        dropout = nn.Dropout(cfg.hidden_dropout, deterministic=deterministic)
+        x = dropout(x[..., 0, :])  # [..., D]: the first token ([CLS])
+        x = ACTIVATIONS[cfg.hidden_act](_dense(cfg, cfg.hidden_size, "dense")(x))
+        return _dense(cfg, self.num_labels, "out_proj")(dropout(x))  # [..., K]
+
+
+class SequenceClassification(nn.Module):
+    """Logits [B, K] of the whole sequence (or of a pair, told apart by token_type_ids 0/1)."""
+
+    config: ModelConfig
+    num_labels: int
+
+    @nn.compact
+    def __call__(self, hidden, deterministic) -> ClassifierOutput:  # hidden [B, L, D]
+        logits = ClassificationHead(self.config, self.num_labels, name="classifier")(
+            hidden, deterministic
+        )
+        return ClassifierOutput(logits.astype(jnp.float32))
+
+
+class TokenClassification(nn.Module):
+    """Logits [B, L, K] of every token: dropout, then classifier D → K."""
+
+    config: ModelConfig
+    num_labels: int
+
+    @nn.compact
+    def __call__(self, hidden, deterministic) -> ClassifierOutput:  # hidden [B, L, D]
+        x = nn.Dropout(self.config.hidden_dropout)(hidden, deterministic=deterministic)
+        logits = _dense(self.config, self.num_labels, "classifier")(x)  # [B, L, K]
+        return ClassifierOutput(logits.astype(jnp.float32))
+
+
+class QuestionAnswering(nn.Module):
+    """Extractive QA: qa_outputs D → 2 gives the span's start and end logits [B, L].
+
+    No dropout, as HF's. Always two outputs (HF sets num_labels = 2); num_labels is unused.
+    """
+
+    config: ModelConfig
+    num_labels: int
+
+    @nn.compact
+    def __call__(self, hidden, deterministic) -> SpanOutput:  # hidden [B, L, D]
+        logits = _dense(self.config, 2, "qa_outputs")(hidden).astype(jnp.float32)  # [B, L, 2]
+        return SpanOutput(start_logits=logits[..., 0], end_logits=logits[..., 1])
+
+
+class MultipleChoice(nn.Module):
+    """Logits [B, C]: one score per choice, classifier D → 1 on each choice's summary token.
+
+    HF's `sequence_summary` reads `summary_type` from the config, which RoFormerConfig does not
+    define, so it falls back to "last": the hidden state at position L - 1, a padding token
+    when the choice is padded, with no projection, activation or dropout. We do the same, so
+    that HF checkpoints give HF's logits (hf.py refuses configs that set summary_*).
+    num_labels is unused.
+    """
+
+    config: ModelConfig
+    num_labels: int
+
+    @nn.compact
+    def __call__(self, hidden, deterministic) -> ClassifierOutput:  # hidden [B, C, L, D]
+        if hidden.ndim != 4:
+            raise ValueError(
+                f"multiple choice takes input_ids [B, C, L]; got hidden states {hidden.shape}"
+            )
+        scores = _dense(self.config, 1, "classifier")(hidden[..., -1, :])  # [B, C, 1]
+        return ClassifierOutput(scores[..., 0].astype(jnp.float32))  # [B, C]
+
+
+HEADS: dict[str, type[nn.Module]] = {
+    "sequence_classification": SequenceClassification,
+    "token_classification": TokenClassification,
+    "question_answering": QuestionAnswering,
+    "multiple_choice": MultipleChoice,
+}
+
+
+class TaskModel(nn.Module):
+    """The encoder (no MLM head) named "roformer", then the head `HEADS[head]` named "head".
+
+    Call with input_ids int [..., L] (multiple choice: [B, C, L]) and, of the same shape,
+    attention_mask and token_type_ids (1 = the second text of a pair); the leading dims are
+    flattened for the encoder, as HF's RoFormerForMultipleChoice flattens [B, C, L] to
+    [B·C, L], and restored for the head. Dropout draws from the "dropout" rng stream when
+    deterministic=False. Returns the head's output (ClassifierOutput or SpanOutput).
+    """
+
+    config: ModelConfig
+    head: str = "sequence_classification"
+    num_labels: int = 2  # HF's default; question answering and multiple choice ignore it
+
+    @nn.compact
+    def __call__(self, input_ids, *, attention_mask=None, token_type_ids=None, deterministic=True):
+        if self.head not in HEADS:
+            raise ValueError(f"unknown head {self.head!r}; expected one of {sorted(HEADS)}")
+        input_ids = jnp.asarray(input_ids)
+        if input_ids.ndim < 2:
+            raise ValueError(f"input_ids has shape {input_ids.shape}; expected [B, L] or [B, C, L]")
+        leading, length = input_ids.shape[:-1], input_ids.shape[-1]
+
+        def flat(x, name):  # [..., L] -> [B', L]
+            if x is None:
+                return None
+            if jnp.shape(x) != input_ids.shape:
+                raise ValueError(f"{name} has shape {jnp.shape(x)}; expected {input_ids.shape}")
+            return jnp.reshape(jnp.asarray(x), (-1, length))
+
+        out = RoFormer(self.config, with_mlm_head=False, name="roformer")(
+            flat(input_ids, "input_ids"),
+            attention_mask=flat(attention_mask, "attention_mask"),
+            token_type_ids=flat(token_type_ids, "token_type_ids"),
+            deterministic=deterministic,
+        )
+        hidden = out.hidden_states.reshape(*leading, length, -1)  # [..., L, D]
+        return HEADS[self.head](self.config, self.num_labels, name="head")(hidden, deterministic)

@@ -1,0 +1,161 @@
+"""Tests for roformer_jax/heads.py: every task head's outputs, pairs, choices, gradients, jit.
+
+HF parity of every head is in tests/hf_test.py.
+"""
+
+import chex
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest, parameterized
+
+from roformer_jax import heads
+from roformer_jax import model as model_lib
+
+B, C, L, K, V = 2, 3, 8, 5, 50
+# Every head's output fields and their shapes, for input_ids [B, L] ([B, C, L] for choices).
+EXPECTED = {
+    "sequence_classification": {"logits": (B, K)},
+    "token_classification": {"logits": (B, L, K)},
+    "question_answering": {"start_logits": (B, L), "end_logits": (B, L)},
+    "multiple_choice": {"logits": (B, C)},
+}
+HEAD_NAMES = [dict(testcase_name=h, head=h) for h in EXPECTED]
+
+
+def _config():
+    return model_lib.ModelConfig(
+        vocab_size=V, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, max_len=16
+    )
+
+
+def _batch(head, seed=0):
+    """ids, token types (a pair: 0 then 1) and a mask with a padded row; [B, C, L] for choices."""
+    rng = np.random.default_rng(seed)
+    shape = (B, C, L) if head == "multiple_choice" else (B, L)
+    ids = rng.integers(1, V, shape)
+    types = np.broadcast_to((np.arange(L) >= L // 2).astype(np.int32), shape)
+    mask = np.ones(shape, np.int32)
+    mask[1, ..., 6:] = 0
+    return ids, types, mask
+
+
+def _init(head, seed=0):
+    """The model and N(0, 0.3²) parameters of its shapes (no compiled init: fast tests)."""
+    model = heads.TaskModel(_config(), head, K)
+    shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 1, 1), jnp.int32))
+    rng = np.random.default_rng(seed)
+    params = {
+        path: np.float32((path[-1] == "scale") + rng.normal(0, 0.3, x.shape))
+        for path, x in flax.traverse_util.flatten_dict(shapes).items()
+    }
+    return model, flax.traverse_util.unflatten_dict(params)
+
+
+class HeadsTest(parameterized.TestCase):
+    def test_table_covers_every_head(self):
+        self.assertEqual(set(heads.HEADS), set(EXPECTED))
+        for name, head in heads.HEADS.items():
+            self.assertTrue(issubclass(head, flax.linen.Module), name)
+
+    @parameterized.named_parameters(HEAD_NAMES)
+    def test_output_names_and_shapes(self, head):
+        model, variables = _init(head)
+        ids, types, mask = _batch(head)
+        out = model.apply(variables, ids, attention_mask=mask, token_type_ids=types)
+        self.assertEqual(out._fields, tuple(EXPECTED[head]))
+        chex.assert_trees_all_equal_shapes_and_dtypes(
+            out._asdict(),
+            {k: jax.ShapeDtypeStruct(s, jnp.float32) for k, s in EXPECTED[head].items()},
+        )
+        chex.assert_tree_all_finite(out)
+
+    @parameterized.named_parameters(HEAD_NAMES)
+    def test_pair_token_types_change_the_logits(self, head):
+        # Sentence pairs are told apart only by token_type_ids: all 0 must give other logits.
+        model, variables = _init(head)
+        ids, types, mask = _batch(head)
+        pair = model.apply(variables, ids, attention_mask=mask, token_type_ids=types)
+        single = model.apply(variables, ids, attention_mask=mask)
+        for field, with_types, without in zip(pair._fields, pair, single):
+            self.assertGreater(float(jnp.abs(with_types - without).min()), 1e-4, field)
+
+    def test_multiple_choice_is_each_choice_scored_alone(self):
+        # One score per choice, each from its own [B, L] sequence: the classifier on the
+        # summary token of the encoder run on that choice alone, with the same weights.
+        model, variables = _init("multiple_choice")
+        ids, types, mask = _batch("multiple_choice")
+        logits = model.apply(variables, ids, attention_mask=mask, token_type_ids=types).logits
+        encoder = model_lib.RoFormer(_config(), with_mlm_head=False)
+        kernel = variables["params"]["head"]["classifier"]
+        for c in range(C):
+            hidden = encoder.apply(
+                {"params": variables["params"]["roformer"]},
+                ids[:, c],
+                attention_mask=mask[:, c],
+                token_type_ids=types[:, c],
+            ).hidden_states  # [B, L, D]
+            alone = hidden[:, -1] @ kernel["kernel"][:, 0] + kernel["bias"][0]  # HF's "last"
+            np.testing.assert_allclose(logits[:, c], alone, atol=1e-5)
+        with self.assertRaisesRegex(ValueError, r"multiple choice takes input_ids \[B, C, L\]"):
+            model.apply(variables, ids[:, 0])
+
+    @parameterized.named_parameters(HEAD_NAMES)
+    def test_gradients_are_finite_and_reach_the_head(self, head):
+        model, variables = _init(head)
+        ids, types, mask = _batch(head)
+
+        def loss(params):
+            out = model.apply(
+                {"params": params},
+                ids,
+                attention_mask=mask,
+                token_type_ids=types,
+                deterministic=False,
+                rngs={"dropout": jax.random.key(1)},
+            )
+            return sum(jnp.sum(jnp.sin(x)) for x in out)
+
+        grads = jax.grad(loss)(variables["params"])
+        chex.assert_tree_all_finite(grads)
+        for path, g in flax.traverse_util.flatten_dict(grads["head"]).items():
+            self.assertGreater(float(jnp.abs(g).max()), 0.0, path)
+
+    @parameterized.named_parameters(HEAD_NAMES)
+    def test_jit_equals_no_jit(self, head):
+        model, variables = _init(head)
+        ids, types, mask = _batch(head)
+
+        def apply(v, ids, types, mask):
+            return model.apply(v, ids, attention_mask=mask, token_type_ids=types)
+
+        chex.assert_trees_all_close(
+            jax.jit(apply)(variables, ids, types, mask),
+            apply(variables, ids, types, mask),
+            atol=1e-5,
+        )
+
+    def test_dropout_draws_from_the_dropout_rng(self):
+        model, variables = _init("token_classification")
+        ids, types, mask = _batch("token_classification")
+
+        def run(seed):
+            return model.apply(
+                variables, ids, deterministic=False, rngs={"dropout": jax.random.key(seed)}
+            ).logits
+
+        chex.assert_trees_all_equal(run(0), run(0))
+        self.assertGreater(float(jnp.abs(run(0) - run(1)).max()), 1e-3)
+
+    def test_errors_name_the_problem(self):
+        model, variables = _init("sequence_classification")
+        ids, _, mask = _batch("sequence_classification")
+        with self.assertRaisesRegex(ValueError, r"attention_mask has shape \(2, 7\)"):
+            model.apply(variables, ids, attention_mask=mask[:, :7])
+        with self.assertRaisesRegex(ValueError, "unknown head 'ner'"):
+            heads.TaskModel(_config(), "ner").apply(variables, ids)
+
+
+if __name__ == "__main__":
+    absltest.main()
