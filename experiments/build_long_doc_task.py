@@ -1,0 +1,69 @@
+"""Builds the offline long-document matching task (a CAIL2019-SCM stand-in) from local text.
+
+    python experiments/build_long_doc_task.py --format=wikitext --splits=sources \
+        --source=DATA/wikitext-2/train.txt,DATA/wikitext-2/valid.txt,DATA/wikitext-2/test.txt \
+        --out=/tmp/long_doc_task_wikitext2
+    python experiments/build_long_doc_task.py --format=paragraphs --span_words=3000 \
+        --source=DATA/war-and-peace/input.txt --out=/tmp/long_doc_task_war_and_peace
+
+Writes train/valid/test.jsonl ({"id", "A", "B", "C", "label", "article", "negative_article"})
+and stats.json into --out, and prints the stats. The same files and flags give the same bytes.
+See roformer_jax/data/long_doc_task.py for how triplets are chosen.
+"""
+
+import json
+
+from absl import flags
+
+from roformer_jax.data import long_doc_task
+from roformer_jax.training import runtime
+
+_SOURCE = flags.DEFINE_list("source", None, "Text files (or globs/directories), in order.")
+_FORMAT = flags.DEFINE_enum(
+    "format",
+    "wikitext",
+    ["wikitext", "paragraphs"],
+    "wikitext: ' = Title = ' articles, ' = = Heading = = ' sections. paragraphs: blank-line "
+    "separated paragraphs grouped into spans of --span_words words (books).",
+)
+_SPAN_WORDS = flags.DEFINE_integer("span_words", 3000, "Words per span for --format=paragraphs.")
+_OUT = flags.DEFINE_string("out", None, "Output directory.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seeds the article split and the B/C placement.")
+_WINDOW_TOKENS = flags.DEFINE_integer("window_tokens", 450, "Tokens per window, at most.")
+_TOKENIZER = flags.DEFINE_string(
+    "tokenizer",
+    "wordpiece",
+    "What a window's tokens are: 'wordpiece' (trained on the source), 'bytes', 'words' "
+    "(whitespace), or the path of a BERT vocab.txt.",
+)
+_VOCAB_SIZE = flags.DEFINE_integer("vocab_size", 8192, "Vocabulary of --tokenizer=wordpiece.")
+_SPLITS = flags.DEFINE_list(
+    "splits",
+    ["0.8", "0.1", "0.1"],
+    "train,valid,test fractions of the articles, or 'sources': source file i is split i.",
+)
+
+
+def main(argv):
+    del argv
+    articles = long_doc_task.read_articles(
+        _SOURCE.value, format=_FORMAT.value, span_words=_SPAN_WORDS.value
+    )
+    fractions = None if _SPLITS.value == ["sources"] else [float(f) for f in _SPLITS.value]
+    texts = [" ".join(a.words) for a in articles]
+    measure = long_doc_task.named_measure(_TOKENIZER.value, texts, vocab_size=_VOCAB_SIZE.value)
+    splits, stats = long_doc_task.build_task(
+        articles,
+        measure=measure,
+        window_tokens=_WINDOW_TOKENS.value,
+        seed=_SEED.value,
+        fractions=fractions,
+    )
+    stats["sources"] = _SOURCE.value
+    print(json.dumps(stats, indent=1, sort_keys=True))
+    print("wrote", *long_doc_task.write_task(_OUT.value, splits, stats))
+
+
+if __name__ == "__main__":
+    flags.mark_flags_as_required(["source", "out"])
+    runtime.run_main(main)

@@ -1,0 +1,360 @@
+"""A long-document matching task built offline: a stand-in for CAIL2019-SCM.
+
+CAIL2019-SCM (the RoFormer blog's long-text benchmark) gives triplets of long documents
+(A, B, C) and asks whether B or C is more similar to A. We build such triplets from local text:
+
+    articles = read_articles(paths, format="wikitext")   # " = Title = ", " = = Section = = "
+    articles = read_articles(paths, format="paragraphs", span_words=3000)  # books: spans
+    splits, stats = build_task(articles, measure=word_measure(tok), window_tokens=450, seed=0)
+    write_task(out_dir, splits, stats)                   # {train,valid,test}.jsonl, stats.json
+
+A triplet:
+  A  the first window of an article (from its first section on), about `window_tokens` tokens.
+  B  the last window of the same article that starts at a section boundary after A ends: so A
+     and B share no section and lie as far apart as the article allows; what links them is the
+     article's topic, not shared sentences (as CAIL's cases share facts, not paragraphs).
+  C  the window chosen by the same rule as B from the other article of the same split that is
+     nearest to A's article by TF-IDF cosine: a hard negative. B and C are both "far" windows,
+     so their position in an article cannot tell them apart.
+The positive sits in B or C at random (a seeded shuffle of an exactly balanced list), and
+"label" names the field that holds it, as in CAIL. Titles and headings never enter a window.
+
+Windows are runs of whole words whose token count is at most `window_tokens` and more than
+`window_tokens` minus the next word's count. Tokens are counted word by word (`word_measure`):
+exact for WordPiece, whose pre-tokenizer never joins two whitespace-separated words.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from scipy import sparse
+
+from roformer_jax.data import corpora
+from roformer_jax.data.tokenizer import named_tokenizer, train_wordpiece
+
+SPLITS = ("train", "valid", "test")
+_HEADING = re.compile(r"^(=(?: =)*) (.+?) \1$")  # WikiText: "= Title =", "= = Section = =", ...
+_UNKNOWN = "<unk>"  # WikiText's out-of-vocabulary marker: frequent, and says nothing of a topic
+_TERM = re.compile(r"(?u)\b\w\w+\b")  # TF-IDF terms: words of two or more characters
+
+
+@dataclasses.dataclass(frozen=True)
+class Article:
+    """A document cut into sections; each section is its words. No title or heading inside."""
+
+    title: str
+    sections: tuple[tuple[str, ...], ...]
+    source: int = 0  # index of the source file it came from (for splits by source)
+
+    @property
+    def words(self) -> list[str]:
+        return [w for section in self.sections for w in section]
+
+
+@dataclasses.dataclass(frozen=True)
+class Measure:
+    """Counts tokens: a window of words w_1..w_n has sum(cost(w_i)) + (n - 1) * separator."""
+
+    cost: Callable[[Sequence[str]], list[int]]  # the token count of each word
+    separator: int = 0  # tokens a space between two words costs (1 for bytes, 0 for WordPiece)
+    name: str = ""
+
+
+def word_measure(tokenizer=None, *, name: str = "") -> Measure:
+    """Tokens of `tokenizer` (WordPiece or bytes), or whitespace words when it is None."""
+    if tokenizer is None:
+        return Measure(lambda words: [1] * len(words), 0, name or "words")
+    if hasattr(tokenizer, "vocab"):  # WordPiece: per-word counts add up (see module doc)
+        return Measure(lambda words: [len(ids) for ids in tokenizer.encode_batch(words)], 0, name)
+    return Measure(lambda words: [len(w.encode("utf-8")) for w in words], 1, name or "bytes")
+
+
+def read_articles(sources: Sequence[str], *, format: str, span_words: int = 3000) -> list[Article]:
+    """The articles of each source in turn (source i gets `source=i`).
+
+    format "wikitext": headings as in `wikitext_articles`; "paragraphs": blank-line separated
+    paragraphs grouped by `paragraph_spans`. Raises FileNotFoundError for a missing source.
+    """
+    if format not in ("wikitext", "paragraphs"):
+        raise ValueError(f"format {format!r} is not 'wikitext' or 'paragraphs'")
+    if not sources:
+        raise ValueError("no source given; pass one or more text files")
+    articles = []
+    for i, source in enumerate(sources):
+        if format == "wikitext":
+            lines = corpora.read_documents(source, doc_separator="line")
+            articles += wikitext_articles(lines, source=i)
+        else:
+            paragraphs = corpora.read_documents(source, doc_separator="blank")
+            name = f"{os.path.basename(source)} span"
+            articles += paragraph_spans(paragraphs, span_words=span_words, source=i, name=name)
+    return articles
+
+
+def named_measure(name: str, texts: Sequence[str], *, vocab_size: int = 8192) -> Measure:
+    """The measure a name gives: "words" (whitespace), "bytes", "wordpiece" (a WordPiece of
+    `vocab_size` trained on `texts`, as the MLM pipeline trains one), or a BERT vocab.txt path.
+    """
+    if name == "words":
+        return word_measure(None)
+    tok = named_tokenizer(name)
+    if tok is None:
+        tok = train_wordpiece(texts, vocab_size=vocab_size)
+        name = f"wordpiece (vocab {tok.vocab_size}, trained on the source)"
+    return word_measure(tok, name=name)
+
+
+def wikitext_articles(lines: Sequence[str], *, source: int = 0) -> list[Article]:
+    """Articles of WikiText lines: " = Title = " opens one, " = = Heading = = " a section.
+
+    The text before the first heading of an article (its lead) is its first section. Blank
+    lines are ignored; text before the first title is dropped (it belongs to no article).
+    """
+    articles, title, sections = [], None, []
+
+    def close():
+        kept = tuple(tuple(s) for s in sections if s)
+        if title is not None and kept:
+            articles.append(Article(title, kept, source))
+
+    for line in lines:
+        line = line.strip()
+        heading = _HEADING.match(line)
+        if heading and heading.group(1) == "=":
+            close()
+            title, sections = heading.group(2), [[]]
+        elif heading:
+            sections.append([])
+        elif line and title is not None:
+            sections[-1].extend(line.split())
+    close()
+    return articles
+
+
+def paragraph_spans(
+    paragraphs: Sequence[str], *, span_words: int, source: int = 0, name: str = "span"
+) -> list[Article]:
+    """Consecutive paragraphs grouped into "articles" of at least `span_words` words.
+
+    For text without headings (a novel): each span is a stretch of one story, and its sections
+    are its paragraphs. A last span shorter than `span_words` is dropped, so every span is
+    comparable in length.
+    """
+    if span_words < 1:
+        raise ValueError(f"span_words {span_words} must be at least 1")
+    articles, sections, count, first = [], [], 0, 0
+    for i, paragraph in enumerate(paragraphs):
+        words = tuple(paragraph.split())
+        if not words:
+            continue
+        sections.append(words)
+        count += len(words)
+        if count >= span_words:
+            title = f"{name} {len(articles)} (paragraphs {first}-{i})"
+            articles.append(Article(title, tuple(sections), source))
+            sections, count, first = [], 0, i + 1
+    return articles
+
+
+def far_windows(
+    article: Article, costs: dict[str, int], *, window_tokens: int, separator: int = 0
+) -> tuple[list[str], list[str]] | None:
+    """(A, B): the article's first window and its last window that starts at a section boundary
+    after A's last section; None when the article cannot hold both.
+
+    `costs` maps each word to its token count.
+    """
+    starts, words = [], []
+    for section in article.sections:
+        starts.append(len(words))
+        words.extend(section)
+    if not words:
+        return None
+    c = np.array([costs[w] + separator for w in words], np.int64)
+    ends = np.cumsum(c)  # tokens (each with the separator before it) up to word i included
+    budget = window_tokens + separator  # the first word of a window pays no separator
+
+    def window(start: int) -> list[str] | None:
+        before = ends[start - 1] if start else 0
+        stop = int(np.searchsorted(ends, before + budget, side="right"))
+        full = stop < len(words) or ends[-1] - before == budget
+        return words[start:stop] if full and stop > start else None
+
+    a = window(0)
+    if a is None:
+        return None
+    a_last_section = int(np.searchsorted(starts, len(a) - 1, side="right")) - 1
+    for start in reversed(starts[a_last_section + 1 :]):
+        b = window(start)
+        if b is not None:
+            return a, b
+    return None
+
+
+def tfidf_nearest(texts: Sequence[str]) -> np.ndarray:
+    """For each text, the index of the most similar other text by TF-IDF cosine.
+
+    Terms are lowercased words of 2+ characters; tf = 1 + ln(count) and idf = ln((1 + n) /
+    (1 + df)) + 1, as scikit-learn's TfidfVectorizer(sublinear_tf=True) computes them; rows are
+    L2-normalized. Sublinear tf keeps "the" (hundreds of times in every long article) from
+    drowning the topical words. Ties go to the lowest index. Needs two or more texts.
+    """
+    n = len(texts)
+    if n < 2:
+        raise ValueError(f"{n} text(s): a nearest other text needs at least 2")
+    vocab, rows, cols = {}, [], []
+    for i, text in enumerate(texts):
+        for term in _TERM.findall(text.lower()):
+            rows.append(i)
+            cols.append(vocab.setdefault(term, len(vocab)))
+    counts = sparse.csr_matrix(
+        (np.ones(len(cols)), (rows, cols)), shape=(n, max(len(vocab), 1)), dtype=np.float64
+    )
+    counts.sum_duplicates()
+    counts.data = 1 + np.log(counts.data)
+    df = np.bincount(counts.indices, minlength=counts.shape[1])
+    x = counts.multiply(np.log((1 + n) / (1 + df)) + 1).tocsr()
+    norms = np.sqrt(np.asarray(x.multiply(x).sum(axis=1)).ravel())
+    x = sparse.diags(1 / np.where(norms > 0, norms, 1)) @ x
+    similarity = (x @ x.T).toarray()
+    np.fill_diagonal(similarity, -np.inf)
+    return np.argmax(similarity, axis=1)  # argmax takes the first of equal maxima
+
+
+def split_articles(
+    articles: Sequence[Article], *, fractions: Sequence[float] | None, seed: int
+) -> list[list[int]]:
+    """Article indices of each split (train, valid, test), each list in article order.
+
+    `fractions` (three, summing to 1) cut a seeded permutation; None puts each article in the
+    split of its source file (source i -> split i), e.g. WikiText's train/valid/test files.
+    """
+    if fractions is None:
+        sources = {a.source for a in articles}
+        if sources - {0, 1, 2} or len(sources) < len(SPLITS):
+            raise ValueError(
+                f"splits by source need 3 source files (train, valid, test) with articles; "
+                f"articles came from source(s) {sorted(sources)}; or give split fractions"
+            )
+        return [[i for i, a in enumerate(articles) if a.source == s] for s in range(len(SPLITS))]
+    if len(fractions) != len(SPLITS) or min(fractions) < 0 or abs(sum(fractions) - 1) > 1e-6:
+        raise ValueError(f"split fractions {list(fractions)} are not 3 non-negatives summing to 1")
+    order = np.random.default_rng(seed).permutation(len(articles))
+    cuts = np.round(np.cumsum(fractions)[:-1] * len(articles)).astype(int)
+    return [sorted(part.tolist()) for part in np.split(order, cuts)]
+
+
+def build_task(
+    articles: Sequence[Article],
+    *,
+    measure: Measure,
+    window_tokens: int,
+    seed: int,
+    fractions: Sequence[float] | None = (0.8, 0.1, 0.1),
+) -> tuple[dict[str, list[dict]], dict]:
+    """Triplets of each split (one per article that holds two windows) and their statistics.
+
+    Articles too short for two windows are left out (counted in the stats) before splitting.
+    Raises ValueError when a split ends up with fewer than 2 such articles (C needs another
+    article of the same split), naming the longest article so the window size can be chosen.
+    """
+    if window_tokens < 1:
+        raise ValueError(f"window_tokens {window_tokens} must be at least 1")
+    if len(articles) < len(SPLITS) * 2:
+        raise ValueError(
+            f"{len(articles)} article(s) found; 3 splits of at least 2 articles need 6 or more "
+            "(check the format: WikiText titles are ' = Title = ' lines)"
+        )
+    vocab = sorted({w for a in articles for s in a.sections for w in s})
+    costs = dict(zip(vocab, measure.cost(vocab)))
+    windows = [
+        far_windows(a, costs, window_tokens=window_tokens, separator=measure.separator)
+        for a in articles
+    ]
+    fit = [i for i, w in enumerate(windows) if w is not None]
+    skipped = len(articles) - len(fit)
+    splits_of_fit = split_articles([articles[i] for i in fit], fractions=fractions, seed=seed)
+    stats = {
+        "measure": measure.name,
+        "window_tokens": window_tokens,
+        "seed": seed,
+        "articles_read": len(articles),
+        "articles_too_short": skipped,
+    }
+    out = {}
+    for s, (split, members) in enumerate(zip(SPLITS, splits_of_fit)):
+        members = [fit[j] for j in members]
+        if len(members) < 2:
+            longest = max(sum(costs[w] for w in a.words) for a in articles)
+            raise ValueError(
+                f"split {split!r} has {len(members)} article(s) that hold two windows of "
+                f"{window_tokens} tokens ({skipped} of {len(articles)} articles are too short; "
+                f"the longest has {longest} tokens); lower window_tokens or give more text"
+            )
+        nearest = tfidf_nearest([_topic_text(articles[i]) for i in members])
+        labels = np.resize(np.array(["B", "C"]), len(members))
+        labels = np.random.default_rng([seed, s]).permutation(labels)
+        rows = []
+        for k, (i, j, label) in enumerate(zip(members, nearest, labels)):
+            a, b = windows[i]
+            c = windows[members[j]][1]
+            pos, neg = " ".join(b), " ".join(c)
+            rows.append(
+                {
+                    "id": f"{split}-{k:05d}",
+                    "A": " ".join(a),
+                    "B": pos if label == "B" else neg,
+                    "C": neg if label == "B" else pos,
+                    "label": str(label),
+                    "article": articles[i].title,
+                    "negative_article": articles[members[j]].title,
+                }
+            )
+        lengths = [_window_cost(w, costs, measure.separator) for t in rows for w in _windows(t)]
+        stats[split] = {
+            "articles": len(members),
+            "triplets": len(rows),
+            "window_tokens": {
+                "mean": round(float(np.mean(lengths)), 1),
+                "min": int(min(lengths)),
+                "max": int(max(lengths)),
+            },
+        }
+        out[split] = rows
+    return out, stats
+
+
+def _topic_text(article: Article) -> str:
+    return " ".join(w for w in article.words if w != _UNKNOWN)
+
+
+def _windows(row: dict) -> list[list[str]]:
+    return [row[k].split(" ") for k in ("A", "B", "C")]
+
+
+def _window_cost(words: Sequence[str], costs: dict[str, int], separator: int) -> int:
+    return sum(costs[w] for w in words) + separator * (len(words) - 1)
+
+
+def write_task(directory: str, splits: dict[str, list[dict]], stats: dict) -> list[str]:
+    """Writes {split}.jsonl (one triplet per line, keys in a fixed order) and stats.json.
+
+    Returns the paths written. The bytes depend only on the arguments.
+    """
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for split, rows in splits.items():
+        path = os.path.join(directory, f"{split}.jsonl")
+        with open(path, "w", encoding="utf-8", newline="\n") as f:
+            f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        paths.append(path)
+    path = os.path.join(directory, "stats.json")
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write(json.dumps(stats, indent=1, sort_keys=True) + "\n")
+    return paths + [path]

@@ -1,0 +1,227 @@
+"""Tests for roformer_jax/data/long_doc_task.py on small WikiText-style text the tests write."""
+
+import collections
+import json
+import os
+import re
+import shutil
+import tempfile
+
+import numpy as np
+from absl.testing import absltest, parameterized
+
+from roformer_jax.data import long_doc_task as ldt
+from roformer_jax.data.tokenizer import ByteTokenizer, train_wordpiece
+
+_TAG = re.compile(r"^a(\d+)s(\d+)$")  # body words "a{article}s{section}" say where they came from
+
+
+def wikitext(n_articles: int, *, sections: int = 3, words: int = 24) -> str:
+    """Articles in WikiText's layout. Articles 2m and 2m+1 share the topic words of topic m, so
+    each one's TF-IDF nearest neighbour is its twin. Titles and headings hold "Marker" words."""
+    lines = []
+    for k in range(n_articles):
+        lines += ["", f" = TitleMarker{k} = ", ""]
+        for s in range(sections + 1):  # section 0 is the lead, before the first heading
+            if s:
+                lines += ["", f" = = HeadingMarker{k}x{s} = = ", ""]
+            body = [f"a{k}s{s}" if i % 4 == 0 else f"t{k // 2}w{i % 7}" for i in range(words)]
+            lines.append(" " + " ".join(body + ["the", "of"]) + " ")
+    return "\n".join(lines) + "\n"
+
+
+class LongDocTaskTest(parameterized.TestCase):
+    def setUp(self):
+        super().setUp()
+        self.dir = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.dir)
+
+    def write(self, name, text):
+        path = os.path.join(self.dir, name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return path
+
+    def build(self, sources, *, seed=0, window_tokens=30, fractions=None, measure=None):
+        articles = ldt.read_articles(sources, format="wikitext")
+        return ldt.build_task(
+            articles,
+            measure=measure or ldt.word_measure(None),
+            window_tokens=window_tokens,
+            seed=seed,
+            fractions=fractions,
+        )
+
+    def sources(self, per_split=(8, 4, 4)):
+        """One file per split; twins stay in one split, so their negatives are each other."""
+        text, start = wikitext(sum(per_split)), 0
+        blocks = re.split(r"(?=\n = TitleMarker)", text)[1:]
+        paths = []
+        for name, n in zip(ldt.SPLITS, per_split):
+            paths.append(self.write(f"{name}.txt", "".join(blocks[start : start + n])))
+            start += n
+        return paths
+
+    def test_triplets_come_from_the_right_places(self):
+        splits, stats = self.build(self.sources())
+        articles_of = {}
+        for split, rows in splits.items():
+            self.assertLen(rows, stats[split]["triplets"])
+            for row in rows:
+                self.assertNotIn("Marker", row["A"] + row["B"] + row["C"])  # no title/heading
+                tags = {
+                    key: {
+                        tuple(map(int, _TAG.match(w).groups()))
+                        for w in row[key].split()
+                        if _TAG.match(w)
+                    }
+                    for key in "ABC"
+                }
+                pos_key = row["label"]
+                neg_key = "C" if pos_key == "B" else "B"
+                k = int(row["article"].removeprefix("TitleMarker"))
+                self.assertEqual({a for a, _ in tags["A"]}, {k})
+                self.assertEqual({a for a, _ in tags[pos_key]}, {k})
+                self.assertEmpty({s for _, s in tags["A"]} & {s for _, s in tags[pos_key]})
+                (j,) = {a for a, _ in tags[neg_key]}
+                self.assertNotEqual(j, k)
+                self.assertEqual(row["negative_article"], f"TitleMarker{j}")
+                self.assertEqual(j, k ^ 1)  # the twin: the TF-IDF nearest article
+                articles_of.setdefault(split, set()).add(k)
+                articles_of[split].add(j)
+        self.assertEqual(sum(map(len, articles_of.values())), 16)  # splits share no article
+
+    @parameterized.parameters(0, 1, 2)
+    def test_random_splits_are_disjoint_and_negatives_stay_inside(self, seed):
+        splits, stats = self.build(
+            self.sources((20, 0, 0))[:1], seed=seed, fractions=[0.6, 0.2, 0.2]
+        )
+        members = {s: {row["article"] for row in rows} for s, rows in splits.items()}
+        self.assertEqual([len(members[s]) for s in ldt.SPLITS], [12, 4, 4])
+        self.assertLen(set().union(*members.values()), 20)
+        for split, rows in splits.items():
+            for row in rows:
+                self.assertIn(row["negative_article"], members[split])
+                negative = row["C"] if row["label"] == "B" else row["B"]
+                j = row["negative_article"].removeprefix("TitleMarker")
+                self.assertTrue(
+                    all(w.startswith(f"a{j}s") for w in negative.split() if w[0] == "a")
+                )
+
+    def test_labels_are_balanced_and_seeded(self):
+        per_seed = []
+        for seed in range(4):
+            splits, _ = self.build(self.sources((16, 6, 6)), seed=seed)
+            labels = [row["label"] for row in splits["train"]]
+            counts = collections.Counter(labels)
+            self.assertLessEqual(abs(counts["B"] - counts["C"]), 1)
+            per_seed.append(labels)
+        self.assertGreater(len({tuple(x) for x in per_seed}), 1)  # the placement is random
+
+    def test_tfidf_nearest_on_an_obvious_case(self):
+        texts = [
+            "lobster claw shell sea lobster",
+            "rail station train track",
+            "the lobster shell sea crab claw",
+            "train rail locomotive track station",
+            "nothing shared here",
+        ]
+        np.testing.assert_array_equal(ldt.tfidf_nearest(texts)[:4], [2, 3, 0, 1])
+        # equal similarity: the lower index wins
+        np.testing.assert_array_equal(ldt.tfidf_nearest(["x y", "x y", "x y"]), [1, 0, 0])
+        # a common word repeated in two texts does not make them neighbours (sublinear tf)
+        texts = ["the " * 50 + "lobster claw " * 10, "the " * 50 + "rail " * 10]
+        texts.append("the shell " + "lobster claw " * 10)
+        self.assertEqual(ldt.tfidf_nearest(texts)[0], 2)
+
+    def test_far_windows_never_share_a_section(self):
+        lead, middle = tuple(f"l{i}" for i in range(20)), tuple(f"m{i}" for i in range(40))
+        costs = {w: 1 for w in lead + middle + tuple(f"e{i}" for i in range(30))}
+        short_end = ldt.Article("t", (lead, middle, ("e0", "e1")))
+        self.assertIsNone(ldt.far_windows(short_end, costs, window_tokens=30))  # only inside A's
+        end = tuple(f"e{i}" for i in range(30))
+        a, b = ldt.far_windows(ldt.Article("t", (lead, middle, end)), costs, window_tokens=30)
+        self.assertEqual((a, b), (list(lead + middle[:10]), list(end)))
+
+    def test_same_inputs_give_the_same_bytes(self):
+        sources = self.sources()
+        outputs = []
+        for seed in (0, 0, 1):
+            articles = ldt.read_articles(sources, format="wikitext")
+            texts = [" ".join(a.words) for a in articles]
+            measure = ldt.named_measure("wordpiece", texts, vocab_size=200)
+            splits, stats = ldt.build_task(
+                articles, measure=measure, window_tokens=40, seed=seed, fractions=(0.5, 0.25, 0.25)
+            )
+            out = os.path.join(self.dir, f"out{len(outputs)}")
+            outputs.append(
+                {
+                    os.path.basename(p): open(p, "rb").read()
+                    for p in ldt.write_task(out, splits, stats)
+                }
+            )
+        self.assertEqual(outputs[0], outputs[1])
+        self.assertNotEqual(outputs[0], outputs[2])
+        row = json.loads(outputs[0]["train.jsonl"].splitlines()[0])
+        self.assertEqual(list(row), ["id", "A", "B", "C", "label", "article", "negative_article"])
+
+    @parameterized.parameters("wordpiece", "bytes")
+    def test_windows_hold_at_most_window_tokens(self, kind):
+        sources = self.sources()
+        articles = ldt.read_articles(sources, format="wikitext")
+        texts = [" ".join(a.words) for a in articles]
+        tok = train_wordpiece(texts, vocab_size=200) if kind == "wordpiece" else ByteTokenizer()
+        window = 40 if kind == "wordpiece" else 150
+        splits, stats = ldt.build_task(
+            articles, measure=ldt.word_measure(tok), window_tokens=window, seed=0, fractions=None
+        )
+        for split, rows in splits.items():
+            lengths = [len(tok.encode(row[k])) for row in rows for k in "ABC"]
+            self.assertLessEqual(max(lengths), window)
+            self.assertGreater(min(lengths), window - 20)  # "about" window tokens: full windows
+            self.assertEqual(stats[split]["window_tokens"]["max"], max(lengths))
+            self.assertEqual(stats[split]["window_tokens"]["min"], min(lengths))
+
+    def test_paragraph_spans_and_far_windows(self):
+        paragraphs = [" ".join(f"p{i}w{j}" for j in range(10 + i % 5)) for i in range(40)]
+        spans = ldt.paragraph_spans(paragraphs, span_words=100)
+        words = [w for p in paragraphs for w in p.split()]
+        covered = [w for span in spans for w in span.words]
+        self.assertEqual(covered, words[: len(covered)])  # in order, nothing skipped
+        self.assertLess(len(words) - len(covered), 100)  # only a short tail is dropped
+        for span in spans:
+            self.assertGreaterEqual(len(span.words), 100)
+            self.assertLess(len(span.words) - len(span.sections[-1]), 100)  # closed when full
+            costs = {w: 1 for w in span.words}
+            a, b = ldt.far_windows(span, costs, window_tokens=25)
+            self.assertEqual(a, span.words[:25])
+            starts = np.cumsum([0] + [len(s) for s in span.sections])[:-1]
+            b_start = len(span.words) - len(span.words[span.words.index(b[0]) :])
+            self.assertIn(b_start, starts)
+            self.assertLen(b, 25)
+            later = [s for s in starts if s > b_start]
+            self.assertTrue(all(len(span.words) - s < 25 for s in later))  # B: the far end
+
+    def test_short_articles_are_left_out_and_counted(self):
+        text = wikitext(8) + " = TitleMarker99 = \n short lead only \n"
+        path = self.write("train.txt", text)
+        _, stats = self.build([path], fractions=[0.5, 0.25, 0.25])
+        self.assertEqual(stats["articles_too_short"], 1)
+        self.assertEqual(sum(stats[s]["articles"] for s in ldt.SPLITS), 8)
+
+    def test_errors(self):
+        path = self.write("train.txt", wikitext(8))
+        with self.assertRaisesRegex(ValueError, "lower window_tokens"):
+            self.build([path], window_tokens=500, fractions=[0.5, 0.25, 0.25])
+        with self.assertRaisesRegex(ValueError, "2 articles need 6"):
+            self.build([self.write("few.txt", wikitext(3))], fractions=[0.5, 0.25, 0.25])
+        with self.assertRaisesRegex(ValueError, "splits by source need 3 source files"):
+            self.build([path])  # splits by source, and there is one source only
+        with self.assertRaises(FileNotFoundError):
+            self.build([os.path.join(self.dir, "missing.txt")])
+        with self.assertRaisesRegex(ValueError, "not 3 non-negatives"):
+            self.build([path], fractions=[0.5, 0.5])
+
+
+if __name__ == "__main__":
+    absltest.main()
