@@ -18,6 +18,7 @@ setup(
         "orbax-checkpoint>=0.12.8",
         "chex>=0.1.92",
         "numpy>=2.0",
+        "scipy>=1.11",
         "absl-py>=2.1",
         "ml_collections>=1.1.0",
         "tokenizers>=0.23",
@@ -26,7 +27,8 @@ setup(
         "tensorboardX>=2.6",
     ],
     extras_require={
-        "test": ["pytest>=8"],
+        # pytest-xdist: the suite runs on every core (-n auto); most tests compile on one.
+        "test": ["pytest>=8", "pytest-xdist>=3.5"],
         # The HuggingFace parity test also needs torch; see .ci/run for the CPU-only install.
         "hf": ["transformers>=4.40"],
         "datasets": ["datasets>=2.18"],
