@@ -104,6 +104,8 @@ def _softmax(q, k, v, visible, bias, dropout_rate=0.0, dropout_rng=None):
 
     visible: bool, broadcastable to [B, N, L, M]. Returns [B, L, N, H] in q's dtype.
     """
+    if dropout_rate == 0.0 and not _on_cpu():
+        return _fused_softmax(q, k, v, visible, bias)
     dtype = _compute_dtype(q)
     scores = jnp.einsum("BLNH,BMNH->BNLM", q, k, preferred_element_type=dtype)
     scores = scores * (q.shape[-1] ** -0.5)
@@ -123,6 +125,23 @@ def _softmax(q, k, v, visible, bias, dropout_rate=0.0, dropout_rng=None):
         weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
     out = jnp.einsum("BNLM,BMNH->BLNH", weights.astype(v.dtype), v)
     return out.astype(q.dtype)
+
+
+def _fused_softmax(q, k, v, visible, bias):
+    """`_softmax` without dropout, through `jax.nn.dot_product_attention`: cuDNN's fused
+    kernel on GPUs where its contract fits, XLA's form elsewhere.
+
+    Not used on CPU, where the einsum form above is what XLA runs fastest
+    (benchmarks/attention.py); tests/attention_test.py checks that the two agree.
+    """
+    b, length, n, h = q.shape
+    mask = jnp.broadcast_to(visible, (b, n, length, k.shape[1]))
+    if bias is not None:
+        bias = jnp.broadcast_to(bias, (b, n, length, k.shape[1])).astype(q.dtype)
+    out = jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, scale=h**-0.5)
+    # A row with no visible key: zeros, as `_softmax` gives, not an average over padding.
+    seen = jnp.swapaxes(jnp.any(mask, axis=-1), 1, 2)[..., None]  # [B, L, N, 1]
+    return jnp.where(seen, out, 0).astype(q.dtype)
 
 
 def _guard(den, eps):

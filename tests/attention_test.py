@@ -384,6 +384,28 @@ def _decode_in_blocks(name, kw, q, k, v, mask, positions, blocks):
     return jnp.concatenate(outs, axis=1)
 
 
+class FusedSoftmaxTest(parameterized.TestCase):
+    """The form other backends run (jax.nn.dot_product_attention) against the CPU's einsums."""
+
+    @parameterized.named_parameters(
+        ("plain", False, False), ("causal", True, False), ("bias", False, True),
+        ("causal_bias", True, True),
+    )  # fmt: skip
+    def test_equals_the_einsum_form(self, causal, with_bias):
+        q, k, v = _qkv(8)
+        mask = np.array(_mask(8))
+        mask[1] = False  # a row with no key at all: zeros
+        visible = jnp.asarray(mask)[:, None, None, :]
+        if causal:
+            visible = visible & jnp.tril(jnp.ones((L, L), bool))
+        bias = jnp.asarray(np.random.default_rng(9).normal(size=(1, N, L, L)), jnp.float32)
+        bias = bias if with_bias else None
+        want = attention._softmax(q, k, v, visible, bias)
+        got = attention._fused_softmax(q, k, v, visible, bias)
+        np.testing.assert_allclose(got, want, atol=1e-6)
+        np.testing.assert_array_equal(got[1], 0.0)
+
+
 class DecodeStepsTest(parameterized.TestCase):
     """Each kind's step function, block after block, equals its causal form on the whole."""
 
