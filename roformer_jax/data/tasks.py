@@ -280,7 +280,7 @@ def write_next_sentence_task(directory: str, *, examples: int = 2400, seed: int 
     rows = [rows[i] for i in rng.permutation(len(rows))]
     cut = [int(len(rows) * 0.8), int(len(rows) * 0.9)]
     os.makedirs(directory, exist_ok=True)
-    for (split, path), part in zip(paths.items(), np.split(np.array(rows, object), cut)):
+    for path, part in zip(paths.values(), np.split(np.array(rows, object), cut)):
         with open(path + ".tmp", "w", encoding="utf-8") as f:
             f.writelines(json.dumps(r) + "\n" for r in part)
         os.replace(path + ".tmp", path)
