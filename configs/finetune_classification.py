@@ -3,7 +3,7 @@
 Is sentence B the continuation of sentence A? 2,400 pairs from the Python standard library's
 docstrings (roformer_jax/data/tasks.py), 80/10/10 into train/valid/test under <workdir>/data.
 
-  python experiments/train_mlm.py --config=configs/tiny.py --workdir=/tmp/tiny
+After a pre-training run in /tmp/tiny (the command in configs/tiny.py):
   python experiments/finetune.py --config=configs/finetune_classification.py \
       --workdir=/tmp/ft --config.init_from=/tmp/tiny
 
