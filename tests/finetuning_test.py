@@ -1,6 +1,7 @@
 """Tests for fine-tuning: roformer_jax/data/tasks.py, training/{finetune, finetune_config,
 task_metrics}.py. End to end on a 1-layer RoFormer saved in HF's format with a tiny vocab."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -123,6 +124,17 @@ class EncodingTest(parameterized.TestCase):
         cut = tasks.encode_qa(examples, tok, max_length=11)
         self.assertEqual((cut["start"][0], cut["end"][0]), (0, 0))
 
+    def test_multiple_choice_rows_per_choice(self):
+        tok = ByteTokenizer()
+        examples = [{"context": "abc", "choices": ["x", "yz"], "label": 1}]
+        rows = tasks.encode_multiple_choice(examples, tok, max_length=8, truncation="head")
+        self.assertEqual(rows["input_ids"].shape, (1, 2, 8))
+        self.assertEqual(tok.decode(rows["input_ids"][0, 1]), "[CLS]abc[SEP]yz[SEP]")
+        np.testing.assert_array_equal(rows["token_type_ids"][0, 1], [0] * 5 + [1] * 3)
+        path = _jsonl("bad_choice.jsonl", [{"context": "c", "choices": ["x", "y"], "label": 2}])
+        with self.assertRaisesRegex(ValueError, r"line 1: label 2 is not a choice index 0..1"):
+            tasks.read_examples(path, "multiple_choice")
+
 
 class MetricsTest(absltest.TestCase):
     def test_accuracy_and_macro_f1_by_hand(self):
@@ -194,11 +206,35 @@ def _task_files() -> dict:
     return files
 
 
+def _span_and_choice_files(data_format: str) -> dict:
+    """8 train and 4 valid examples: answer = the word after "see"; the right choice is
+    the context's last word."""
+    rng = np.random.default_rng(1)
+    files = {}
+    for split, n in (("train", 8), ("valid", 4)):
+        rows = []
+        for _ in range(n):
+            words = list(rng.choice(_WORDS[5:], size=6))
+            context = " ".join(words[:3] + ["see"] + words[3:])
+            if data_format == "qa":
+                start = context.index("see ") + 4
+                rows.append(
+                    {
+                        "question": "see what",
+                        "context": context,
+                        "answers": {"text": [words[3]], "answer_start": [start]},
+                    }
+                )
+            else:
+                rows.append({"context": context, "choices": [words[0], words[-1]], "label": 1})
+        files[split] = _jsonl(f"{data_format}_{split}.jsonl", rows)
+    return files
+
+
 def _config(**task):
     d = finetune_classification.get_config().to_dict()
-    files = _task_files()
-    d["task"].update(train_file=files["train"], valid_file=files["valid"],
-                     test_file=files["test"], max_length=16, **task)  # fmt: skip
+    files = {f"{split}_file": path for split, path in _task_files().items()}
+    d["task"].update({**files, "max_length": 16, **task})
     d["finetune"].update(epochs=3, batch_size=8, log_every=2)
     d["optim"].update(learning_rate=1e-3, warmup_steps=2)
     d["init_from"] = _hf_dir()
@@ -241,6 +277,20 @@ class EndToEndTest(absltest.TestCase):
                 ft.finetune(_config(), parts)
         self.assertEqual(ft.finetune(_config(), parts), final)
         self.assertEqual(_records(parts), _records(whole))
+
+
+class OtherTasksTest(parameterized.TestCase):
+    @parameterized.parameters(("qa", "f1"), ("multiple_choice", "accuracy"))
+    def test_one_epoch(self, data_format, metric):
+        files = _span_and_choice_files(data_format)
+        cfg = _config(format=data_format, metric=metric, train_file=files["train"],
+                      valid_file=files["valid"], test_file=None)  # fmt: skip
+        cfg = dataclasses.replace(cfg, finetune=dataclasses.replace(cfg.finetune, epochs=1,
+                                                                    batch_size=4))  # fmt: skip
+        final = ft.finetune(cfg, os.path.join(_TMP, data_format))
+        self.assertEqual(final["best_step"], 2)
+        self.assertBetween(final[f"valid/{metric}"], 0.0, 1.0)
+        self.assertFalse(any(k.startswith("test/") for k in final))
 
 
 if __name__ == "__main__":

@@ -9,9 +9,12 @@ Files are JSON lines (one object per line) or CSV (a header row), told apart by 
   classification   text, label; optional text_pair (a second text, token type 1)
   qa               question, context, answers: {"text": [...], "answer_start": [...]}
                    (SQuAD's form; in CSV a JSON string)
+  multiple_choice  context, choices (a list of texts, the same count in every example; in
+                   CSV a JSON string), label (the index of the right choice)
 
 Rows are numpy arrays of shape [N, L] (input_ids, attention_mask, token_type_ids) plus the
 targets: "label" [N], or "start" and "end" [N] (token positions of the first answer).
+Multiple choice rows are [N, C, L], one [CLS] context [SEP] choice [SEP] per choice.
 
 QA's limits. One window per example: the context is cut at its tail when the question and
 context do not fit, and an answer past the cut points at [CLS] (position 0), as HF marks an
@@ -38,6 +41,7 @@ from roformer_jax.data import corpora
 FORMATS = {
     "classification": ("text", "label"),  # required columns; text_pair is optional
     "qa": ("question", "context", "answers"),
+    "multiple_choice": ("context", "choices", "label"),
 }
 TRUNCATIONS = ("head", "tail", "head+tail")
 
@@ -73,6 +77,8 @@ def read_examples(path: str, data_format: str) -> list[dict]:
             )
         if data_format == "qa":
             row["answers"] = _answers(row["answers"], path, where)
+        if data_format == "multiple_choice":
+            row["choices"] = _choices(row, path, where)
     return [row for _, row in rows]
 
 
@@ -115,6 +121,23 @@ def _answers(value, path: str, where: str) -> dict:
             f"one start per text, got {value!r}"
         )
     return value
+
+
+def _choices(row: dict, path: str, where: str) -> list[str]:
+    """The choices (a JSON string in CSV), checked, with a label that indexes them."""
+    choices = row["choices"]
+    if isinstance(choices, str):
+        try:
+            choices = json.loads(choices)
+        except json.JSONDecodeError:
+            choices = None
+    if not isinstance(choices, list) or len(choices) < 2:
+        raise ValueError(f"{path}, {where}: choices must be a list of 2 or more texts, got "
+                         f"{row['choices']!r}")  # fmt: skip
+    if str(row["label"]) not in {str(i) for i in range(len(choices))}:
+        raise ValueError(f"{path}, {where}: label {row['label']!r} is not a choice index 0.."
+                         f"{len(choices) - 1}")  # fmt: skip
+    return [str(c) for c in choices]
 
 
 def label_list(examples: list[dict]) -> tuple[str, ...]:
@@ -194,6 +217,26 @@ def encode_classification(
             row, types = row + second, types + [1] * len(second)
         pieces.append((row, types))
     return {**_rows(pieces, max_length, tok.pad_id), "label": label_ids(examples, labels, path)}
+
+
+def encode_multiple_choice(
+    examples: list[dict], tok, *, max_length: int, truncation: str, path: str = "<examples>"
+) -> dict[str, np.ndarray]:
+    """[N, C, L] rows of [CLS] context [SEP] choice [SEP] (types 0 then 1); "label" [N]."""
+    counts = sorted({len(e["choices"]) for e in examples})
+    if len(counts) > 1:
+        raise ValueError(f"{path}: examples have {counts} choices; all need the same count")
+    contexts = tok.encode_batch([str(e["context"]) for e in examples])
+    pieces = []
+    for e, context in zip(examples, contexts):
+        for choice in tok.encode_batch(e["choices"]):
+            na, nb = _budgets(len(context), len(choice), max_length - 3)
+            first = [tok.cls_id, *truncate(context, na, truncation), tok.sep_id]
+            second = [*truncate(choice, nb, truncation), tok.sep_id]
+            pieces.append((first + second, [0] * len(first) + [1] * len(second)))
+    rows = _rows(pieces, max_length, tok.pad_id)
+    rows = {k: v.reshape(len(examples), counts[0], max_length) for k, v in rows.items()}
+    return {**rows, "label": np.array([int(e["label"]) for e in examples], np.int32)}
 
 
 def answer_span(tok, context: str, context_ids: list[int], text: str, start: int, *, where):

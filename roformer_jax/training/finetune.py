@@ -141,6 +141,10 @@ def _classification_scores(outputs, rows, examples, labels, tok) -> dict[str, fl
     }
 
 
+def _choice_scores(outputs, rows, examples, labels, tok) -> dict[str, float]:
+    return {"accuracy": tm.accuracy(np.argmax(outputs.logits, -1), rows["label"])}
+
+
 def _qa_scores(outputs, rows, examples, labels, tok) -> dict[str, float]:
     texts = []
     for i in range(len(examples)):
@@ -172,6 +176,13 @@ TASK_KINDS = {
         lambda ex, tok, labels, t, path: tasks.encode_qa(ex, tok, max_length=t.max_length,
                                                          path=path),
         _qa_sums, _qa_scores,
+    ),
+    # The loss of classification: the logits [B, C] score the choices.
+    "multiple_choice": TaskKind(
+        "multiple_choice", ("label",),
+        lambda ex, tok, labels, t, path: tasks.encode_multiple_choice(
+            ex, tok, max_length=t.max_length, truncation=t.truncation, path=path),
+        _classification_sums, _choice_scores,
     ),
 }  # fmt: skip
 
@@ -236,7 +247,7 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
     model = heads.TaskModel(model_cfg, kind.head, max(len(labels), 1))
     schedule = optim.learning_rate_schedule(cfg.optim, total)
 
-    ids = jnp.zeros((1, cfg.task.max_length), jnp.int32)
+    ids = jnp.zeros((1, *splits["train"].rows["input_ids"].shape[1:]), jnp.int32)  # [1, (C,) L]
     factors = layer_decay_factors(
         jax.eval_shape(model.init, jax.random.key(0), ids)["params"],
         num_layers=model_cfg.num_layers, decay=fcfg.layer_decay,

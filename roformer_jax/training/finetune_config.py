@@ -18,7 +18,11 @@ from roformer_jax.training.optim import OptimConfig
 
 # The metrics each format reports; `TaskConfig.metric` picks the one that chooses the best
 # checkpoint.
-METRICS = {"classification": ("accuracy", "macro_f1"), "qa": ("exact_match", "f1")}
+METRICS = {
+    "classification": ("accuracy", "macro_f1"),
+    "qa": ("exact_match", "f1"),
+    "multiple_choice": ("accuracy",),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,10 +34,11 @@ class TaskConfig:
     train_file: str = "builtin:next_sentence"
     valid_file: str | None = None  # None: a builtin task's, else required
     test_file: str | None = None  # evaluated once with the best checkpoint; None: a builtin's
-    format: str = "classification"  # "classification" | "qa" (columns: data/tasks.py)
-    metric: str = "accuracy"  # classification: accuracy | macro_f1; qa: exact_match | f1
+    format: str = "classification"  # "classification" | "qa" | "multiple_choice" (data/tasks.py)
+    metric: str = "accuracy"  # classification: accuracy | macro_f1; qa: exact_match | f1;
+    # multiple_choice: accuracy
     max_length: int = 128  # tokens per row, [CLS] and [SEP]s included
-    truncation: str = "head"  # "head" | "tail" | "head+tail" (classification; qa: head)
+    truncation: str = "head"  # "head" | "tail" | "head+tail" (qa: the context's head)
     labels: tuple[str, ...] = ()  # label names in id order; () = the training file's, sorted
 
     def __post_init__(self):
