@@ -87,6 +87,17 @@ class ReadingTest(parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, r"bad_qa.jsonl, line 1: answers must be"):
             tasks.read_examples(path, "qa")
 
+    def test_builtin_source_package_task_labels_by_package(self):
+        docs = [(os.path.join(p, f"m{i}.py"), f"doc {p} {i}") for p in ("email", "os.py", "xml")
+                for i in range(10)]  # fmt: skip
+        with mock.patch.object(tasks.corpora, "stdlib_sourced_documents", lambda: iter(docs)):
+            paths = tasks.write_source_package_task(os.path.join(_TMP, "src"))
+        splits = {k: tasks.read_examples(p, "classification") for k, p in paths.items()}
+        self.assertEqual([len(x) for x in splits.values()], [16, 2, 2])
+        examples = [e for x in splits.values() for e in x]
+        self.assertEqual(tasks.label_list(examples), ("email", "xml"))  # not a listed package
+        self.assertTrue(all(e["text"].split()[1] == e["label"] for e in examples))
+
 
 class EncodingTest(parameterized.TestCase):
     @parameterized.parameters(

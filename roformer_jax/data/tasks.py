@@ -44,6 +44,7 @@ FORMATS = {
     "multiple_choice": ("context", "choices", "label"),
 }
 TRUNCATIONS = ("head", "tail", "head+tail")
+SPLITS = ("train", "valid", "test")
 
 
 # ---------------------------------------------------------------- reading
@@ -290,7 +291,7 @@ def encode_qa(
     }
 
 
-# ---------------------------------------------------------------- the builtin demo task
+# ---------------------------------------------------------------- builtin tasks (demos)
 
 
 def write_next_sentence_task(directory: str, *, examples: int = 2400, seed: int = 0) -> dict:
@@ -301,10 +302,6 @@ def write_next_sentence_task(directory: str, *, examples: int = 2400, seed: int 
     (label "random"): BERT's next-sentence prediction, on data every machine has. Split
     80 / 10 / 10; deterministic given `seed`.
     """
-    paths = {split: os.path.join(directory, f"{split}.jsonl") for split in ("train", "valid",
-                                                                              "test")}  # fmt: skip
-    if all(os.path.exists(p) for p in paths.values()):
-        return paths
     sentences_of = (
         [s for s in re.split(r"(?<=[.!?])\s+", " ".join(doc.split())) if len(s) > 20]
         for doc in corpora.stdlib_documents()
@@ -320,6 +317,29 @@ def write_next_sentence_task(directory: str, *, examples: int = 2400, seed: int 
             other = docs[(i + 1 + int(rng.integers(len(docs) - 1))) % len(docs)]
             rows.append({"text": doc[k], "text_pair": other[int(rng.integers(len(other)))],
                          "label": "random"})  # fmt: skip
+    return _write_splits(directory, rows, rng)
+
+
+def write_source_package_task(
+    directory: str, *, packages=("asyncio", "email", "logging", "xml"), seed: int = 0
+) -> dict:
+    """Writes {train,valid,test}.jsonl: which stdlib package a docstring comes from.
+
+    Single texts, one label per package (each has 200-400 docstrings on CPython 3.11): a
+    topic task, learnable from the words alone. Split 80 / 10 / 10; deterministic given
+    `seed` and the Python version.
+    """
+    rows = [
+        {"text": " ".join(doc.split()), "label": path.split(os.sep)[0]}
+        for path, doc in corpora.stdlib_sourced_documents()
+        if path.split(os.sep)[0] in packages
+    ]
+    return _write_splits(directory, rows, np.random.default_rng(seed))
+
+
+def _write_splits(directory: str, rows: list[dict], rng) -> dict:
+    """Shuffles `rows` and writes 80 / 10 / 10 of them to {train,valid,test}.jsonl."""
+    paths = split_paths(directory)
     rows = [rows[i] for i in rng.permutation(len(rows))]
     cut = [int(len(rows) * 0.8), int(len(rows) * 0.9)]
     os.makedirs(directory, exist_ok=True)
@@ -330,4 +350,12 @@ def write_next_sentence_task(directory: str, *, examples: int = 2400, seed: int 
     return paths
 
 
-BUILTIN_TASKS = {"next_sentence": write_next_sentence_task}
+def split_paths(directory: str) -> dict[str, str]:
+    """{split: directory/<split>.jsonl}: where a builtin task's files go."""
+    return {split: os.path.join(directory, f"{split}.jsonl") for split in SPLITS}
+
+
+BUILTIN_TASKS = {
+    "next_sentence": write_next_sentence_task,
+    "source_package": write_source_package_task,
+}

@@ -199,7 +199,10 @@ def task_files(task: TaskConfig, workdir: str) -> dict[str, str | None]:
         name = task.train_file.removeprefix("builtin:")
         if name not in tasks.BUILTIN_TASKS:
             raise ValueError(f"unknown builtin task {name!r}; known: {sorted(tasks.BUILTIN_TASKS)}")
-        built = tasks.BUILTIN_TASKS[name](os.path.join(workdir, "data"))
+        directory = os.path.join(workdir, "data", name)
+        built = tasks.split_paths(directory)
+        if not all(os.path.exists(p) for p in built.values()):
+            tasks.BUILTIN_TASKS[name](directory)
         files = {"train": built["train"], "valid": files["valid"] or built["valid"],
                  "test": files["test"] or built["test"]}  # fmt: skip
     return files

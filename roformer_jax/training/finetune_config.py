@@ -31,7 +31,7 @@ class TaskConfig:
 
     # A .jsonl/.json/.csv file, or "builtin:<name>" (a task of data.tasks.BUILTIN_TASKS,
     # generated into <workdir>/data with its own valid and test files).
-    train_file: str = "builtin:next_sentence"
+    train_file: str = "builtin:source_package"
     valid_file: str | None = None  # None: a builtin task's, else required
     test_file: str | None = None  # evaluated once with the best checkpoint; None: a builtin's
     format: str = "classification"  # "classification" | "qa" | "multiple_choice" (data/tasks.py)
