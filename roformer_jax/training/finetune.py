@@ -375,7 +375,7 @@ def _predict(predict_fn, rows, batch_size: int):
     n = len(rows["input_ids"])
     outputs = []
     for lo in range(0, n, batch_size):
-        take = np.minimum(np.arange(lo, lo + batch_size), n - 1)
-        take = np.where(np.arange(lo, lo + batch_size) < n, take, 0)
+        wanted = np.arange(lo, lo + batch_size)
+        take = np.where(wanted < n, wanted, 0)
         outputs.append(predict_fn({k: rows[k][take] for k in _INPUTS}))
     return jax.tree.map(lambda *x: np.concatenate(x)[:n], *outputs)
