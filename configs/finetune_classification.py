@@ -12,6 +12,10 @@ After a pre-training run in /tmp/tiny (the command in configs/tiny.py):
 Without --config.init_from the encoder (tiny, on bytes) starts from random weights. Your own
 data: --config.task.train_file=train.jsonl --config.task.valid_file=valid.jsonl (columns
 text, text_pair, label; see data/tasks.py). `:runlocal` makes it a one-epoch smoke test.
+
+Expect (2 busy cores, ~100 s): from a 600-step tiny run, best valid accuracy 0.54 (macro F1
+0.43) at epoch 9, test 0.57 (0.47); from random weights 0.56 (0.34), test 0.47 (0.31). The
+majority class is 0.34.
 """
 
 from configs import base
