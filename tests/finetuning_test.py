@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from unittest import mock
 
+import chex
 import jax
 import numpy as np
 from absl.testing import absltest, parameterized
@@ -288,6 +289,30 @@ class EndToEndTest(absltest.TestCase):
                 ft.finetune(_config(), parts)
         self.assertEqual(ft.finetune(_config(), parts), final)
         self.assertEqual(_records(parts), _records(whole))
+
+
+class EncoderTest(absltest.TestCase):
+    def test_hf_encoder_without_its_mlm_head_starts_the_task_model(self):
+        cfg, params, tok = ft.load_encoder(_hf_dir())
+        self.assertEqual(sorted(params), ["embeddings", "encoder"])  # no mlm_head
+        self.assertEqual(tok.vocab_size, cfg.vocab_size)
+        ids = np.zeros((1, 8), np.int32)
+        task_params = ft.initial_params(heads.TaskModel(cfg), params, jax.random.key(0), ids)
+        chex.assert_trees_all_equal(task_params["roformer"], params)
+        self.assertIn("classifier", task_params["head"])
+        with self.assertRaisesRegex(ValueError, "encoder's parameters"):
+            ft.initial_params(heads.TaskModel(cfg), {"embeddings": params["embeddings"]},
+                              jax.random.key(0), ids)  # fmt: skip
+
+    def test_pretraining_workdir_gives_its_model_params_and_tokenizer(self):
+        workdir = os.path.join(_TMP, "run")
+        os.makedirs(os.path.join(workdir, "checkpoints"), exist_ok=True)
+        run = mock.Mock(params={"embeddings": 1, "encoder": 2, "mlm_head": 3})
+        with mock.patch.object(ft.runs, "load_run", return_value=run) as load_run:
+            cfg, params, tok = ft.load_encoder(workdir)
+        load_run.assert_called_once_with(workdir)
+        self.assertEqual((cfg, params, tok), (run.config.model, {"embeddings": 1, "encoder": 2},
+                                              run.tokenizer))  # fmt: skip
 
 
 class OtherTasksTest(parameterized.TestCase):

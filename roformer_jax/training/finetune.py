@@ -79,6 +79,19 @@ def load_encoder(init_from: str | None, random_init_size: str = "tiny"):
         WordPieceTokenizer.from_vocab(init_from))  # fmt: skip
 
 
+def initial_params(model: heads.TaskModel, encoder_params, rng, ids):
+    """The TaskModel's params: a fresh head (and encoder, without `encoder_params`) from
+    `rng`; ValueError when the encoder's tree or shapes are not the model's."""
+    params = model.init(rng, ids)["params"]
+    if encoder_params is None:
+        return params
+    want = jax.tree.map(jnp.shape, params["roformer"])
+    have = jax.tree.map(jnp.shape, encoder_params)
+    if want != have:
+        raise ValueError(f"the pre-trained encoder's parameters {have} are not the model's {want}")
+    return {**params, "roformer": jax.tree.map(jnp.asarray, encoder_params)}
+
+
 def layer_decay_factors(params, *, num_layers: int, decay: float):
     """The lr factor of each leaf of a TaskModel's params (see FinetuneConfig.layer_decay):
     head 1, encoder layer i decay^(num_layers - i), embeddings decay^(num_layers + 1)."""
@@ -258,9 +271,7 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
     tx = optax.chain(optim.optimizer_on(cfg.optim, schedule), scale_by_factors(factors))
 
     def init(rng):
-        params = model.init(rng, ids)["params"]
-        if encoder_params is not None:
-            params = {**params, "roformer": jax.tree.map(jnp.asarray, encoder_params)}
+        params = initial_params(model, encoder_params, rng, ids)
         return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
 
     init_rng, step_rng = jax.random.split(jax.random.key(cfg.seed))
