@@ -287,6 +287,18 @@ class EndToEndTest(absltest.TestCase):
         with mock.patch.object(metrics_lib.MetricsWriter, "write", write):
             with self.assertRaisesRegex(RuntimeError, "power cut"):
                 ft.finetune(_config(), parts)
+        # A crash while saving the latest checkpoint of epoch 2, after the best one (both
+        # of step 12 when epoch 2 is the best so far): the rerun redoes epoch 2.
+        real_save = ft.Checkpoints.save
+
+        def save(self, step, state, meta):
+            if step == 12 and self.directory.endswith("checkpoints"):
+                raise RuntimeError("power cut")
+            real_save(self, step, state, meta)
+
+        with mock.patch.object(ft.Checkpoints, "save", save):
+            with self.assertRaisesRegex(RuntimeError, "power cut"):
+                ft.finetune(_config(), parts)
         self.assertEqual(ft.finetune(_config(), parts), final)
         self.assertEqual(_records(parts), _records(whole))
 

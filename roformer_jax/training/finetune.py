@@ -335,7 +335,8 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
                     record.update(evaluate(state.params, splits["valid"], "valid"))
                     if progress["best"] is None or record[key] > progress["best"][key]:
                         progress["best"] = {"step": done, key: record[key]}
-                        save(best, done, {})
+                        if best.latest_step() != done:  # a rerun after a crash between
+                            save(best, done, {})  # the two saves: the same state again
                     logging.info(
                         "epoch %d: %s",
                         done // steps_per_epoch,
