@@ -274,9 +274,21 @@ class EndToEndTest(absltest.TestCase):
         self.assertBetween(final["test/accuracy"], 0.0, 1.0)
         self.assertTrue(np.isfinite(epochs[-1]["train/loss"]))
 
-        # A crash after epoch 1's record and checkpoint: the rerun resumes there and logs
-        # what the uninterrupted run logged.
         parts = os.path.join(_TMP, "parts")
+        # A crash while saving the latest checkpoint of epoch 1, after the best one: the
+        # rerun starts over and reaches a best checkpoint of that step already there.
+        real_save = ft.Checkpoints.save
+
+        def save(self, step, state, meta):
+            if step == 6 and self.directory.endswith("checkpoints"):
+                raise RuntimeError("power cut")
+            real_save(self, step, state, meta)
+
+        with mock.patch.object(ft.Checkpoints, "save", save):
+            with self.assertRaisesRegex(RuntimeError, "power cut"):
+                ft.finetune(_config(), parts)
+        # Then a crash after step 8's record: the rerun resumes from epoch 1's checkpoint,
+        # and the whole logs what the uninterrupted run logged.
         real_write = metrics_lib.MetricsWriter.write
 
         def write(self, record):
@@ -285,18 +297,6 @@ class EndToEndTest(absltest.TestCase):
                 raise RuntimeError("power cut")
 
         with mock.patch.object(metrics_lib.MetricsWriter, "write", write):
-            with self.assertRaisesRegex(RuntimeError, "power cut"):
-                ft.finetune(_config(), parts)
-        # A crash while saving the latest checkpoint of epoch 2, after the best one (both
-        # of step 12 when epoch 2 is the best so far): the rerun redoes epoch 2.
-        real_save = ft.Checkpoints.save
-
-        def save(self, step, state, meta):
-            if step == 12 and self.directory.endswith("checkpoints"):
-                raise RuntimeError("power cut")
-            real_save(self, step, state, meta)
-
-        with mock.patch.object(ft.Checkpoints, "save", save):
             with self.assertRaisesRegex(RuntimeError, "power cut"):
                 ft.finetune(_config(), parts)
         self.assertEqual(ft.finetune(_config(), parts), final)
