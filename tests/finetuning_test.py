@@ -181,6 +181,12 @@ class LayerDecayTest(absltest.TestCase):
             )
         self.assertEqual(f["roformer"]["embeddings"]["word_embeddings"]["embedding"], 0.5**4)
 
+    def test_updates_are_scaled_by_their_factor(self):
+        tx = ft.scale_by_factors({"head": 1.0, "roformer": 0.25})
+        updates, _ = tx.update({"head": np.ones(2), "roformer": np.ones(2)}, tx.init(None))
+        np.testing.assert_allclose(updates["roformer"], [0.25, 0.25])
+        np.testing.assert_allclose(updates["head"], [1.0, 1.0])
+
 
 # ---------------------------------------------------------------- end to end
 
@@ -273,6 +279,8 @@ class EndToEndTest(absltest.TestCase):
         self.assertAlmostEqual(final["valid/accuracy"], best["valid/accuracy"])
         self.assertBetween(final["test/accuracy"], 0.0, 1.0)
         self.assertTrue(np.isfinite(epochs[-1]["train/loss"]))
+        self.assertNotEmpty(os.listdir(os.path.join(whole, metrics_lib.TENSORBOARD_DIR)))
+        self.assertNotEmpty(os.listdir(os.path.join(whole, "best")))
 
         parts = os.path.join(_TMP, "parts")
         # A crash while saving the latest checkpoint of epoch 1, after the best one: the
