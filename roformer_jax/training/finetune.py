@@ -304,9 +304,9 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
         scores = kind.scores(outputs, split.rows, split.examples, labels, tok)
         return {f"{prefix}/{k}": v for k, v in scores.items()}
 
-    def save(checkpoints, step, extra):
+    def save(checkpoints, step):
         meta = {"config": {**cfg_dict, "model": dataclasses.asdict(model_cfg)},
-                "window": window, "best": progress["best"], **extra}  # fmt: skip
+                "window": window, "best": progress["best"]}  # fmt: skip
         checkpoints.save(step, devices.first(state), meta)
 
     # --- Loop: log; at each epoch's end validate, keep the best, save the latest.
@@ -319,6 +319,8 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
                                      steps_per_epoch, fcfg.batch_size, cfg.seed)  # fmt: skip
                 state, step_metrics = train_step(state, devices.shard(batch), step_rng)
                 pending.append(step_metrics)
+                if len(pending) > 2:  # at most 2 steps in flight, as in pre-training
+                    jax.block_until_ready(pending[-3])
                 is_log = done % fcfg.log_every == 0 or done % steps_per_epoch == 0
                 is_epoch, stop = done % steps_per_epoch == 0, stop_requested()
                 if not (is_log or stop):
@@ -336,7 +338,7 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
                     if progress["best"] is None or record[key] > progress["best"][key]:
                         progress["best"] = {"step": done, key: record[key]}
                         if best.latest_step() != done:  # a rerun after a crash between
-                            save(best, done, {})  # the two saves: the same state again
+                            save(best, done)  # the two saves: the same state again
                     logging.info(
                         "epoch %d: %s",
                         done // steps_per_epoch,
@@ -348,7 +350,7 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
                     writer.write(record)
                     metrics_lib.log_progress(record, total_steps=total)
                 if is_epoch or stop:
-                    save(latest, done, {})
+                    save(latest, done)
                 if stop:
                     raise runtime.TrainingInterrupted(
                         f"stopped at step {done} on request; checkpoint saved in "
