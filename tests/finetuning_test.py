@@ -324,6 +324,17 @@ class EncoderTest(absltest.TestCase):
             ft.initial_params(heads.TaskModel(cfg), {"embeddings": params["embeddings"]},
                               jax.random.key(0), ids)  # fmt: skip
 
+    def test_hf_task_checkpoint_gives_its_encoder(self):
+        cfg, params, _ = ft.load_encoder(_hf_dir())
+        task = heads.TaskModel(cfg, "question_answering")
+        variables = {"params": ft.initial_params(task, params, jax.random.key(2),
+                                                 np.zeros((1, 4), np.int32))}  # fmt: skip
+        path = os.path.join(_TMP, "hf_qa")
+        hf.save_hf_roformer(task, variables, path)
+        shutil.copy(_vocab(), path)
+        _, loaded, _ = ft.load_encoder(path)
+        chex.assert_trees_all_equal(loaded, params)
+
     def test_pretraining_workdir_gives_its_model_params_and_tokenizer(self):
         workdir = os.path.join(_TMP, "run")
         os.makedirs(os.path.join(workdir, "checkpoints"), exist_ok=True)
