@@ -15,6 +15,7 @@ import typing
 from ml_collections import ConfigDict, config_dict
 
 from roformer_jax.model import SIZES
+from roformer_jax.training import finetune_config
 from roformer_jax.training.config import SECTIONS, default_experiment_config
 
 
@@ -34,12 +35,24 @@ def get_base_config(size: str = "small") -> ConfigDict:
     return config
 
 
-def _section(cls, values) -> ConfigDict:
+def get_finetune_base_config() -> ConfigDict:
+    """Fine-tuning's fields (training.finetune_config), at their dataclass defaults: the
+    builtin next-sentence task on a randomly initialized tiny encoder."""
+    defaults = finetune_config.FinetuneExperiment()
+    config = ConfigDict()
+    for section, cls in finetune_config.SECTIONS.items():
+        config[section] = _section(cls, getattr(defaults, section))
+    # The top-level fields: all but the sections.
+    config.update(_section(type(defaults), defaults, skip=tuple(finetune_config.SECTIONS)))
+    return config
+
+
+def _section(cls, values, skip: tuple[str, ...] = ()) -> ConfigDict:
     """The fields of dataclass `values`; a None default becomes a placeholder of its type,
     so that `--config.x.y=3` parses as the annotated type and not as None's."""
     hints = typing.get_type_hints(cls)
     section = ConfigDict()
-    for field in dataclasses.fields(cls):
+    for field in (f for f in dataclasses.fields(cls) if f.name not in skip):
         value = getattr(values, field.name)
         section[field.name] = (
             config_dict.placeholder(_not_none(hints[field.name])) if value is None else value

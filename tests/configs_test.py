@@ -14,6 +14,7 @@ from ml_collections import config_flags
 from configs import base
 from roformer_jax import study
 from roformer_jax.model import SIZES, RoFormer
+from roformer_jax.training import finetune_config
 from roformer_jax.training.config import (
     SECTIONS,
     default_experiment_config,
@@ -162,6 +163,20 @@ class ConfigsTest(parameterized.TestCase):
         # lock_config=True (the default): a misspelt key is an error, not a new field.
         with self.assertRaisesRegex(AttributeError, 'stepz.*Did you mean "steps"'):
             _parse("tiny", ["--config.train.stepz=7"])
+
+    def test_finetune_config_is_the_dataclass_defaults_and_loads(self):
+        config = base.get_finetune_base_config().to_dict()
+        self.assertEqual(config, dataclasses.asdict(finetune_config.FinetuneExperiment()))
+        for arg in (None, "runlocal"):
+            finetune_config.finetune_experiment_from_dict(
+                _load("finetune_classification", arg).to_dict()
+            )
+        doc = importlib.import_module("configs.finetune_classification").__doc__
+        self.assertIn(
+            "python experiments/finetune.py --config=configs/finetune_classification", doc
+        )
+        with self.assertRaisesRegex(ValueError, "metric 'f1' does not suit format"):
+            finetune_config.TaskConfig(metric="f1")
 
     def test_unknown_config_argument_is_an_error(self):
         with self.assertRaisesRegex(ValueError, "'fast'.*runlocal"):

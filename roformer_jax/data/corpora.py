@@ -99,6 +99,11 @@ def resolve_files(source: str) -> list[str]:
 
 def stdlib_documents() -> Iterator[str]:
     """Yields the built-in corpus: stdlib docstrings and pydoc help topics, in a fixed order."""
+    return (doc for _, doc in stdlib_sourced_documents())
+
+
+def stdlib_sourced_documents() -> Iterator[tuple[str, str]]:
+    """`stdlib_documents` with the path of the file each comes from, relative to the stdlib."""
     root = sysconfig.get_paths()["stdlib"]
     for directory, subdirs, files in os.walk(root):
         subdirs[:] = sorted(d for d in subdirs if d not in _SKIPPED_DIRS and d[0] != ".")
@@ -112,10 +117,10 @@ def stdlib_documents() -> Iterator[str]:
                     tree = ast.parse(source)
             except (SyntaxError, ValueError):
                 continue
-            if os.path.relpath(path, root) == os.path.join("pydoc_data", "topics.py"):
-                yield from _help_topics(tree)
-            else:
-                yield from _docstrings(tree)
+            relative = os.path.relpath(path, root)
+            docs = _help_topics(tree) if relative == os.path.join("pydoc_data", "topics.py") else (
+                _docstrings(tree))  # fmt: skip
+            yield from ((relative, doc) for doc in docs)
 
 
 def _docstrings(node: ast.AST) -> Iterator[str]:

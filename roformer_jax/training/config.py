@@ -91,22 +91,22 @@ def experiment_config_from_dict(d: Mapping) -> ExperimentConfig:
     unknown = sorted(set(d) - set(SECTIONS) - {"seed"})
     if unknown:
         raise ValueError(f"unknown config keys {unknown}; expected {sorted(SECTIONS)} and seed")
-    data = _from_dict(DataConfig, d.get("data", {}), "data")
+    data = section_from_dict(DataConfig, d.get("data", {}), "data")
     model = dict(d.get("model", {}))
     if model.get("vocab_size") is None:
         model["vocab_size"] = tokenizer_vocab_size(
             data.tokenizer, wordpiece_vocab_size=data.vocab_size
         )
     return ExperimentConfig(
-        model=_from_dict(ModelConfig, model, "model"),
+        model=section_from_dict(ModelConfig, model, "model"),
         data=data,
-        optim=_from_dict(OptimConfig, d.get("optim", {}), "optim"),
-        train=_from_dict(TrainConfig, d.get("train", {}), "train"),
+        optim=section_from_dict(OptimConfig, d.get("optim", {}), "optim"),
+        train=section_from_dict(TrainConfig, d.get("train", {}), "train"),
         seed=int(d.get("seed", 0)),
     )
 
 
-def _from_dict(cls, values: Mapping, section: str):
+def section_from_dict(cls, values: Mapping, section: str):
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - fields)
     if unknown:

@@ -75,6 +75,13 @@ class Devices:
         CPU buffer would change under orbax's background write once the step donates it)."""
         return jax.tree.map(lambda x: np.array(x[0] if self.parallel else x), tree)
 
+    def unshard(self, tree):
+        """Host numpy rows of per-device outputs: [n, b / n, ...] -> [b, ...] (`shard`'s
+        inverse)."""
+        if not self.parallel:
+            return jax.tree.map(np.asarray, tree)
+        return jax.tree.map(lambda x: np.asarray(x).reshape(-1, *x.shape[2:]), tree)
+
     def replicate(self, tree):
         """[...] -> [n, ...] with a separate copy on each local device.
 

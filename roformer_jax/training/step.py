@@ -79,8 +79,8 @@ def mlm_apply(model, params, batch, mask_prob, **kwargs) -> dict[str, jax.Array]
     return mlm_sums(out.logits, targets, weights)
 
 
-def _rowwise_mlm_apply(model, params, batch, mask_prob, rng) -> dict[str, jax.Array]:
-    """`mlm_apply` in training mode, each row with its own dropout key (see module doc).
+def _rowwise_sums(sums_fn, params, batch, rng) -> dict[str, jax.Array]:
+    """`sums_fn` in training mode, each row with its own dropout key (see module doc).
 
     batch["index"]: int [b], each row's index in the global batch.
     """
@@ -89,7 +89,7 @@ def _rowwise_mlm_apply(model, params, batch, mask_prob, rng) -> dict[str, jax.Ar
 
     def one_row(row, key):  # row: dict of [L]; the model sees a batch of one
         row = jax.tree.map(lambda x: x[None], row)
-        return mlm_apply(model, params, row, mask_prob, deterministic=False, rngs={"dropout": key})
+        return sums_fn(params, row, deterministic=False, rngs={"dropout": key})
 
     sums = jax.vmap(one_row)(rows, keys)  # each [b]
     return jax.tree.map(jnp.sum, sums)
@@ -103,19 +103,34 @@ def make_train_step(
     axis_name: str | None = None,
     mask_prob: float | None = None,
 ):
-    """The pure update `(state, batch, rng) → (state, metrics)`.
+    """The pure MLM (or next-token) update `(state, batch, rng) → (state, metrics)`.
 
-    batch: dict of [b, L] arrays (b divisible by grad_accum) and "index", int [b], each
-    row's index in the global batch (its dropout stream). Gradients of the summed loss are
-    accumulated over `grad_accum` micro-batches of b / A rows by a scan, summed over
-    `axis_name` (when pmapped) and divided by the total masked-token count. metrics: summed
-    "loss", "correct", "count" over the global batch, and "grad_norm" of the mean gradient
-    (before clipping). mask_prob: the rate the targets were chosen at without whole words;
-    when given, the MLM head runs only where targets can be (see `mlm_apply`).
+    `make_sums_train_step` of `mlm_apply`. mask_prob: the rate the targets were chosen at
+    without whole words; when given, the MLM head runs only where targets can be (see
+    `mlm_apply`).
+    """
+
+    def sums_fn(params, batch, **kwargs):
+        return mlm_apply(model, params, batch, mask_prob, **kwargs)
+
+    return make_sums_train_step(sums_fn, tx, grad_accum=grad_accum, axis_name=axis_name)
+
+
+def make_sums_train_step(sums_fn, tx, *, grad_accum: int = 1, axis_name: str | None = None):
+    """The pure update `(state, batch, rng) → (state, metrics)` of any summed loss.
+
+    sums_fn(params, batch, *, deterministic, rngs) → {"loss", "correct", "count"}: sums over
+    the batch's targets (masked tokens for MLM, examples for a task head); it is called on
+    one row at a time with that row's dropout key. batch: dict of [b, ...] arrays (b
+    divisible by grad_accum) and "index", int [b], each row's index in the global batch (its
+    dropout stream). Gradients of the summed loss are accumulated over `grad_accum`
+    micro-batches of b / A rows by a scan, summed over `axis_name` (when pmapped) and divided
+    by the total target count. metrics: summed "loss", "correct", "count" over the global
+    batch, and "grad_norm" of the mean gradient (before clipping).
     """
 
     def loss_fn(params, batch, rng):
-        sums = _rowwise_mlm_apply(model, params, batch, mask_prob, rng)
+        sums = _rowwise_sums(sums_fn, params, batch, rng)
         return sums["loss"], sums
 
     grad_fn = jax.grad(loss_fn, has_aux=True)

@@ -1,0 +1,48 @@
+r"""Fine-tunes a pre-trained encoder with a fresh task head: parses flags, calls the library.
+
+  python experiments/finetune.py --config=configs/finetune_classification.py \
+      --workdir=/tmp/ft --config.init_from=/tmp/tiny
+
+--config.init_from is a pre-training workdir (experiments/train_mlm.py's) or a local HF
+RoFormer directory with its vocab.txt; without it the encoder starts from random weights.
+Rerunning with the same --workdir resumes from its latest checkpoint. Writes
+<workdir>/final_metrics.json: the best epoch's validation metrics and, with a test file, its
+test metrics.
+"""
+
+import json
+import os
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+# Config files import `configs.base`: make the repository root importable for a plain run.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from roformer_jax.training import runtime  # noqa: E402
+from roformer_jax.training.finetune import finetune  # noqa: E402
+from roformer_jax.training.finetune_config import finetune_experiment_from_dict  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Fine-tuning config file, e.g. configs/finetune_classification.py.",
+    lock_config=True,
+)  # fmt: skip
+_WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics and logs go here.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    cfg = finetune_experiment_from_dict(_CONFIG.value.to_dict())
+    try:
+        final = finetune(cfg, _WORKDIR.value)
+    except runtime.TrainingInterrupted as e:
+        logging.warning("%s", e)
+        sys.exit(1)
+    logging.info("final metrics: %s", json.dumps(final))
+
+
+if __name__ == "__main__":
+    runtime.run_main(main)

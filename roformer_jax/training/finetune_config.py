@@ -1,0 +1,121 @@
+"""What a fine-tuning run is: the task, the schedule, the optimizer, where the encoder comes from.
+
+    cfg = finetune_experiment_from_dict(config.to_dict())   # from an ml_collections config
+
+The dataclasses hold every default (configs/base.py's `get_finetune_base_config` is generated
+from them); the optimizer section is pre-training's OptimConfig with fine-tuning's defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from roformer_jax.data.tasks import FORMATS, TRUNCATIONS
+from roformer_jax.model import SIZES
+from roformer_jax.training.config import section_from_dict
+from roformer_jax.training.optim import OptimConfig
+
+# The metrics each format reports; `TaskConfig.metric` picks the one that chooses the best
+# checkpoint.
+METRICS = {
+    "classification": ("accuracy", "macro_f1"),
+    "qa": ("exact_match", "f1"),
+    "multiple_choice": ("accuracy",),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskConfig:
+    """The data of a task, how it is encoded, and the metric that chooses the best epoch."""
+
+    # A .jsonl/.json/.csv file, or "builtin:<name>" (a task of data.tasks.BUILTIN_TASKS,
+    # generated into <workdir>/data with its own valid and test files).
+    train_file: str = "builtin:source_package"
+    valid_file: str | None = None  # None: a builtin task's, else required
+    test_file: str | None = None  # evaluated once with the best checkpoint; None: a builtin's
+    format: str = "classification"  # "classification" | "qa" | "multiple_choice" (data/tasks.py)
+    metric: str = "accuracy"  # classification: accuracy | macro_f1; qa: exact_match | f1;
+    # multiple_choice: accuracy
+    max_length: int = 128  # tokens per row, [CLS] and [SEP]s included
+    truncation: str = "head"  # "head" | "tail" | "head+tail" (qa: the context's head)
+    labels: tuple[str, ...] = ()  # label names in id order; () = the training file's, sorted
+
+    def __post_init__(self):
+        object.__setattr__(self, "labels", tuple(str(x) for x in self.labels))
+        if self.format not in FORMATS:
+            raise ValueError(f"format {self.format!r} is not one of {sorted(FORMATS)}")
+        if self.metric not in METRICS[self.format]:
+            raise ValueError(
+                f"metric {self.metric!r} does not suit format {self.format!r}; use one of "
+                f"{METRICS[self.format]}"
+            )
+        if self.truncation not in TRUNCATIONS:
+            raise ValueError(f"truncation {self.truncation!r} is not one of {TRUNCATIONS}")
+        if self.max_length < 4:
+            raise ValueError(f"max_length {self.max_length} leaves no room for text")
+        if not self.train_file.startswith("builtin:") and self.valid_file is None:
+            raise ValueError(f"train_file {self.train_file!r} needs a valid_file")
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneConfig:
+    """How long and on what batches; layer-wise learning-rate decay."""
+
+    epochs: int = 3  # passes over the training file; validation after each
+    batch_size: int = 32  # global, split over the devices
+    eval_batch_size: int | None = None  # None = batch_size
+    # Layer-wise lr decay (Clark et al. 2020, ELECTRA): the head learns at lr, the top
+    # encoder layer at lr·decay, layer i of n (0 = bottom) at lr·decay^(n - i), the
+    # embeddings at lr·decay^(n + 1). 1.0 = off.
+    layer_decay: float = 1.0
+    log_every: int = 20  # steps between train records and progress lines
+
+    def __post_init__(self):
+        for name in ("epochs", "batch_size", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if not 0.0 < self.layer_decay <= 1.0:
+            raise ValueError(f"layer_decay {self.layer_decay} must be in (0, 1]")
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneExperiment:
+    task: TaskConfig = TaskConfig()
+    finetune: FinetuneConfig = FinetuneConfig()
+    # BERT's fine-tuning recipe (Devlin et al. 2019, appendix A.3: lr in {2, 3, 5}e-5) with
+    # pre-training's AdamW, clipping and linear decay; warm-up in steps.
+    optim: OptimConfig = OptimConfig(learning_rate=5e-5, warmup_steps=50)
+    # A pre-training workdir (train_mlm.py's), or a local HF RoFormer directory with its
+    # vocab.txt; None = a randomly initialized encoder of size `random_init_size` on bytes.
+    init_from: str | None = None
+    random_init_size: str = "tiny"  # a key of model.SIZES; used only without init_from
+    seed: int = 0  # head initialization, dropout and data order
+
+    def __post_init__(self):
+        if self.random_init_size not in SIZES:
+            raise ValueError(
+                f"random_init_size {self.random_init_size!r} is not one of {sorted(SIZES)}"
+            )
+
+
+SECTIONS = {"task": TaskConfig, "finetune": FinetuneConfig, "optim": OptimConfig}
+_TOP_LEVEL = ("init_from", "random_init_size", "seed")
+
+
+def finetune_experiment_from_dict(d: Mapping) -> FinetuneExperiment:
+    """The frozen configs of a nested dict (e.g. `ConfigDict.to_dict()`); unknown keys are
+    errors."""
+    unknown = sorted(set(d) - set(SECTIONS) - set(_TOP_LEVEL))
+    if unknown:
+        raise ValueError(f"unknown config keys {unknown}; expected {sorted(SECTIONS)} and "
+                         f"{list(_TOP_LEVEL)}")  # fmt: skip
+    defaults = FinetuneExperiment()  # a section's missing keys: its default there, not the
+    # dataclass's own (fine-tuning's optimizer is not pre-training's)
+    sections = {
+        name: section_from_dict(
+            cls, {**dataclasses.asdict(getattr(defaults, name)), **d.get(name, {})}, name
+        )
+        for name, cls in SECTIONS.items()
+    }
+    return FinetuneExperiment(**sections, **{k: d[k] for k in _TOP_LEVEL if k in d})
