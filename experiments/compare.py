@@ -32,6 +32,10 @@ _CONFIG = config_flags.DEFINE_config_file(
     lock_config=True,
 )  # fmt: skip
 _WORKDIR = flags.DEFINE_string("workdir", "runs/compare", "Each run trains in <workdir>/<name>/.")
+_RAW_DIR = flags.DEFINE_string(
+    "raw_dir", None, "Also copy each run's metrics.jsonl and config.json here (e.g. under "
+    "docs/results/raw/), kilobytes per run, to commit beside the page they make.",
+)  # fmt: skip
 
 
 def main(argv):
@@ -60,6 +64,9 @@ def main(argv):
     with open(md, encoding="utf-8") as f:
         print(f.read())
     logging.info("wrote %s and %s", png, md)
+    if _RAW_DIR.value:
+        count = study.export_raw(runs, _WORKDIR.value, _RAW_DIR.value)
+        logging.info("copied %d raw files to %s", count, _RAW_DIR.value)
 
 
 if __name__ == "__main__":

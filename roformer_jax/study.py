@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -109,6 +110,27 @@ def run_study(runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str) -> d
                 train_and_evaluate(cfg, directory)
             results[name].append(metrics_lib.read_metrics(directory))
     return results
+
+
+RAW_FILES = ("metrics.jsonl", "config.json")  # a run's small outputs: what its numbers are
+
+
+def export_raw(runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str, dest: str) -> int:
+    """Copies each run's RAW_FILES from `workdir` to the same place under `dest`.
+
+    Kilobytes per run (no checkpoints, no data): what a results page can be rebuilt and
+    checked from. Returns the number of files copied.
+    """
+    copied = 0
+    for name, configs in runs.items():
+        for cfg in configs:
+            source, target = run_dir(workdir, name, cfg.seed), run_dir(dest, name, cfg.seed)
+            os.makedirs(target, exist_ok=True)
+            for file in RAW_FILES:
+                if os.path.exists(os.path.join(source, file)):
+                    shutil.copyfile(os.path.join(source, file), os.path.join(target, file))
+                    copied += 1
+    return copied
 
 
 def curves(results: Mapping[str, Sequence[list[dict]]], keys: Sequence[str]) -> dict:

@@ -77,6 +77,21 @@ class StudyTest(absltest.TestCase):
         caches = {call.args[0].train.data_cache_dir for call in fake.call_args_list}
         self.assertEqual(caches, {os.path.join(workdir, "data")})
 
+    def test_export_raw_copies_each_runs_metrics_and_config_only(self):
+        workdir = self.enter_context(tempfile.TemporaryDirectory())
+        dest = os.path.join(workdir, "raw")
+        runs = {"a": [_config(0), _config(1)]}
+        with mock.patch.object(study, "train_and_evaluate", side_effect=_fake_training):
+            study.run_study(runs, workdir)
+        with open(os.path.join(study.run_dir(workdir, "a", 1), "config.json"), "w") as f:
+            f.write("{}")
+        os.makedirs(os.path.join(study.run_dir(workdir, "a", 0), "checkpoints"))
+        self.assertEqual(study.export_raw(runs, workdir, dest), 3)
+        self.assertEqual(
+            sorted(os.listdir(study.run_dir(dest, "a", 1))), list(sorted(study.RAW_FILES))
+        )
+        self.assertEqual(os.listdir(study.run_dir(dest, "a", 0)), ["metrics.jsonl"])
+
     def test_summary_and_report(self):
         workdir = self.enter_context(tempfile.TemporaryDirectory())
         results = {
