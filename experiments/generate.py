@@ -62,13 +62,18 @@ def continuations(run, prompts: list[list[int]]) -> list[tuple[str, str, str]]:
         rng=jax.random.key(_RNG_SEED.value), **common,
     )  # fmt: skip
 
-    def text(tokens):  # up to the first [SEP]; generate repeats it after
+    def text(tokens, stop=False):  # a continuation stops at its first [SEP] (then repeated)
         tokens = [int(t) for t in tokens if t not in (tok.pad_id, tok.cls_id)]
-        end = tokens.index(tok.sep_id) + 1 if tok.sep_id in tokens else len(tokens)
-        return tok.decode(tokens[:end])
+        if stop and tok.sep_id in tokens:
+            tokens = tokens[: tokens.index(tok.sep_id) + 1]
+        return tok.decode(tokens)
 
     return [
-        (text(p), text(np.asarray(greedy)[i, width:]), text(np.asarray(sampled)[i, width:]))
+        (
+            text(p),
+            text(np.asarray(greedy)[i, width:], stop=True),
+            text(np.asarray(sampled)[i, width:], stop=True),
+        )
         for i, p in enumerate(prompts)
     ]
 
