@@ -9,10 +9,10 @@ import tempfile
 from unittest import mock
 
 import chex
+import compile_cache
 import jax
 import numpy as np
 from absl.testing import absltest, parameterized
-from jax.experimental.compilation_cache import compilation_cache
 
 from configs import finetune_classification
 from roformer_jax import heads, hf
@@ -29,13 +29,11 @@ _WORDS = "the a cat dog sat on mat and ran to see big small red blue sun moon".s
 
 
 def setUpModule():
-    jax.config.update("jax_compilation_cache_dir", os.path.join(_TMP, "jax_cache"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    compile_cache.start(_TMP)
 
 
 def tearDownModule():
-    jax.config.update("jax_compilation_cache_dir", None)
-    compilation_cache.reset_cache()
+    compile_cache.stop()
     shutil.rmtree(_TMP, ignore_errors=True)
 
 

@@ -17,10 +17,9 @@ import textwrap
 from unittest import mock
 
 import chex
-import jax
+import compile_cache
 import numpy as np
 from absl.testing import absltest, parameterized
-from jax.experimental.compilation_cache import compilation_cache
 
 from configs import tiny
 from roformer_jax import decoding
@@ -35,14 +34,11 @@ _TMP = tempfile.mkdtemp(prefix="train_test_")
 
 
 def setUpModule():
-    # Runs of one config in this process then compile their steps once (~10 s each on CPU).
-    jax.config.update("jax_compilation_cache_dir", os.path.join(_TMP, "jax_cache"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    compile_cache.start(_TMP)
 
 
 def tearDownModule():
-    jax.config.update("jax_compilation_cache_dir", None)
-    compilation_cache.reset_cache()
+    compile_cache.stop()
     shutil.rmtree(_TMP, ignore_errors=True)
 
 
