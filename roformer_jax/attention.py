@@ -466,8 +466,9 @@ def softmax_attention_step(
     return _softmax(q, _heads(cache.keys), _heads(cache.values), visible, bias), cache
 
 
-def _kernel_step(state, qn, kn, v, *, den_features, mask, eps):
-    """`_kernel_attention`, causal, for new tokens after those summed in `state`."""
+def _kernel_step(state, qn, kn, v, *, den_features, mask, eps, chunk_size):
+    """`_kernel_attention`, causal, for new tokens after those summed in `state`; a prompt of
+    many tokens goes through in chunks, O(T) memory as the causal form."""
     if state is None:  # nothing summed yet: Σ over no tokens
         b, n, _, f = kn.shape
         e = v.shape[-1] + (den_features is None)
@@ -480,7 +481,7 @@ def _kernel_step(state, qn, kn, v, *, den_features, mask, eps):
     carried = tuple(x for x in state if x is not None)
     return _kernel_attention(
         qn, kn, v, den_features=den_features, mask=mask, causal=True, eps=eps,
-        chunk_size=qn.shape[2], state=carried,
+        chunk_size=chunk_size, state=carried,
     )  # fmt: skip
 
 
@@ -495,6 +496,7 @@ def linear_attention_step(
     placement="numerator",
     feature_map="elu",
     eps=1e-6,
+    chunk_size=64,
 ):
     """`linear_attention`, causal, for T new tokens after those summed in `state`.
 
@@ -508,12 +510,22 @@ def linear_attention_step(
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
     phi = FEATURE_MAPS[feature_map]
     qn, kn, den = _linear_features(q, k, phi=phi, rotation=rotation, placement=placement)
-    out, state = _kernel_step(state, qn, kn, _heads(v), den_features=den, mask=mask, eps=eps)
+    out, state = _kernel_step(
+        state, qn, kn, _heads(v), den_features=den, mask=mask, eps=eps, chunk_size=chunk_size
+    )
     return _heads(out).astype(out_dtype), state
 
 
 def cosine_attention_step(
-    state: KernelState | None, q, k, v, *, mask=None, rotation: Rotation | None = None, eps=1e-6
+    state: KernelState | None,
+    q,
+    k,
+    v,
+    *,
+    mask=None,
+    rotation: Rotation | None = None,
+    eps=1e-6,
+    chunk_size=64,
 ):
     """`cosine_attention`, causal, for T new tokens after those summed in `state`.
 
@@ -522,7 +534,9 @@ def cosine_attention_step(
     out_dtype, dtype = q.dtype, _compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
     qf, kf = _cosine_features(q, k, rotation)
-    out, state = _kernel_step(state, qf, kf, _heads(v), den_features=None, mask=mask, eps=eps)
+    out, state = _kernel_step(
+        state, qf, kf, _heads(v), den_features=None, mask=mask, eps=eps, chunk_size=chunk_size
+    )
     return _heads(out).astype(out_dtype), state
 
 

@@ -57,19 +57,18 @@ def generate(
 
     Jitted (compiled once per model, shapes and sampling settings).
     """
-    cfg = model.config
     input_ids = jnp.asarray(input_ids)
     if input_ids.ndim != 2:
         raise ValueError(f"input_ids has shape {input_ids.shape}; expected [B, P]")
-    batch, prompt = input_ids.shape
     mask = jnp.ones_like(input_ids, bool) if attention_mask is None else attention_mask
     mask = jnp.asarray(mask).astype(bool)
-    _check(cfg, model, input_ids, mask, max_new_tokens, temperature, top_k, top_p, rng)
+    _check(model, input_ids, mask, max_new_tokens, temperature, top_k, top_p, rng)
     run = _compiled(model, int(max_new_tokens), float(temperature), top_k, top_p, eos_id)
     return run(variables, input_ids, mask, jax.random.key(0) if rng is None else rng)
 
 
-def _check(cfg, model, input_ids, mask, max_new_tokens, temperature, top_k, top_p, rng):
+def _check(model, input_ids, mask, max_new_tokens, temperature, top_k, top_p, rng):
+    cfg = model.config
     if not cfg.causal:
         raise ValueError(
             "generate needs a causal model (ModelConfig.causal=True); this one is a "
