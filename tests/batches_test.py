@@ -100,6 +100,44 @@ class LoadTest(CorpusTestCase):
         self.assertNotEqual(self.load().path, first.path)
         self.assertNotEqual(self.load(vocab_size=200).path, first.path)
 
+    def test_cache_key_of_existing_configs_is_unchanged(self):
+        # New fields enter the identity only away from their defaults, so caches built before
+        # them keep their key.
+        old = {"format", "source", "files", "max_chars", "valid_fraction", "tokenizer"}
+        _, identity = data._cache_key(DataConfig(), [])
+        self.assertEqual(set(identity), old | {"python", "vocab_size"})
+        _, identity = data._cache_key(DataConfig(source=self.path), [self.path])
+        self.assertEqual(set(identity), old | {"doc_separator", "vocab_size"})
+
+    @parameterized.named_parameters(
+        ("builtin", "builtin", dict(min_doc_chars=1000)),
+        ("file", None, dict(min_doc_chars=1000)),
+        ("builtin_article", "builtin", dict(doc_separator="article")),
+        ("file_article", None, dict(doc_separator="article")),
+    )
+    def test_cache_key_covers_documents(self, source, change):
+        source = source or self.path
+        files = data.corpora.resolve_files(source)
+        key, _ = data._cache_key(DataConfig(source=source), files)
+        changed, _ = data._cache_key(DataConfig(source=source, **change), files)
+        self.assertNotEqual(changed, key)
+
+    def test_builtin_line_and_blank_share_a_key(self):
+        # "builtin" reads docstrings the same way for both, so one cache serves both.
+        key, _ = data._cache_key(DataConfig(doc_separator="line"), [])
+        self.assertEqual(data._cache_key(DataConfig(doc_separator="blank"), [])[0], key)
+
+    def test_min_doc_chars(self):
+        corpus = self.load(min_doc_chars=500)
+        expected = list(data.corpora.join_documents(self.docs, 500))
+        self.assertEqual(corpus.stats["documents"], len(expected))
+        self.assertEqual(corpus.stats["chars"], sum(map(len, expected)))
+        self.assertNotEqual(corpus.path, self.load().path)
+        # The held-out documents are whole joined spans: [SEP] only between spans.
+        sep = corpus.tokenizer.sep_id
+        self.assertEqual(np.sum(corpus.valid_tokens == sep), corpus.stats["valid_documents"])
+        self.assertGreater(corpus.stats["valid_documents"], 0)
+
     def test_no_temporary_files_left(self):
         corpus = self.load()
         for _, _, files in os.walk(corpus.path):
@@ -323,8 +361,9 @@ class BadInputTest(CorpusTestCase):
         ("valid_len", dict(valid_lengths=(64, 1)), "sequence length 1"),
         ("fraction", dict(valid_fraction=1.0), "valid_fraction"),
         ("mask_prob", dict(mask_prob=0.0), "mask_prob"),
-        ("separator", dict(doc_separator="paragraph"), "doc_separator"),
+        ("separator", dict(doc_separator="paragraph"), "doc_separator 'paragraph'.*'article'"),
         ("max_chars", dict(max_chars=0), "max_chars"),
+        ("min_doc_chars", dict(min_doc_chars=-1), "min_doc_chars -1"),
         ("vocab", dict(vocab_size=4), "vocab_size"),
     )
     def test_bad_config(self, kwargs, message):

@@ -41,6 +41,74 @@ class ReadDocumentsTest(parameterized.TestCase):
         path = self.write("docs.txt", TEXT)
         self.assertEqual(read_documents(path, doc_separator=separator), expected)
 
+    def test_articles(self):
+        path = self.write(
+            "wiki.txt",
+            " Before any title \n\n = Alpha = \n\n Alpha lead . \n\n = = History = = \n\n"
+            " Old times . \n = = = Early = = = \n Earliest . \n\n = Beta = \n Beta text . \n"
+            " = Gamma = \n\n",
+        )
+        expected = [
+            "Before any title",
+            "= Alpha =\nAlpha lead .\n= = History = =\nOld times .\n= = = Early = = =\nEarliest .",
+            "= Beta =\nBeta text .",
+            "= Gamma =",
+        ]
+        self.assertEqual(read_documents(path, doc_separator="article"), expected)
+        # The same lines as "line" gives, only grouped.
+        lines = read_documents(path, doc_separator="line")
+        self.assertEqual("\n".join(expected), "\n".join(lines))
+
+    def test_text_before_the_first_title_is_optional(self):
+        path = self.write("wiki.txt", "\n = Alpha = \n a \n = Beta = \n b \n")
+        docs = read_documents(path, doc_separator="article")
+        self.assertEqual(docs, ["= Alpha =\na", "= Beta =\nb"])
+
+    def test_builtin_articles_are_files(self):
+        sourced = list(corpora.stdlib_sourced_documents())
+        docs = read_documents("builtin", doc_separator="article")
+        files = list(dict.fromkeys(path for path, _ in sourced))
+        self.assertLen(docs, len(files))
+        # The same text as one document per docstring, joined by blank lines within a file.
+        per_doc = [doc for _, doc in sourced]
+        self.assertEqual("\n\n".join(docs), "\n\n".join(per_doc))
+        self.assertEqual(
+            sum(map(len, docs)), sum(map(len, per_doc)) + 2 * (len(sourced) - len(files))
+        )
+        first_file = [doc for path, doc in sourced if path == files[0]]
+        self.assertEqual(docs[0], "\n\n".join(first_file))
+
+    @parameterized.parameters("line", "blank")
+    def test_builtin_line_and_blank_are_docstrings(self, separator):
+        docs = read_documents("builtin", doc_separator=separator, max_chars=20_000)
+        expected = list(itertools.islice(corpora.stdlib_documents(), len(docs)))
+        self.assertEqual(docs[:-1], expected[:-1])
+
+    @parameterized.parameters(0, 1, 7, 30, 1000)
+    def test_join_documents(self, min_chars):
+        docs = ["abc", "de", "fghij", "k", "lmnopqrstu", "vw", "x", "yz"]
+        joined = list(corpora.join_documents(docs, min_chars))
+        self.assertEqual("\n".join(joined), "\n".join(docs))  # text and order kept
+        self.assertTrue(all(len(d) >= min_chars for d in joined[:-1]), joined)
+        if min_chars <= 1:
+            self.assertEqual(joined, docs)
+        # Greedy: a group closes as soon as it is long enough (no doc here holds a "\n").
+        prefixes = [d.rpartition("\n")[0] for d in joined if "\n" in d]
+        self.assertTrue(all(len(p) < min_chars for p in prefixes), joined)
+
+    def test_min_doc_chars(self):
+        path = self.write("docs.txt", TEXT)
+        docs = read_documents(path, doc_separator="blank", min_doc_chars=20)
+        self.assertEqual(docs, ["first doc line one\nline two", "second doc\nthird"])
+        docs = read_documents(path, min_doc_chars=30, max_chars=36)  # cut after joining
+        self.assertEqual(docs, ["first doc line one\nline two\nsecond d"])
+
+    def test_negative_min_doc_chars(self):
+        with self.assertRaisesRegex(ValueError, "min_doc_chars -1"):
+            read_documents("builtin", min_doc_chars=-1)
+        with self.assertRaisesRegex(ValueError, "min_chars -1"):
+            list(corpora.join_documents(["a"], -1))
+
     def test_directory_and_glob(self):
         for name in ("b.txt", "a.txt", "sub/c.txt", ".hidden", ".git/d.txt"):
             self.write(name, f"from {name}\n")
@@ -74,6 +142,13 @@ class ReadDocumentsTest(parameterized.TestCase):
         docs = read_documents(WIKITEXT)
         self.assertEqual(docs[0], "= Homarus gammarus =")
         self.assertGreater(len(docs), 1000)
+
+    @absltest.skipUnless(os.path.isfile(WIKITEXT), "shared/data is absent")
+    def test_wikitext_articles(self):
+        docs = read_documents(WIKITEXT, doc_separator="article")
+        self.assertBetween(len(docs), 50, 70)  # WikiText-2's validation split: 60 articles
+        self.assertTrue(all(d.startswith("= ") and d.split("\n")[0].count("=") == 2 for d in docs))
+        self.assertEqual("\n".join(docs), "\n".join(read_documents(WIKITEXT)))
 
     def test_missing_path(self):
         with self.assertRaisesRegex(FileNotFoundError, "does not exist.*'builtin'"):
@@ -138,6 +213,8 @@ class HuggingFaceTest(parameterized.TestCase):
         self.assertEqual(docs, ["= Title =", "a", "b"])
         docs, _ = self._with_fake(rows, "hf:wikitext", doc_separator="blank")
         self.assertEqual(docs, ["= Title =", "a\nb"])
+        docs, _ = self._with_fake(rows, "hf:wikitext", doc_separator="article")
+        self.assertEqual(docs, ["= Title =\na\nb"])
 
     def test_first_text_column(self):
         docs, calls = self._with_fake([{"label": 1, "sentence": "hello"}], "hf:glue")

@@ -62,8 +62,16 @@ class DataConfig:
     # (every next token, nothing masked; mask_prob and whole_word are then unused). It lives
     # here because it decides how rows get their targets; the model's `causal` must agree.
     objective: str = "mlm"
-    doc_separator: str = "line"  # for files: "line" (one document per line) | "blank" (blank lines)
+    # What a document is (corpora.DOC_SEPARATORS; the split holds out whole documents): for
+    # files "line" (one per line) | "blank" (blank-line separated) | "article" (one per WikiText
+    # article, " = Title = " to the next title); "builtin" gives one per docstring, or one per
+    # stdlib file with "article".
+    doc_separator: str = "line"
     max_chars: int | None = None  # read at most this many characters; None = all
+    # Join consecutive documents (with "\n") until each has at least this many characters, the
+    # last keeping what is left; 0 = as read. A book without headings ("blank") then becomes
+    # contiguous spans, so the held-out split holds long documents for length evaluation.
+    min_doc_chars: int = 0
 
     def __post_init__(self):
         if not self.source:
@@ -81,10 +89,16 @@ class DataConfig:
             raise ValueError(f"mask_prob {self.mask_prob} is outside (0, 1]")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective {self.objective!r} is not one of {tuple(OBJECTIVES)}")
-        if self.doc_separator not in ("line", "blank"):
-            raise ValueError(f"doc_separator {self.doc_separator!r} is not 'line' or 'blank'")
+        if self.doc_separator not in corpora.DOC_SEPARATORS:
+            raise ValueError(
+                f"doc_separator {self.doc_separator!r} is not one of {corpora.DOC_SEPARATORS}"
+            )
         if self.max_chars is not None and self.max_chars <= 0:
             raise ValueError(f"max_chars {self.max_chars} must be positive (or None for all)")
+        if self.min_doc_chars < 0:
+            raise ValueError(
+                f"min_doc_chars {self.min_doc_chars} must be >= 0 (0: documents as read)"
+            )
 
     @property
     def causal(self) -> bool:
@@ -112,8 +126,9 @@ def load_corpus(cfg: DataConfig, cache_dir: str) -> Corpus:
 
     The cache lives in `cache_dir/corpus-<key>/` (tokenizer/, train.npy, valid.npy, meta.json);
     the key covers the source (and its files' sizes and modification times), the Python
-    version for "builtin", max_chars, doc_separator, valid_fraction and the tokenizer settings,
-    so editing any of them rebuilds it. seq_len and masking settings are applied on the fly.
+    version for "builtin", max_chars, doc_separator, min_doc_chars, valid_fraction and the
+    tokenizer settings, so editing any of them rebuilds it. seq_len and masking settings are
+    applied on the fly.
     """
     files = corpora.resolve_files(cfg.source)
     tok = named_tokenizer(cfg.tokenizer)  # a bad vocab.txt fails before any reading
@@ -146,8 +161,13 @@ def _cache_key(cfg: DataConfig, files: list[str]) -> tuple[str, dict]:
     }
     if cfg.source == "builtin":
         identity["python"] = [sys.version, sysconfig.get_paths()["stdlib"]]
-    else:
+    # Keys that only appear away from their old behaviour ("builtin" ignored doc_separator
+    # before "article"; min_doc_chars 0 reads as before), so existing configs keep their key
+    # and their cache.
+    if cfg.source != "builtin" or cfg.doc_separator == "article":
         identity["doc_separator"] = cfg.doc_separator
+    if cfg.min_doc_chars:
+        identity["min_doc_chars"] = cfg.min_doc_chars
     if cfg.tokenizer == "wordpiece":
         identity["vocab_size"] = cfg.vocab_size
     elif cfg.tokenizer != "bytes":
@@ -161,7 +181,10 @@ def _cache_key(cfg: DataConfig, files: list[str]) -> tuple[str, dict]:
 def _build_cache(cfg: DataConfig, tok, path: str, identity: dict) -> None:
     """tok: the named tokenizer, or None to train a WordPiece on the train split."""
     docs = corpora.read_documents(
-        cfg.source, doc_separator=cfg.doc_separator, max_chars=cfg.max_chars
+        cfg.source,
+        doc_separator=cfg.doc_separator,
+        max_chars=cfg.max_chars,
+        min_doc_chars=cfg.min_doc_chars,
     )
     is_valid = [_is_valid_doc(d, cfg.valid_fraction) for d in docs]
     if all(is_valid):  # tiny corpus: keep something to train on

@@ -13,11 +13,21 @@ Sources:
   a path      A file, a directory (every non-hidden file below it, sorted) or a glob. UTF-8 text
               (undecodable bytes become U+FFFD, with one warning). doc_separator "line": every
               non-blank line is a document (WikiText: one paragraph per line); "blank":
-              documents are runs of non-blank lines separated by blank lines (books, plays).
+              documents are runs of non-blank lines separated by blank lines (books, plays);
+              "article": a WikiText title line " = Title = " opens a document that runs to the
+              next title (its section headings " = = Section = = " and paragraphs included,
+              one per line; text before the first title is a document of its own).
   "hf:<name>[:<config>]"  A HuggingFace dataset, e.g. "hf:wikitext:wikitext-103-raw-v1",
               streamed through the optional `datasets` package (network needed): the "train"
               split's "text" column (else its first text column), read as lines with the same
               doc_separator rule. max_chars stops the stream early.
+
+"builtin" has one document per docstring or help topic with "line" and "blank", and one per
+source file (its docstrings joined by blank lines, in source order) with "article".
+
+min_doc_chars > 0 joins consecutive documents (with "\n") until each has at least that many
+characters (`join_documents`): a book without headings becomes contiguous spans, so a split by
+document holds out whole spans. max_chars is counted on the documents after joining.
 """
 
 from __future__ import annotations
@@ -26,30 +36,49 @@ import ast
 import glob
 import itertools
 import os
+import re
 import sysconfig
 import warnings
 from collections.abc import Iterable, Iterator
 
 _SKIPPED_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
+DOC_SEPARATORS = ("line", "blank", "article")
+# A WikiText heading, stripped: "= Title =" (group 1 is "=": an article's title), "= = Section
+# = =" (group 1 "= =") and deeper. Shared with long_doc_task, which splits articles the same way.
+WIKITEXT_HEADING = re.compile(r"^(=(?: =)*) (.+?) \1$")
 
 
 def read_documents(
-    source: str, *, doc_separator: str = "line", max_chars: int | None = None
+    source: str,
+    *,
+    doc_separator: str = "line",
+    max_chars: int | None = None,
+    min_doc_chars: int = 0,
 ) -> list[str]:
     """All non-empty documents of `source` (stripped), the last one cut at `max_chars` in all.
 
+    doc_separator is one of DOC_SEPARATORS (module docstring); consecutive documents are joined
+    until each has at least `min_doc_chars` characters (0: as read).
+
     Raises FileNotFoundError for a path that does not exist, ImportError / RuntimeError when a
-    HuggingFace dataset cannot be loaded, and ValueError when there is no text at all.
+    HuggingFace dataset cannot be loaded, and ValueError when there is no text at all or an
+    argument is out of range.
     """
-    if doc_separator not in ("line", "blank"):
-        raise ValueError(f"doc_separator {doc_separator!r} is not 'line' or 'blank'")
+    if doc_separator not in DOC_SEPARATORS:
+        raise ValueError(f"doc_separator {doc_separator!r} is not one of {DOC_SEPARATORS}")
+    if min_doc_chars < 0:
+        raise ValueError(f"min_doc_chars {min_doc_chars} must be >= 0 (0: documents as read)")
     files, bad_utf8 = resolve_files(source), []
-    if source == "builtin":
+    if source == "builtin" and doc_separator == "article":
+        docs = _stdlib_file_documents()
+    elif source == "builtin":
         docs = stdlib_documents()
     elif source.startswith("hf:"):
         docs = _documents(_hf_lines(source), doc_separator)
     else:
         docs = _documents(_file_lines(files, bad_utf8), doc_separator)
+    # Joined before the max_chars cut, so that max_chars counts the characters the caller gets.
+    docs = join_documents(docs, min_doc_chars)
     out, chars = [], 0
     for doc in docs:
         if max_chars is not None and chars + len(doc) >= max_chars:
@@ -70,6 +99,25 @@ def read_documents(
         where = f"{len(files)} file(s) read" if files else "nothing read"
         raise ValueError(f"corpus {source!r} has no text ({where}); point source at text")
     return out
+
+
+def join_documents(docs: Iterable[str], min_chars: int) -> Iterator[str]:
+    """Consecutive `docs` joined with "\n" until each has at least `min_chars` characters.
+
+    The last group keeps whatever is left, even if shorter. min_chars 0 (or 1) yields the
+    documents unchanged. Lazy, so that a streamed source cut by max_chars stops early.
+    """
+    if min_chars < 0:
+        raise ValueError(f"min_chars {min_chars} must be >= 0 (0: documents as read)")
+    group, size = [], 0
+    for doc in docs:
+        group.append(doc)
+        size += len(doc) + (len(group) > 1)  # the "\n" that joins it counts too
+        if size >= min_chars:
+            yield "\n".join(group)
+            group, size = [], 0
+    if group:
+        yield "\n".join(group)
 
 
 def resolve_files(source: str) -> list[str]:
@@ -100,6 +148,16 @@ def resolve_files(source: str) -> list[str]:
 def stdlib_documents() -> Iterator[str]:
     """Yields the built-in corpus: stdlib docstrings and pydoc help topics, in a fixed order."""
     return (doc for _, doc in stdlib_sourced_documents())
+
+
+def _stdlib_file_documents() -> Iterator[str]:
+    """The built-in corpus with one document per source file: its docs joined by blank lines.
+
+    The longest contiguous prose the stdlib has (a module's docstring, then its classes' and
+    functions'), for evaluating at lengths that one docstring rarely reaches.
+    """
+    by_file = itertools.groupby(stdlib_sourced_documents(), key=lambda pair: pair[0])
+    return ("\n\n".join(doc for _, doc in pairs) for _, pairs in by_file)
 
 
 def stdlib_sourced_documents() -> Iterator[tuple[str, str]]:
@@ -183,12 +241,20 @@ def _hf_lines(source: str) -> Iterator[str]:
 
 
 def _documents(lines: Iterable[str], separator: str) -> Iterator[str]:
+    """Stripped lines grouped by `separator`: one per line, per blank-line run, or per article."""
     paragraph = []
     for line in lines:
         line = line.strip()
         if separator == "line":
             if line:
                 yield line
+        elif separator == "article":
+            title = WIKITEXT_HEADING.match(line)
+            if title and title.group(1) == "=" and paragraph:  # a title, not a section heading
+                yield "\n".join(paragraph)
+                paragraph = []
+            if line:  # an article keeps the lines "line" would give, blank ones dropped
+                paragraph.append(line)
         elif line:
             paragraph.append(line)
         elif paragraph:

@@ -39,7 +39,7 @@ from roformer_jax.data import corpora
 from roformer_jax.data.tokenizer import named_tokenizer, train_wordpiece
 
 SPLITS = ("train", "valid", "test")
-_HEADING = re.compile(r"^(=(?: =)*) (.+?) \1$")  # WikiText: "= Title =", "= = Section = =", ...
+_HEADING = corpora.WIKITEXT_HEADING  # "= Title =", "= = Section = =", ...: as "article" splits
 _UNKNOWN = "<unk>"  # WikiText's out-of-vocabulary marker: frequent, and says nothing of a topic
 _TERM = re.compile(r"(?u)\b\w\w+\b")  # TF-IDF terms: words of two or more characters
 
