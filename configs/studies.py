@@ -10,6 +10,22 @@ from configs import base, compare
 
 LENGTHS = (256, 512, 1024)  # evaluated besides the training length, 128
 
+# Corpora of long held-out documents for the length studies (configs/study_length.py):
+# whole WikiText articles, spans of War and Peace of about 9,000 tokens, whole stdlib modules.
+# The held-out shares give each about 150 k tokens in documents of >= 2,046 tokens.
+LONG_DOCUMENTS = {
+    "builtin": dict(doc_separator="article", valid_fraction=0.1),
+    "wikitext2": dict(
+        source="../shared/data/wikitext-2/train.txt", doc_separator="article", valid_fraction=0.08
+    ),
+    "warpeace": dict(
+        source="../shared/data/war-and-peace/input.txt",
+        doc_separator="blank",
+        min_doc_chars=40_000,
+        valid_fraction=0.25,
+    ),  # fmt: skip
+}
+
 
 def get_config(arg=None):
     config = compare.get_config()
@@ -20,6 +36,15 @@ def get_config(arg=None):
     base.finish(experiment, arg)
     config.seeds = (0, 1, 2)
     return config
+
+
+def long_documents(arg: str | None) -> tuple[dict, str | None]:
+    """Splits a config argument "<corpus>[,runlocal]" into (data fields, the rest for
+    base.finish): `--config=configs/study_length.py:wikitext2`."""
+    names = (arg or "builtin").split(",")
+    if names[0] not in LONG_DOCUMENTS:
+        raise ValueError(f"unknown corpus {names[0]!r}; expected one of {sorted(LONG_DOCUMENTS)}")
+    return {**LONG_DOCUMENTS[names[0]], "eval_windows": "documents"}, ",".join(names[1:]) or None
 
 
 def evaluate_at_lengths(config):

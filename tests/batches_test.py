@@ -162,14 +162,13 @@ class LoadTest(CorpusTestCase):
         corpus = self.load(max_chars=2000, valid_fraction=0.0)
         self.assertEqual(corpus.stats["chars"], 2000)
         self.assertEqual(corpus.stats["valid_tokens"], 0)
-        self.assertEqual(corpus.valid_batches(seq_len=16, batch_size=4), [])
 
     @absltest.skipUnless(os.path.isfile(WIKITEXT), "shared/data is absent")
     def test_wikitext(self):
         corpus = self.load(source=WIKITEXT, max_chars=300_000, vocab_size=2000, seq_len=128)
         self.assertGreater(corpus.stats["documents"], 500)
         self.assertLess(corpus.train_tokens.size, 300_000 / 3)  # WordPiece, not characters
-        self.assertNotEmpty(corpus.valid_batches(seq_len=512, batch_size=4))
+        self.assertGreater(corpus.valid_tokens.size, 512)
 
 
 class BatchTest(CorpusTestCase):
@@ -257,28 +256,6 @@ class BatchTest(CorpusTestCase):
         np.testing.assert_array_equal(chosen[:, 1:][inside], chosen[:, :-1][inside])
         self.assertTrue(inside.any())
 
-    def test_valid_batches(self):
-        corpus = self.load()
-        tok = corpus.tokenizer
-        for seq_len in (16, 64):
-            batches = corpus.valid_batches(seq_len=seq_len, batch_size=4)
-            self.assertNotEmpty(batches)
-            for b in batches:
-                self.assertEqual(b["input_ids"].shape, (4, seq_len))
-            real = np.concatenate([b["attention_mask"] for b in batches]).all(-1)
-            num = corpus.valid_tokens.size // (seq_len - 2)
-            self.assertEqual(real.sum(), num)
-            rows = np.concatenate([_original(b) for b in batches])
-            np.testing.assert_array_equal(rows[num:], tok.pad_id)
-            np.testing.assert_array_equal(
-                rows[:num, 1:-1].ravel(), corpus.valid_tokens[: num * (seq_len - 2)]
-            )
-            pads = np.concatenate([b["weights"] for b in batches])[num:]
-            np.testing.assert_array_equal(pads, 0)
-        again = corpus.valid_batches(seq_len=16, batch_size=4)
-        _assert_batches_equal(self, again[0], corpus.valid_batches(seq_len=16, batch_size=4)[0])
-        self.assertEqual(corpus.valid_batches(seq_len=100_000, batch_size=4), [])
-
     def test_clm_batches_are_the_real_tokens_and_their_next_ones(self):
         mlm, clm = self.load(), self.load(objective="clm")
         for seed in (0, 1):  # the same windows as MLM's, unmasked
@@ -298,21 +275,6 @@ class BatchTest(CorpusTestCase):
         _assert_batches_equal(
             self, c, next(other.train_batches(batch_size=8, seed=1, start_step=3, prefetch=0))
         )
-
-    def test_clm_valid_batches_are_fixed_and_padding_has_no_weight(self):
-        corpus = self.load(objective="clm")
-        size = corpus.valid_tokens.size // 14 + 3  # one batch, its last 3 rows padding
-        batches = corpus.valid_batches(seq_len=16, batch_size=size)
-        for a, b in zip(batches, corpus.valid_batches(seq_len=16, batch_size=size, seed=5)):
-            _assert_batches_equal(self, a, b)  # nothing random: the seed does not matter
-        ids = np.concatenate([b["input_ids"] for b in batches])
-        weights = np.concatenate([b["weights"] for b in batches])
-        targets = np.concatenate([b["targets"] for b in batches])
-        real = np.concatenate([b["attention_mask"] for b in batches]).all(-1)
-        self.assertEqual((~real).sum(), 3)
-        np.testing.assert_array_equal(weights[~real], 0)
-        np.testing.assert_array_equal(weights[real].sum(-1), 16 - 2)
-        np.testing.assert_array_equal(targets[real][:, :-2], ids[real][:, 1:-1])
 
     def test_prefetch_matches_and_reports_errors(self):
         corpus = self.load()

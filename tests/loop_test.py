@@ -24,6 +24,7 @@ from absl.testing import absltest, parameterized
 from configs import tiny
 from roformer_jax import decoding
 from roformer_jax.data import batches as batches_lib
+from roformer_jax.data.length_eval import length_eval_set
 from roformer_jax.training import loop, runs, runtime
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import step as step_lib
@@ -140,9 +141,9 @@ class EndToEndTest(parameterized.TestCase):
         run = runs.load_run(workdir)
         self.assertEqual(run.step, 3)
         # The parameters read back give the validation loss the run logged at its end.
-        batches = run.corpus.valid_batches(seq_len=32, batch_size=8, seed=run.config.seed)
+        held_out = length_eval_set(run.corpus, [32], batch_size=8, max_tokens=2 * 8 * 30)
         eval_step = step_lib.make_eval_step(run.model)
-        sums = [eval_step(run.params, b) for b in batches[: run.config.train.eval_batches]]
+        sums = [eval_step(run.params, b) for b in held_out.batches[32]]
         loss = sum(s["loss"] for s in sums) / sum(s["count"] for s in sums)
         self.assertAlmostEqual(float(loss), final["valid/loss_32"], 5)
         prompt = np.asarray([[run.tokenizer.cls_id, *run.tokenizer.encode("the cat")]])

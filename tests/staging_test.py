@@ -41,14 +41,23 @@ class StagedBatchesTest(absltest.TestCase):
 class ValidSetsTest(absltest.TestCase):
     def test_lengths_past_the_model_are_skipped(self):
         corpus = _corpus()
-        kwargs = dict(batch_size=4, seed=0, max_batches=2, **_HOST)
+        kwargs = dict(batch_size=4, max_tokens=2 * 4 * 30, **_HOST)
         sets = staging.valid_sets(corpus, (32, 64, 32), max_length=None, **kwargs)
         self.assertEqual(list(sets), [32, 64])
-        self.assertTrue(all(len(b) <= 2 for b in sets.values()))
+        self.assertEqual([len(b) for b in sets.values()], [3, 1])  # 248 tokens: 9 and 4 rows
         with self.assertLogs(level="WARNING") as logs:
             sets = staging.valid_sets(corpus, (32, 64), max_length=32, **kwargs)
         self.assertEqual(list(sets), [32])
         self.assertIn("valid length 64 skipped", logs.output[0])
+
+    def test_lengths_the_held_out_text_cannot_fill_are_skipped(self):
+        corpus = _corpus()
+        too_long = corpus.valid_tokens.size + 10
+        with self.assertLogs(level="WARNING") as logs:
+            sets = staging.valid_sets(corpus, (32, too_long), batch_size=4, max_tokens=None,
+                                      max_length=None, **_HOST)  # fmt: skip
+        self.assertEqual(list(sets), [32])
+        self.assertIn(f"valid length {too_long} skipped", logs.output[0])
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
     corpus = load_corpus(DataConfig(source="builtin"), cache_dir="workdir/data")
     batches = corpus.train_batches(batch_size=32, seed=0, start_step=step)
-    valid = corpus.valid_batches(seq_len=512, batch_size=32)
+    held_out = length_eval_set(corpus, (128, 512), batch_size=32)  # data/length_eval.py
 
 Sources (`DataConfig.source`, read by roformer_jax/corpora.py): "builtin" (the Python standard
 library's docstrings and help topics: real prose present wherever Python is, no download), a
@@ -41,7 +41,7 @@ from roformer_jax.data.prefetch import prefetched
 from roformer_jax.data.tokenizer import load_tokenizer, named_tokenizer, train_wordpiece
 
 _CACHE_FORMAT = 1  # bump when the cached bytes would change for the same inputs
-_ORDER, _MASK, _VALID = 0, 1, 2  # seed domains: window order, train masks, valid masks
+_ORDER, _MASK = 0, 1  # seed domains: window order, train masks (data/length_eval.py: 3)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +58,11 @@ class DataConfig:
         0.15  # BERT: 15% of real tokens are targets; 80% [MASK], 10% random, 10% kept
     )
     whole_word: bool = False  # choose whole words rather than WordPiece pieces
+    # The held-out masks' seed: fixed, not the run's, so runs of any seed score one target set.
+    eval_seed: int = 0
+    # How the held-out text is cut for evaluation (data/length_eval.py): "stream" (documents
+    # packed, as in training) or "documents" (windows never cross one; needs long documents).
+    eval_windows: str = "stream"
     # What the batches ask for, a key of OBJECTIVES: "mlm" (BERT's masked tokens) or "clm"
     # (every next token, nothing masked; mask_prob and whole_word are then unused). It lives
     # here because it decides how rows get their targets; the model's `causal` must agree.
@@ -89,6 +94,8 @@ class DataConfig:
             raise ValueError(f"mask_prob {self.mask_prob} is outside (0, 1]")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective {self.objective!r} is not one of {tuple(OBJECTIVES)}")
+        if self.eval_windows not in ("stream", "documents"):
+            raise ValueError(f"eval_windows {self.eval_windows!r} is not 'stream' or 'documents'")
         if self.doc_separator not in corpora.DOC_SEPARATORS:
             raise ValueError(
                 f"doc_separator {self.doc_separator!r} is not one of {corpora.DOC_SEPARATORS}"
@@ -194,7 +201,7 @@ def _build_cache(cfg: DataConfig, tok, path: str, identity: dict) -> None:
     if not valid_docs and cfg.valid_fraction > 0:
         warnings.warn(
             f"corpus {cfg.source!r} has {len(docs)} document(s) and none is held out; "
-            "valid_batches will be empty (add documents or raise valid_fraction)",
+            "there will be nothing to evaluate on (add documents or raise valid_fraction)",
             stacklevel=3,
         )
     if tok is None:
@@ -310,7 +317,7 @@ class Corpus:
         targets (int32) and weights (float32, 1 at the objective's targets); and index, int32
         [b], each row's index r in the global batch (the trainer's per-row dropout stream).
         """
-        index, count = _host(process_index, process_count)
+        index, count = host_share(process_index, process_count)
         if batch_size <= 0 or batch_size % count:
             raise ValueError(
                 f"batch_size {batch_size} must be a positive multiple of the {count} processes"
@@ -350,42 +357,6 @@ class Corpus:
 
         return prefetched(make, start_step, prefetch)
 
-    def valid_batches(
-        self,
-        *,
-        seq_len: int,
-        batch_size: int,
-        seed: int = 0,
-        process_index: int | None = None,
-        process_count: int | None = None,
-    ) -> list[dict[str, np.ndarray]]:
-        """Fixed batches (masked for "mlm") of the held-out stream cut into windows at `seq_len`.
-
-        Every length reads the same held-out documents. The last batch is padded with empty
-        rows (attention_mask and weights 0) so every batch has one shape. Rows are split over
-        hosts as in `train_batches`. Returns [] when the held-out text is shorter than one
-        sequence.
-        """
-        index, count = _host(process_index, process_count)
-        if seq_len < 3 or batch_size <= 0 or batch_size % count:
-            raise ValueError(
-                f"need seq_len >= 3 (got {seq_len}) and batch_size a positive "
-                f"multiple of {count} processes (got {batch_size})"
-            )
-        span = seq_len - 2
-        num = self.valid_tokens.size // span
-        if num == 0:
-            return []
-        ids = self._wrap(np.asarray(self.valid_tokens[: num * span]).reshape(num, span))
-        batch = self._targets(ids, np.random.default_rng([_VALID, seed, seq_len]))
-        pad = ((0, -num % batch_size), (0, 0))  # zeros: [PAD] rows, nothing attended or scored
-        batch = {k: np.pad(v, pad) for k, v in batch.items()}
-        local = batch_size // count
-        return [
-            {k: v[i + index * local : i + (index + 1) * local] for k, v in batch.items()}
-            for i in range(0, num + pad[0][1], batch_size)
-        ]
-
     def _wrap(self, windows: np.ndarray) -> np.ndarray:
         """[B, L - 2] stream windows -> [B, L] int32 rows [CLS] ... [SEP]."""
         ids = np.empty((windows.shape[0], windows.shape[1] + 2), np.int32)
@@ -404,7 +375,8 @@ class Corpus:
         batch["token_type_ids"] = np.zeros(ids.shape, np.int32)
         return batch
 
-    def _mlm(self, ids: np.ndarray, rng) -> dict[str, np.ndarray]:
+    def mlm(self, ids: np.ndarray, rng) -> dict[str, np.ndarray]:
+        """BERT's masks of [B, L] rows (see masking.mask_tokens): input_ids, targets, weights."""
         tok = self.tokenizer
         return masking.mask_tokens(
             ids,
@@ -422,10 +394,11 @@ class Corpus:
 
 
 # objective name -> Corpus method (rows, rng) -> input_ids, targets, weights
-OBJECTIVES = {"mlm": Corpus._mlm, "clm": Corpus._clm}
+OBJECTIVES = {"mlm": Corpus.mlm, "clm": Corpus._clm}
 
 
-def _host(process_index: int | None, process_count: int | None) -> tuple[int, int]:
+def host_share(process_index: int | None, process_count: int | None) -> tuple[int, int]:
+    """(this host's index, the number of hosts): jax's unless given."""
     index = jax.process_index() if process_index is None else process_index
     count = jax.process_count() if process_count is None else process_count
     if not 0 <= index < count:

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from absl import logging
 
 from roformer_jax.data.batches import Corpus
+from roformer_jax.data.length_eval import length_eval_set
 
 
 def staged_batches(
@@ -48,29 +49,41 @@ def valid_sets(
     lengths: Sequence[int],
     *,
     batch_size: int,
-    seed: int,
-    max_batches: int | None,
+    max_tokens: int | None,
     max_length: int | None,
     process_index: int,
     process_count: int,
 ) -> dict[int, list[dict]]:
-    """{length: this host's validation batches} for each distinct length, in order.
+    """{length: this host's validation batches}: the same held-out targets at every length.
 
-    A length past `max_length` (the model's longest sequence; None = any) is skipped with a
-    warning, as is one longer than all held-out text. `max_batches` None keeps every batch.
+    The held-out text is cut as the data config's `eval_windows` says, masked with its
+    `eval_seed` (data/length_eval.py), at most `max_tokens` of it (None = all). A length past
+    `max_length` (the model's longest sequence; None = any) is skipped with a warning; so are
+    lengths the held-out text cannot fill, longest first, until one fits.
     """
-    sets = {}
+    kept = []
     for length in dict.fromkeys(lengths):
         if max_length is not None and length > max_length:
             logging.warning("valid length %d skipped: the model takes at most %d positions",
                             length, max_length)  # fmt: skip
+        else:
+            kept.append(length)
+    while kept:
+        try:
+            held_out = length_eval_set(
+                corpus, kept, batch_size=batch_size, windows=corpus.config.eval_windows,
+                max_tokens=max_tokens, process_index=process_index, process_count=process_count,
+            )  # fmt: skip
+        except ValueError as e:
+            if "held-out text has no" not in str(e):
+                raise
+            longest = max(kept)
+            logging.warning("valid length %d skipped: %s", longest, e)
+            kept.remove(longest)
             continue
-        batches = corpus.valid_batches(
-            seq_len=length, batch_size=batch_size, seed=seed,
-            process_index=process_index, process_count=process_count,
+        logging.info(
+            "validation: %d targets at each of the lengths %s (%d tokens, %d pieces)",
+            held_out.num_targets, sorted(kept), held_out.num_tokens, held_out.num_pieces,
         )  # fmt: skip
-        if not batches:
-            logging.warning("too little held-out text for one sequence of %d tokens", length)
-            continue
-        sets[length] = batches[:max_batches]
-    return sets
+        return held_out.batches
+    return {}

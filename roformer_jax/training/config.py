@@ -29,7 +29,9 @@ class TrainConfig:
     grad_accum: int = 1  # micro-batches per update (a scan inside the step)
     log_every: int = 50  # steps between metrics.jsonl records and progress lines
     eval_every: int = 500  # steps between validations (and always at the end)
-    eval_batches: int | None = None  # validation batches per length; None = all
+    # The held-out text of this many validation batches at the training length, scored at
+    # every length (data/length_eval.py); None = all of it.
+    eval_batches: int | None = None
     eval_batch_size: int | None = None  # None = batch_size
     checkpoint_every: int = 500  # steps between checkpoints (and at the end, and on SIGTERM)
     keep_checkpoints: int = 3  # the last K are kept

@@ -55,10 +55,11 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
             f"the tokenizer has {corpus.tokenizer.vocab_size} ids but model.vocab_size is "
             f"{cfg.model.vocab_size}; leave model.vocab_size None to follow the tokenizer"
         )
+    eval_rows = tcfg.eval_batch_size or tcfg.batch_size
     valid_sets = staging.valid_sets(
-        corpus, (cfg.data.seq_len, *cfg.data.valid_lengths),
-        batch_size=tcfg.eval_batch_size or tcfg.batch_size, seed=cfg.seed,
-        max_batches=tcfg.eval_batches, max_length=cfg.model.max_length, **hosts,
+        corpus, (cfg.data.seq_len, *cfg.data.valid_lengths), batch_size=eval_rows,
+        max_tokens=tcfg.eval_batches and tcfg.eval_batches * eval_rows * (cfg.data.seq_len - 2),
+        max_length=cfg.model.max_length, **hosts,
     )  # fmt: skip
 
     # --- Model and optimizer; shapes first.

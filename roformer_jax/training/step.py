@@ -40,13 +40,19 @@ class TrainState:
     opt_state: Any
 
 
+def target_scores(logits, targets) -> tuple[jax.Array, jax.Array]:
+    """(cross-entropy, 1.0 where the argmax is right), each [B, L], of logits [B, L, V]
+    float32 against int targets [B, L]."""
+    xent = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    return xent, (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+
+
 def mlm_sums(logits, targets, weights) -> dict[str, jax.Array]:
     """Summed MLM loss, correct predictions and target count over the weighted positions.
 
     logits [B, L, V] float32; targets int [B, L]; weights [B, L] (1 at masked targets).
     """
-    xent = optax.softmax_cross_entropy_with_integer_labels(logits, targets)  # [B, L]
-    correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+    xent, correct = target_scores(logits, targets)
     weights = weights.astype(jnp.float32)
     return {
         "loss": jnp.sum(xent * weights),
@@ -56,14 +62,18 @@ def mlm_sums(logits, targets, weights) -> dict[str, jax.Array]:
 
 
 def mlm_apply(model, params, batch, mask_prob, **kwargs) -> dict[str, jax.Array]:
-    """`mlm_sums` of the model on `batch`; with mask_prob, the head runs at targets only.
+    """`mlm_sums` of the model on `batch`; the head runs at the batch's head_positions
+    [B, P] where it has them (targets and weights are then [B, P] too), else with mask_prob
+    at targets only, else everywhere.
 
     Each row's masking.max_targets(L, mask_prob) highest-weight positions are gathered: they
     hold every target that masking.mask_tokens chose at that rate without whole words, so the
     sums are those of the full head.
     """
     targets, weights = batch["targets"], batch["weights"]
-    if mask_prob is not None:
+    if "head_positions" in batch:  # held-out sets say where (data/length_eval.py)
+        kwargs["mlm_positions"] = batch["head_positions"]
+    elif mask_prob is not None:
         _, mlm_positions = lax.top_k(weights, masking.max_targets(weights.shape[-1], mask_prob))
         targets, weights = (
             jnp.take_along_axis(x, mlm_positions, axis=-1) for x in (targets, weights)
