@@ -81,12 +81,19 @@ def check_same_config(directory: str, cfg: ExperimentConfig) -> None:
         )
 
 
+RUN_PREFIX = "run:"  # train.init_from="run:<name>": that run of the study, same seed
+
+
 def run_study(runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str) -> dict:
-    """Trains every (run, seed) that is not finished; returns their metrics records.
+    """Trains every (run, seed) that is not finished, in order; returns their metrics records.
+
+    A run whose train.init_from is "run:<name>" starts from the final parameters of run
+    <name> of the same seed, which must be listed before it (it is trained first).
 
     Returns:
       {name: [records of seed 0, records of seed 1, ...]}, records as in metrics.jsonl.
     """
+    _check_init_from_runs(runs)
     total = sum(len(seeds) for seeds in runs.values())
     done = 0
     results = {}
@@ -95,6 +102,7 @@ def run_study(runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str) -> d
         for cfg in configs:
             done += 1
             directory = run_dir(workdir, name, cfg.seed)
+            cfg = resolve_init_from(cfg, workdir)
             check_same_config(directory, cfg)
             if cfg.train.data_cache_dir is None:  # the runs share one tokenizer and token cache
                 train_cfg = dataclasses.replace(
@@ -110,6 +118,41 @@ def run_study(runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str) -> d
                 train_and_evaluate(cfg, directory)
             results[name].append(metrics_lib.read_metrics(directory))
     return results
+
+
+def resolve_init_from(cfg: ExperimentConfig, workdir: str) -> ExperimentConfig:
+    """`cfg` with train.init_from "run:<name>" made the absolute workdir of that run.
+
+    Absolute, so that config.json says where the parameters came from and a rerun of the
+    study from the same --workdir resolves to the same config (check_same_config).
+    """
+    init_from = cfg.train.init_from
+    if init_from is None or not init_from.startswith(RUN_PREFIX):
+        return cfg
+    source = os.path.abspath(run_dir(workdir, init_from[len(RUN_PREFIX) :], cfg.seed))
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, init_from=source))
+
+
+def _check_init_from_runs(runs: Mapping[str, Sequence[ExperimentConfig]]) -> None:
+    """Raises ValueError for a "run:<name>" that is not a run listed before the one naming it,
+    before anything is trained."""
+    order = list(runs)
+    for name, configs in runs.items():
+        for cfg in configs:
+            init_from = cfg.train.init_from
+            if init_from is None or not init_from.startswith(RUN_PREFIX):
+                continue
+            source = init_from[len(RUN_PREFIX) :]
+            if source not in runs:
+                raise ValueError(
+                    f"run {name!r} starts from run {source!r} (train.init_from="
+                    f"{init_from!r}), which is not a run of the study: {order}"
+                )
+            if order.index(source) >= order.index(name):
+                raise ValueError(
+                    f"run {name!r} starts from run {source!r} (train.init_from="
+                    f"{init_from!r}), which must be listed before it to be trained first"
+                )
 
 
 RAW_FILES = ("metrics.jsonl", "config.json")  # a run's small outputs: what its numbers are

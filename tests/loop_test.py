@@ -18,6 +18,7 @@ from unittest import mock
 
 import chex
 import compile_cache
+import jax
 import numpy as np
 from absl.testing import absltest, parameterized
 
@@ -329,6 +330,66 @@ class DevicesAndHostsTest(parameterized.TestCase):
     def test_two_hosts_give_the_numbers_of_one(self):
         expected = self._one_device()
         self._assert_same_numbers(self._run("hosts2", processes=2), expected)
+
+
+def _initial_state(cfg: ExperimentConfig, workdir: str) -> step_lib.TrainState:
+    """Trains `cfg` in `workdir`; returns the state its loop started from, as host arrays."""
+    states = []
+    real = runtime.Devices.replicate
+
+    def replicate(self, tree):  # the loop replicates its initial (or restored) state once
+        states.append(jax.device_get(tree))
+        return real(self, tree)
+
+    with mock.patch.object(runtime.Devices, "replicate", replicate):
+        loop.train_and_evaluate(cfg, workdir)
+    return states[0]
+
+
+class InitFromTest(absltest.TestCase):
+    def test_a_fresh_run_starts_from_the_other_runs_final_params(self):
+        source, _ = _reference_run()
+        _, final_params, final_step = runs.load_params(source)
+        self.assertEqual(final_step, 3)
+        # Another length and a RoPE scaling (position interpolation): no other parameters.
+        cfg = _config(
+            train__steps=2, train__init_from=source, data__seq_len=64,
+            model__rope_scaling='{"rope_type": "linear", "factor": 2.0}',
+        )  # fmt: skip
+        workdir = os.path.join(_TMP, "init_from")
+        state = _initial_state(cfg, workdir)
+        self.assertEqual(int(state.step), 0)
+        chex.assert_trees_all_equal(state.params, final_params)
+        for leaf in jax.tree.leaves(state.opt_state):  # fresh: Adam's moments and counts at 0
+            np.testing.assert_array_equal(leaf, 0)
+        self.assertEqual([r["step"] for r in metrics_lib.read_metrics(workdir)], [1, 2])
+
+        # Resumed, the run has its own parameters: init_from is not read again.
+        _, own_params, _ = runs.load_params(workdir)
+        resumed = _initial_state(cfg, workdir)
+        self.assertEqual(int(resumed.step), 2)
+        chex.assert_trees_all_equal(resumed.params, own_params)
+
+    def test_parameters_of_another_model_are_a_clear_error(self):
+        source, _ = _reference_run()
+        wider = _config(train__init_from=source, model__hidden_size=32)
+        with self.assertRaisesRegex(
+            ValueError, r"init_from='.*reference' .*\['embeddings'\]\['LayerNorm'\]\['bias'\] "
+            r"is \(64,\) there and \(32,\) here",
+        ):  # fmt: skip
+            loop.train_and_evaluate(wider, os.path.join(_TMP, "init_from_wider"))
+        learned = _config(train__init_from=source, model__position="learned")
+        with self.assertRaisesRegex(ValueError, r"\['position_embeddings'\].* is absent there"):
+            loop.train_and_evaluate(learned, os.path.join(_TMP, "init_from_learned"))
+
+    def test_a_workdir_without_a_run_is_a_clear_error(self):
+        missing = os.path.join(_TMP, "no run here")
+        with self.assertRaisesRegex(
+            FileNotFoundError, r"train.init_from='.*no run here': .* holds no training run"
+        ):
+            loop.train_and_evaluate(
+                _config(train__init_from=missing), os.path.join(_TMP, "init_from_missing")
+            )
 
 
 class StagesTest(absltest.TestCase):

@@ -12,14 +12,14 @@ from roformer_jax import study
 from roformer_jax.training.config import experiment_config_from_dict
 
 
-def _config(seed, steps=4):
+def _config(seed, steps=4, init_from=None):
     return experiment_config_from_dict(
         {
             "seed": seed,
             "data": {"tokenizer": "bytes"},
             "model": {"hidden_size": 8, "num_layers": 1, "num_heads": 2, "intermediate_size": 8},
             "optim": {"warmup_steps": 1},
-            "train": {"steps": steps},
+            "train": {"steps": steps, "init_from": init_from},
         }
     )
 
@@ -76,6 +76,47 @@ class StudyTest(absltest.TestCase):
             study.run_study({"a": [_config(0), _config(1)], "b": [_config(0)]}, workdir)
         caches = {call.args[0].train.data_cache_dir for call in fake.call_args_list}
         self.assertEqual(caches, {os.path.join(workdir, "data")})
+
+    def test_init_from_a_run_of_the_study_is_its_workdir_of_the_same_seed(self):
+        workdir = self.enter_context(tempfile.TemporaryDirectory())
+        runs = {
+            "short": [_config(0), _config(1)],
+            "long": [_config(0, 2, init_from="run:short"), _config(1, 2, init_from="run:short")],
+        }
+        with mock.patch.object(study, "train_and_evaluate", side_effect=_fake_training) as fake:
+            study.run_study(runs, workdir)
+            trained = [(call.args[1], call.args[0].train.init_from) for call in fake.mock_calls]
+            self.assertEqual(
+                trained,
+                [
+                    (study.run_dir(workdir, "short", 0), None),
+                    (study.run_dir(workdir, "short", 1), None),
+                    (study.run_dir(workdir, "long", 0), study.run_dir(workdir, "short", 0)),
+                    (study.run_dir(workdir, "long", 1), study.run_dir(workdir, "short", 1)),
+                ],
+            )
+            for seed in (0, 1):  # what the trainer writes: the resolved config
+                directory = study.run_dir(workdir, "long", seed)
+                with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
+                    json.dump(dataclasses.asdict(fake.mock_calls[2 + seed].args[0]), f)
+            study.run_study(runs, workdir)  # a rerun is the same config: nothing retrained
+            self.assertEqual(fake.call_count, 4)
+        # Absolute, whatever --workdir was: config.json says where the parameters came from.
+        resolved = study.resolve_init_from(_config(1, 2, init_from="run:short"), "relative")
+        self.assertEqual(resolved.train.init_from, os.path.abspath("relative/short/seed1"))
+        self.assertEqual(study.resolve_init_from(_config(1), "relative"), _config(1))
+
+    def test_init_from_an_unknown_or_later_run_is_an_error(self):
+        workdir = self.enter_context(tempfile.TemporaryDirectory())
+        with mock.patch.object(study, "train_and_evaluate", side_effect=_fake_training) as fake:
+            with self.assertRaisesRegex(ValueError, r"run 'b' starts from run 'c' .*not a run"):
+                study.run_study({"a": [_config(0)], "b": [_config(0, 2, "run:c")]}, workdir)
+            later = {"b": [_config(0, 2, "run:a")], "a": [_config(0)]}
+            with self.assertRaisesRegex(ValueError, r"run 'b' starts from run 'a' .*before it"):
+                study.run_study(later, workdir)
+            with self.assertRaisesRegex(ValueError, r"run 'a' starts from run 'a' .*before it"):
+                study.run_study({"a": [_config(0, 2, "run:a")]}, workdir)
+            fake.assert_not_called()  # found before anything is trained
 
     def test_export_raw_copies_each_runs_metrics_and_config_only(self):
         workdir = self.enter_context(tempfile.TemporaryDirectory())

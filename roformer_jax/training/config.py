@@ -40,6 +40,12 @@ class TrainConfig:
     # batch sizes of RoFormer's Table 4; the steps sum to `steps`. () = one stage of `steps`
     # at data.seq_len and batch_size.
     stages: tuple[tuple[int, int, int], ...] = ()
+    # The workdir of another pre-training run whose newest checkpoint's parameters this run
+    # starts from (fresh optimizer, step 0), e.g. a short fine-tune at a new length with
+    # model.rope_scaling; the model config may differ only where parameters do not. A run
+    # resumed from its own checkpoint ignores it. In a study, "run:<name>" is that run's
+    # workdir for the same seed (study.run_study). None = random initialization.
+    init_from: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "stages", tuple(tuple(s) for s in self.stages))  # JSON lists

@@ -75,6 +75,9 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
     restored = checkpoints.restore(abstract_state, cfg.model)
     if restored is None:
         state, progress = jax.jit(init)(init_rng), {"window": metrics_lib.empty_window()}
+        if tcfg.init_from is not None:  # a fresh start only: a resumed run has its own params
+            params = jax.device_put(params_from(tcfg.init_from, abstract_state.params))
+            state = state.replace(params=params, opt_state=jax.jit(tx.init)(params))
     else:
         state, progress = jax.device_put(restored[0]), restored[1]
     start, window = int(state.step), progress["window"]  # window: host sums since last record
@@ -176,6 +179,38 @@ def model_and_optimizer(cfg: ExperimentConfig):
         return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
     return model, schedule, tx, init
+
+
+def params_from(workdir: str, abstract_params):
+    """The params of the newest checkpoint in `workdir` (train.init_from), host arrays.
+
+    abstract_params: this run's params (shapes). Raises FileNotFoundError when `workdir`
+    holds no run or no checkpoint, and ValueError naming the first parameter whose path or
+    shape differs from this run's.
+    """
+    # Imported here: runs.py imports this module (model_and_optimizer).
+    from roformer_jax.training import runs
+
+    try:
+        _, params, step = runs.load_params(workdir)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"train.init_from={workdir!r}: {e}") from None
+    found, wanted = _shapes(params), _shapes(abstract_params)
+    for path in [*wanted, *(p for p in found if p not in wanted)]:
+        if found.get(path) != wanted.get(path):
+            raise ValueError(
+                f"train.init_from={workdir!r} has parameters of another model: {path} is "
+                f"{found.get(path, 'absent')} there and {wanted.get(path, 'absent')} here "
+                "(only what holds no parameters may differ, e.g. rope_scaling or dropout)"
+            )
+    logging.info("parameters from %s (step %d)", workdir, step)
+    return params
+
+
+def _shapes(tree) -> dict[str, tuple[int, ...]]:
+    """{path: shape} of every leaf, e.g. {"['embeddings']['LayerNorm']['bias']": (64,)}."""
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {jax.tree_util.keystr(path): tuple(x.shape) for path, x in leaves}
 
 
 def _stages(cfg: ExperimentConfig, devices: runtime.Devices) -> tuple[tuple[int, int, int], ...]:

@@ -39,12 +39,23 @@ def load_run(workdir: str) -> TrainedRun:
 
     Raises FileNotFoundError when `workdir` holds no run or no checkpoint yet.
     """
+    cfg, params, step = load_params(workdir)
+    cache = cfg.train.data_cache_dir or os.path.join(workdir, "data")
+    return TrainedRun(cfg, RoFormer(cfg.model), params, load_corpus(cfg.data, cache), step)
+
+
+def load_params(workdir: str) -> tuple[ExperimentConfig, Any, int]:
+    """(config, params, step) of the newest checkpoint in `workdir`, without its data.
+
+    params are host arrays. Raises FileNotFoundError when `workdir` holds no run or no
+    checkpoint yet.
+    """
     path = os.path.join(workdir, "config.json")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{workdir} holds no training run (no config.json)")
     with open(path, encoding="utf-8") as f:
         cfg = experiment_config_from_dict(json.load(f))
-    model, _, _, init = model_and_optimizer(cfg)
+    _, _, _, init = model_and_optimizer(cfg)
     checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"), keep=cfg.train.keep_checkpoints)
     try:
         restored = checkpoints.restore(jax.eval_shape(init, jax.random.key(0)), cfg.model)
@@ -53,5 +64,4 @@ def load_run(workdir: str) -> TrainedRun:
     if restored is None:
         raise FileNotFoundError(f"{workdir} has no checkpoint yet")
     state, _ = restored
-    cache = cfg.train.data_cache_dir or os.path.join(workdir, "data")
-    return TrainedRun(cfg, model, state.params, load_corpus(cfg.data, cache), int(state.step))
+    return cfg, state.params, int(state.step)
