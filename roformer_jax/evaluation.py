@@ -45,7 +45,7 @@ def score_lengths(
     scores = {}
     for length, batches in held_out.batches.items():
         model = models if isinstance(models, nn.Module) else models(length)
-        score = jax.jit(functools.partial(_scores, model))
+        score = _scorer(model)
         bins = -(-length // bin_width)
         sums = np.zeros((3, bins))  # loss, correct, count per bin
         for batch in batches:
@@ -66,6 +66,12 @@ def score_lengths(
             "position_targets": sums[2].astype(int).tolist(),
         }
     return scores
+
+
+@functools.lru_cache(maxsize=32)
+def _scorer(model: nn.Module):
+    """The jitted `_scores` of one model: the seeds of a run and repeated calls share it."""
+    return jax.jit(functools.partial(_scores, model))
 
 
 def _scores(model, params, batch):

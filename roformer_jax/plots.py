@@ -4,6 +4,7 @@ matplotlib runs with the Agg backend so that plots work on machines without a di
 """
 
 import os
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import matplotlib
@@ -89,3 +90,58 @@ def _aligned(seeds, metric):
         series.append(pairs)
     common = sorted(set.intersection(*(set(s) for s in series))) if series else []
     return np.array(common), np.array([[s[t] for t in common] for s in series])
+
+
+def plot_lengths(
+    scores: Mapping[str, Sequence[Mapping[int, Mapping]]],
+    path: str,
+    *,
+    title: str,
+    trained_length: int,
+    floor: float | None = None,
+    footnote: str = "",
+) -> str:
+    """Two panels: loss against context length, and loss by position at the longest length.
+
+    Args:
+      scores: evaluation name -> one {length: scores} per seed (roformer_jax.evaluation's
+        score_lengths). Lines are means over seeds; the first panel's bars are the 95%
+        t-interval of the mean where there are 2 seeds or more.
+      trained_length: drawn as a dotted line: what the models were trained at.
+      floor: the unigram cross-entropy, drawn as a dashed line.
+      footnote: corpus, targets, model and hardware, wrapped under the panels.
+    """
+    from roformer_jax.study import t_interval  # here: roformer_jax.study imports this module
+
+    fig, (by_length, by_position) = plt.subplots(1, 2, figsize=(15, 5))
+    longest = max(n for seeds in scores.values() for s in seeds for n in s)
+    for i, (name, seeds) in enumerate(scores.items()):
+        style = dict(color=f"C{i % 10}", linestyle="--" if i >= 10 else "-", label=name)
+        lengths = sorted(set.intersection(*(set(s) for s in seeds)))
+        means, errors = [], []
+        for n in lengths:
+            values = [s[n]["loss"] for s in seeds]
+            mean, low, _ = t_interval(values) if len(values) > 1 else (values[0], values[0], 0)
+            means.append(mean)
+            errors.append(mean - low)
+        by_length.errorbar(lengths, means, yerr=errors, marker="o", ms=3, capsize=2, **style)
+        if all(longest in s for s in seeds):
+            curve = np.nanmean([s[longest]["position_loss"] for s in seeds], axis=0)
+            by_position.plot(seeds[0][longest]["position_bins"], curve, **style)
+    by_length.set_xscale("log", base=2)
+    by_length.set_xlabel("context length (tokens)")
+    by_length.set_ylabel(f"held-out MLM loss (n={max(len(s) for s in scores.values())} seeds)")
+    by_position.set_xlabel(f"position in a window of {longest} tokens")
+    by_position.set_ylabel("loss at that position (mean over seeds)")
+    for ax in (by_length, by_position):
+        ax.axvline(
+            trained_length, color="gray", linestyle=":", label=f"trained at {trained_length}"
+        )
+        if floor is not None:
+            ax.axhline(floor, color="black", linestyle="--", linewidth=0.8, label="unigram")
+        ax.grid(alpha=0.3)
+    by_position.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(title)
+    if footnote:
+        fig.text(0.01, 0.01, textwrap.fill(footnote, 230), fontsize=7, va="bottom")
+    return _save(fig, path, bottom=0.07 if footnote else 0.0)

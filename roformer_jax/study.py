@@ -85,21 +85,23 @@ RUN_PREFIX = "run:"  # train.init_from="run:<name>": that run of the study, same
 
 
 def run_study(runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str) -> dict:
-    """Trains every (run, seed) that is not finished, in order; returns their metrics records.
+    """Trains every (run, seed) that is not finished; returns their metrics records.
 
     A run whose train.init_from is "run:<name>" starts from the final parameters of run
-    <name> of the same seed, which must be listed before it (it is trained first).
+    <name> of the same seed, so that run is trained first (runs come in the order given
+    otherwise; a ConfigDict of runs gives them sorted by name).
 
     Returns:
-      {name: [records of seed 0, records of seed 1, ...]}, records as in metrics.jsonl.
+      {name: [records of seed 0, records of seed 1, ...]} in the order of `runs`, records as
+      in metrics.jsonl.
     """
-    _check_init_from_runs(runs)
+    order = _training_order(runs)
     total = sum(len(seeds) for seeds in runs.values())
     done = 0
     results = {}
-    for name, configs in runs.items():
+    for name in order:
         results[name] = []
-        for cfg in configs:
+        for cfg in runs[name]:
             done += 1
             directory = run_dir(workdir, name, cfg.seed)
             cfg = resolve_init_from(cfg, workdir)
@@ -117,7 +119,7 @@ def run_study(runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str) -> d
                              directory)  # fmt: skip
                 train_and_evaluate(cfg, directory)
             results[name].append(metrics_lib.read_metrics(directory))
-    return results
+    return {name: results[name] for name in runs}
 
 
 def resolve_init_from(cfg: ExperimentConfig, workdir: str) -> ExperimentConfig:
@@ -133,26 +135,33 @@ def resolve_init_from(cfg: ExperimentConfig, workdir: str) -> ExperimentConfig:
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, init_from=source))
 
 
-def _check_init_from_runs(runs: Mapping[str, Sequence[ExperimentConfig]]) -> None:
-    """Raises ValueError for a "run:<name>" that is not a run listed before the one naming it,
-    before anything is trained."""
-    order = list(runs)
+def _training_order(runs: Mapping[str, Sequence[ExperimentConfig]]) -> list[str]:
+    """The run names with every run after the one its "run:<name>" names, else as given.
+
+    Raises ValueError, before anything is trained, for a name that is not a run of the study
+    and for runs that start from each other in a cycle.
+    """
+    sources = {}
     for name, configs in runs.items():
-        for cfg in configs:
-            init_from = cfg.train.init_from
-            if init_from is None or not init_from.startswith(RUN_PREFIX):
-                continue
-            source = init_from[len(RUN_PREFIX) :]
-            if source not in runs:
+        named = {
+            c.train.init_from for c in configs if (c.train.init_from or "").startswith(RUN_PREFIX)
+        }
+        for init_from in named:
+            if init_from[len(RUN_PREFIX) :] not in runs:
                 raise ValueError(
-                    f"run {name!r} starts from run {source!r} (train.init_from="
-                    f"{init_from!r}), which is not a run of the study: {order}"
+                    f"run {name!r} starts from run {init_from[len(RUN_PREFIX) :]!r} "
+                    f"(train.init_from={init_from!r}), which is not a run of the study: "
+                    f"{list(runs)}"
                 )
-            if order.index(source) >= order.index(name):
-                raise ValueError(
-                    f"run {name!r} starts from run {source!r} (train.init_from="
-                    f"{init_from!r}), which must be listed before it to be trained first"
-                )
+        sources[name] = {n[len(RUN_PREFIX) :] for n in named}
+    order = []
+    while len(order) < len(runs):
+        ready = [n for n in runs if n not in order and sources[n] <= set(order)]
+        if not ready:
+            cycle = sorted(n for n in runs if n not in order)
+            raise ValueError(f"runs {cycle} start from each other (train.init_from): a cycle")
+        order.append(ready[0])
+    return order
 
 
 RAW_FILES = ("metrics.jsonl", "config.json")  # a run's small outputs: what its numbers are
@@ -206,7 +215,7 @@ def summary_table(results: Mapping[str, Sequence[list[dict]]], keys: Sequence[st
         cells = []
         for key in [*keys, "elapsed_s"]:
             values = [v for v in (final_values(r, key) for r in seeds) if v is not None]
-            cells.append(_mean_std(values))
+            cells.append(mean_std_text(values))
         lines.append(f"| {name} | {len(seeds)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -235,7 +244,7 @@ def paired_table(results: Mapping[str, Sequence[list[dict]]], baseline: str, key
             if v is not None and b is not None
         ]
         per_seed = ", ".join(f"{d:+.3f}" for d in diffs) or "n/a"
-        lines.append(f"| {name} | {_interval(diffs)} | {len(diffs)} | {per_seed} |")
+        lines.append(f"| {name} | {interval_text(diffs)} | {len(diffs)} | {per_seed} |")
     return "\n".join(lines)
 
 
@@ -249,7 +258,8 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float
     return mean, mean - half, mean + half
 
 
-def _interval(diffs: list[float]) -> str:
+def interval_text(diffs: list[float]) -> str:
+    """ "mean [low, high]" of differences (their 95% t-interval); the value alone for one."""
     if not diffs:
         return "n/a"
     if len(diffs) == 1:
@@ -258,7 +268,8 @@ def _interval(diffs: list[float]) -> str:
     return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
-def _mean_std(values: list[float]) -> str:
+def mean_std_text(values: list[float]) -> str:
+    """ "mean ± sample std (ddof 1)"; the value alone for one (no spread from one run)."""
     if not values:
         return "n/a"
     if len(values) == 1:

@@ -77,11 +77,13 @@ class ConfigsTest(parameterized.TestCase):
             self.assertLessEqual(cfg.optim.warmup_steps, cfg.train.steps)
 
     @parameterized.parameters(
-        "compare", "study_positions", "study_linear", "study_extrapolation", "study_causal"
-    )
-    def test_study_config_builds_every_run(self, name):
+        ("compare", "compare"), ("study_positions", "compare"), ("study_linear", "compare"),
+        ("study_causal", "compare"), ("study_length", "length_study"),
+        ("study_multilength", "length_study"),
+    )  # fmt: skip
+    def test_study_config_builds_every_run(self, name, command):
         doc = importlib.import_module(f"configs.{name}").__doc__
-        self.assertIn(f"python experiments/compare.py --config=configs/{name}.py", doc)
+        self.assertIn(f"python experiments/{command}.py --config=configs/{name}.py", doc)
         for arg in (None, "runlocal"):
             config = _load(name, arg)
             runs = study.study_runs(config)
@@ -93,6 +95,10 @@ class ConfigsTest(parameterized.TestCase):
                 jax.eval_shape(RoFormer(cfg.model).init, jax.random.key(0), ids)
             self.assertTrue(set(config.plot_keys) <= set(config.table_keys) | {"train/loss"})
             self.assertIn(config.baseline, config.runs)
+            if command == "length_study":  # evaluations read runs of the study
+                self.assertIn(config.eval_baseline, config.evaluations)
+                for spec in config.evaluations.values():
+                    self.assertIn(spec.run, config.runs)
 
     @parameterized.parameters(*GOLDEN_PARAMS)
     def test_docstring_gives_the_command(self, name):

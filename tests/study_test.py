@@ -106,16 +106,25 @@ class StudyTest(absltest.TestCase):
         self.assertEqual(resolved.train.init_from, os.path.abspath("relative/short/seed1"))
         self.assertEqual(study.resolve_init_from(_config(1), "relative"), _config(1))
 
-    def test_init_from_an_unknown_or_later_run_is_an_error(self):
+    def test_a_run_named_by_init_from_trains_first_whatever_the_order(self):
+        workdir = self.enter_context(tempfile.TemporaryDirectory())
+        later = {"b": [_config(0, 2, "run:a")], "a": [_config(0)], "c": [_config(0)]}
+        with mock.patch.object(study, "train_and_evaluate", side_effect=_fake_training) as fake:
+            results = study.run_study(later, workdir)
+        trained = [call.args[1] for call in fake.mock_calls]
+        self.assertEqual(trained, [study.run_dir(workdir, n, 0) for n in ("a", "b", "c")])
+        self.assertEqual(list(results), ["b", "a", "c"])  # reported in the order given
+
+    def test_init_from_an_unknown_run_or_a_cycle_is_an_error(self):
         workdir = self.enter_context(tempfile.TemporaryDirectory())
         with mock.patch.object(study, "train_and_evaluate", side_effect=_fake_training) as fake:
             with self.assertRaisesRegex(ValueError, r"run 'b' starts from run 'c' .*not a run"):
                 study.run_study({"a": [_config(0)], "b": [_config(0, 2, "run:c")]}, workdir)
-            later = {"b": [_config(0, 2, "run:a")], "a": [_config(0)]}
-            with self.assertRaisesRegex(ValueError, r"run 'b' starts from run 'a' .*before it"):
-                study.run_study(later, workdir)
-            with self.assertRaisesRegex(ValueError, r"run 'a' starts from run 'a' .*before it"):
+            with self.assertRaisesRegex(ValueError, r"runs \['a'\] start from each other"):
                 study.run_study({"a": [_config(0, 2, "run:a")]}, workdir)
+            cycle = {"a": [_config(0, 2, "run:b")], "b": [_config(0, 2, "run:a")]}
+            with self.assertRaisesRegex(ValueError, r"runs \['a', 'b'\] start from each other"):
+                study.run_study(cycle, workdir)
             fake.assert_not_called()  # found before anything is trained
 
     def test_export_raw_copies_each_runs_metrics_and_config_only(self):

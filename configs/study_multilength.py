@@ -1,0 +1,49 @@
+"""Study: RoFormer's multi-length pre-training (the blog's Table 4) against one length.
+
+  python experiments/length_study.py --config=configs/study_multilength.py:wikitext2 \\
+      --workdir=runs/multilength_wikitext2 --raw_dir=docs/results/raw/multilength_wikitext2
+
+The blog pre-trained RoFormer in six stages (max length, batch, steps): (512, 256, 200k),
+(1536, 256, 12.5k), (256, 256, 120k), (128, 512, 80k), (1536, 512, 10k), (512, 512, 30k).
+Here the same six stages in the same order, with the same shares of the steps (44, 3, 27,
+18, 2, 7%) and the same tokens-per-step ratios (2 : 6 : 1 : 1 : 12 : 4), scaled to this
+machine by one factor each: lengths / 2, batches / 16, 200 steps in all (827,392 tokens).
+The control trains at one length, 256 (the blog's main length 512, / 2), on the same token
+budget (202 steps of 16 x 256). The encoder and optimizer are configs/studies.py's, on a
+corpus of long documents (studies.LONG_DOCUMENTS); both are read at 128 to 2048 tokens on
+the same held-out targets (configs/study_length.py's evaluation), and the multi-length run
+gets the blog's per-stage table of training loss and accuracy.
+"""
+
+from ml_collections import ConfigDict
+
+from configs import studies, study_length
+
+# (steps, seq_len, batch_size) in the blog's order.
+STAGES = ((88, 256, 16), (6, 768, 16), (53, 128, 16), (35, 64, 32), (4, 768, 32), (14, 256, 32))
+TOKENS = sum(steps * length * batch for steps, length, batch in STAGES)  # 827,392
+
+
+def get_config(arg=None):
+    data, rest = studies.long_documents(arg)
+    config = studies.get_config(rest)
+    config.experiment.data.update(data, valid_lengths=(), seq_len=256)
+    config.experiment.train.log_every = 1  # the per-stage table reads each stage's last steps
+    config.runs = ConfigDict(  # in the order tables and figures show them
+        {
+            "multi-length": {"train": {"steps": sum(s[0] for s in STAGES), "stages": STAGES}},
+            "256 only": {"train": {"steps": round(TOKENS / (16 * 256)), "batch_size": 16}},
+        },
+        sort_keys=False,
+    )
+    config.baseline = "256 only"
+    config.title = "MLM: RoFormer's six-stage multi-length schedule against one length"
+    config.plot_keys = ("train/loss", "valid/loss_256")
+    config.table_keys = ("train/loss", "valid/loss_256", "valid/accuracy_256")
+    config.eval_lengths = study_length.EVAL_LENGTHS
+    config.eval_tokens = 68 * (study_length.EVAL_LENGTHS[-1] - 2)
+    config.eval_baseline = "256 only"
+    config.evaluations = ConfigDict(
+        {"multi-length": {"run": "multi-length"}, "256 only": {"run": "256 only"}}, sort_keys=False
+    )
+    return config

@@ -1,0 +1,120 @@
+"""Tests for roformer_jax/length_study.py: scalings by length, cached scores, the tables."""
+
+import dataclasses
+import json
+import tempfile
+from unittest import mock
+
+import numpy as np
+from absl.testing import absltest
+
+from roformer_jax import length_study, study
+from roformer_jax.training.config import default_experiment_config
+
+
+def _config(seed=0, **model):
+    cfg = default_experiment_config()
+    return dataclasses.replace(
+        cfg, seed=seed, model=dataclasses.replace(cfg.model, **model),
+        train=dataclasses.replace(cfg.train, steps=10),
+    )  # fmt: skip
+
+
+def _scores(loss):
+    return {n: {"loss": loss + n / 1000, "accuracy": 0.5, "targets": 7} for n in (128, 256)}
+
+
+class ScalingAtTest(absltest.TestCase):
+    def test_factor_from_the_length_past_the_trained_one(self):
+        self.assertIsNone(length_study.scaling_at({"rope_type": "linear"}, 128, 128))
+        self.assertIsNone(length_study.scaling_at(None, 1024, 128))
+        self.assertEqual(
+            length_study.scaling_at({"rope_type": "yarn"}, 1024, 128),
+            {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 128},
+        )
+        given = {"rope_type": "dynamic", "factor": 2.0}
+        self.assertEqual(length_study.scaling_at(given, 512, 128)["factor"], 2.0)
+
+    def test_trained_length_counts_the_stages(self):
+        cfg = _config()
+        self.assertEqual(length_study.trained_length(cfg), cfg.data.seq_len)
+        staged = dataclasses.replace(cfg, train=dataclasses.replace(
+            cfg.train, steps=3, stages=((1, 64, 8), (2, 768, 4))))  # fmt: skip
+        self.assertEqual(length_study.trained_length(staged), 768)
+
+
+class EvaluateRunsTest(absltest.TestCase):
+    def test_models_per_length_cached_scores_and_tables_past_the_table(self):
+        workdir = tempfile.mkdtemp()
+        runs = {
+            "rope": [_config(0), _config(1)],
+            "bert": [_config(0, position="learned", max_len=256)],
+        }
+        evaluations = {
+            "rope": {"run": "rope"},
+            "rope + PI": {"run": "rope", "scaling": {"rope_type": "linear"}},
+            "bert": {"run": "bert"},
+        }
+        seen = []
+
+        def score(models, params, held_out):
+            lengths = sorted(held_out)
+            seen.append([(n, models(n).config.rope_scaling) for n in lengths])
+            return {n: {"loss": float(n)} for n in lengths}
+
+        def load_params(directory):
+            name = "bert" if "bert" in directory else "rope"
+            return runs[name][0], {}, 10
+
+        patches = (
+            mock.patch.object(length_study, "load_params", side_effect=load_params),
+            mock.patch.object(length_study, "load_corpus"),
+            mock.patch.object(length_study, "length_eval_set",
+                              side_effect=lambda corpus, lengths, **_: {n: [] for n in lengths}),
+            mock.patch.object(length_study.evaluation, "score_lengths", side_effect=score),
+        )  # fmt: skip
+        kwargs = dict(lengths=(128, 512), max_tokens=100)
+        with patches[0], patches[1], patches[2], patches[3]:
+            scores = length_study.evaluate_runs(evaluations, runs, workdir, **kwargs)
+            self.assertLen(seen, 5)  # 2 seeds x 2 evaluations of rope, 1 of bert
+            self.assertEqual(seen[0], [(128, None), (512, None)])
+            pi = json.loads(seen[2][1][1])
+            self.assertEqual((seen[2][0], pi["factor"]), ((128, None), 4.0))
+            self.assertEqual(seen[4], [(128, None)])  # BERT's table ends at 256
+            self.assertEqual(list(scores["bert"][0]), [128])
+            again = length_study.evaluate_runs(evaluations, runs, workdir, **kwargs)
+            self.assertLen(seen, 5)  # read back from the cache
+            self.assertEqual(again, scores)
+            length_study.evaluate_runs(evaluations, runs, workdir, lengths=(128,), max_tokens=100)
+            self.assertLen(seen, 10)  # another evaluation set: scored again
+        with self.assertRaisesRegex(ValueError, "reads run 'gone'"):
+            length_study.evaluate_runs({"x": {"run": "gone"}}, runs, workdir, **kwargs)
+
+
+class TablesTest(absltest.TestCase):
+    def test_length_tables(self):
+        scores = {"a": [_scores(1.0), _scores(1.2)], "b": [_scores(1.5), _scores(1.5)]}
+        table = length_study.length_table(scores, (128, 256))
+        self.assertIn("| a | 2 | 1.228 ± 0.14 | 1.356 ± 0.14 |", table)
+        paired = length_study.length_paired_table(scores, "a", (128, 256))
+        mean, low, high = study.t_interval([0.5, 0.3])
+        self.assertIn(f"| b | 2 | {mean:+.3f} [{low:+.3f}, {high:+.3f}] |", paired)
+        with self.assertRaisesRegex(ValueError, "baseline 'c'"):
+            length_study.length_paired_table(scores, "c", (128,))
+
+    def test_stage_table_reads_each_stages_last_steps(self):
+        cfg = _config()
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(
+            cfg.train, steps=4, stages=((2, 64, 8), (2, 128, 4))))  # fmt: skip
+        seeds = [
+            [{"step": s, "train/loss": 10.0 * s + k, "train/accuracy": 0.1} for s in range(1, 5)]
+            for k in (0, 1)
+        ]
+        table = length_study.stage_table(cfg, seeds, last=1).splitlines()
+        self.assertEqual(table[2], "| 1 | 64 | 8 | 2 | 512 | 20.5 ± 0.71 | 0.1 ± 0 |")
+        self.assertEqual(table[3], "| 2 | 128 | 4 | 2 | 512 | 40.5 ± 0.71 | 0.1 ± 0 |")
+        np.testing.assert_equal(len(table), 4)
+
+
+if __name__ == "__main__":
+    absltest.main()
