@@ -8,8 +8,6 @@ of 12-18 runs about 15-30 min per corpus (times of the runs are in docs/results.
 
 from configs import base, compare
 
-LENGTHS = (256, 512, 1024)  # evaluated besides the training length, 128
-
 # Corpora of long held-out documents for the length studies (configs/study_length.py):
 # whole WikiText articles, spans of War and Peace of about 9,000 tokens, whole stdlib modules.
 # The held-out shares give each about 150 k tokens in documents of >= 2,046 tokens.
@@ -45,12 +43,3 @@ def long_documents(arg: str | None) -> tuple[dict, str | None]:
     corpora = [n for n in names if n in LONG_DOCUMENTS] or ["builtin"]
     rest = ",".join(n for n in names if n and n not in LONG_DOCUMENTS)
     return {**LONG_DOCUMENTS[corpora[0]], "eval_windows": "documents"}, rest or None
-
-
-def evaluate_at_lengths(config):
-    """Evaluates every run at 128 and LENGTHS too, and tabulates loss and accuracy at each."""
-    config.experiment.data.valid_lengths = LENGTHS
-    config.table_keys = tuple(
-        f"valid/{m}_{n}" for n in (128, *LENGTHS) for m in ("loss", "accuracy")
-    )
-    return config

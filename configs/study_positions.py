@@ -3,9 +3,8 @@
   python experiments/compare.py --config=configs/study_positions.py --workdir=runs/positions
 
 Learned absolute (BERT) vs sinusoidal (Vaswani) vs RoPE (RoFormer) vs none, with the shared
-setting of configs/studies.py. Trained at 128 tokens and evaluated at 128, 256, 512 and 1024
-as well, which is the first half of study 3: BERT's learned table has 128 rows here, so it
-cannot run past 128 and its longer columns read n/a. On WikiText-2:
+setting of configs/studies.py, trained and evaluated at 128 tokens (longer contexts are
+configs/study_length.py's). On WikiText-2:
   --config.experiment.data.source=../shared/data/wikitext-2/train.txt
 """
 
@@ -15,7 +14,7 @@ from configs import studies
 
 
 def get_config(arg=None):
-    config = studies.evaluate_at_lengths(studies.get_config(arg))
+    config = studies.get_config(arg)
     config.runs = ConfigDict(
         {
             "learned (BERT)": {"model": {"position": "learned", "max_len": 128}},
@@ -26,5 +25,5 @@ def get_config(arg=None):
     )
     config.baseline = "learned (BERT)"
     config.title = "MLM, softmax attention: position encodings"
-    config.plot_keys = ("train/loss", "valid/loss_128", "valid/loss_512")
+    config.plot_keys = ("train/loss", "valid/loss_128")
     return config

@@ -20,6 +20,7 @@ import dataclasses
 import json
 import os
 import re
+import time
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -27,7 +28,7 @@ import numpy as np
 from roformer_jax import evaluation
 from roformer_jax.data.batches import load_corpus
 from roformer_jax.data.length_eval import length_eval_set
-from roformer_jax.model import RoFormer
+from roformer_jax.model import ModelConfig, RoFormer
 from roformer_jax.study import interval_text, mean_std_text, run_dir
 from roformer_jax.training.config import ExperimentConfig
 from roformer_jax.training.runs import load_params
@@ -61,7 +62,8 @@ def evaluate_runs(
     evaluations: name -> {"run": a name of `runs`, "scaling": optional dictionary}. Lengths
     past a model's table (BERT's learned positions) are left out of its scores.
     """
-    held_out_sets = {}  # (corpus cache path) -> the held-out set, shared by every run
+    held_out_sets = {}  # (corpus cache path, lengths) -> the held-out set, shared by runs
+    same_model = {}  # (run directory, length, model config) -> scores at that length
     scores = {}
     for name, spec in evaluations.items():
         if spec["run"] not in runs:
@@ -93,20 +95,37 @@ def evaluate_runs(
                     windows="documents", max_tokens=max_tokens,
                 )  # fmt: skip
             trained = trained_length(run_cfg)
-
-            def model_at(length, model_cfg=run_cfg.model, trained=trained, scaling=scaling):
-                at = scaling_at(scaling, length, trained)
-                if at is not None:
-                    model_cfg = dataclasses.replace(model_cfg, rope_scaling=json.dumps(at))
-                return RoFormer(model_cfg)
-
-            result = evaluation.score_lengths(model_at, params, held_out_sets[key])
+            models = {n: _model_config(run_cfg.model, scaling_at(scaling, n, trained))
+                      for n in readable}  # fmt: skip
+            # A length where this evaluation reads the same model as an earlier one of the
+            # same run (any scaling is the identity up to the trained length) is not scored
+            # twice.
+            result = {n: same_model[directory, n, models[n]] for n in readable
+                      if (directory, n, models[n]) in same_model}  # fmt: skip
+            held_out = held_out_sets[key]
+            todo = {n: b for n, b in held_out.batches.items() if n not in result}
+            start = time.time()
+            if todo:
+                result |= evaluation.score_lengths(
+                    lambda n, models=models: RoFormer(models[n]), params,
+                    dataclasses.replace(held_out, batches=todo),
+                )  # fmt: skip
+            result = {n: result[n] for n in readable}
+            same_model.update({(directory, n, models[n]): result[n] for n in readable})
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path + ".tmp", "w", encoding="utf-8") as f:
-                json.dump({"identity": identity, "scores": result}, f)
+                record = {"identity": identity, "scores": result, "seconds": time.time() - start}
+                json.dump(record, f)
             os.replace(path + ".tmp", path)
             scores[name].append(result)
     return scores
+
+
+def _model_config(model_cfg: ModelConfig, scaling: dict | None) -> ModelConfig:
+    """The run's model read with `scaling` (None: as trained, its own rope_scaling kept)."""
+    if scaling is None:
+        return model_cfg
+    return dataclasses.replace(model_cfg, rope_scaling=json.dumps(scaling, sort_keys=True))
 
 
 def length_table(scores: Mapping[str, Sequence[dict]], lengths: Sequence[int], key="loss") -> str:

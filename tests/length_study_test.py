@@ -9,6 +9,7 @@ import numpy as np
 from absl.testing import absltest
 
 from roformer_jax import length_study, study
+from roformer_jax.data.length_eval import LengthEvalSet
 from roformer_jax.training.config import default_experiment_config
 
 
@@ -58,7 +59,7 @@ class EvaluateRunsTest(absltest.TestCase):
         seen = []
 
         def score(models, params, held_out):
-            lengths = sorted(held_out)
+            lengths = sorted(held_out.batches)
             seen.append([(n, models(n).config.rope_scaling) for n in lengths])
             return {n: {"loss": float(n)} for n in lengths}
 
@@ -69,8 +70,8 @@ class EvaluateRunsTest(absltest.TestCase):
         patches = (
             mock.patch.object(length_study, "load_params", side_effect=load_params),
             mock.patch.object(length_study, "load_corpus"),
-            mock.patch.object(length_study, "length_eval_set",
-                              side_effect=lambda corpus, lengths, **_: {n: [] for n in lengths}),
+            mock.patch.object(length_study, "length_eval_set", side_effect=lambda corpus, lengths,
+                              **_: LengthEvalSet({n: [] for n in lengths}, 0, 0, 1, 0)),
             mock.patch.object(length_study.evaluation, "score_lengths", side_effect=score),
         )  # fmt: skip
         kwargs = dict(lengths=(128, 512), max_tokens=100)
@@ -78,15 +79,18 @@ class EvaluateRunsTest(absltest.TestCase):
             scores = length_study.evaluate_runs(evaluations, runs, workdir, **kwargs)
             self.assertLen(seen, 5)  # 2 seeds x 2 evaluations of rope, 1 of bert
             self.assertEqual(seen[0], [(128, None), (512, None)])
-            pi = json.loads(seen[2][1][1])
-            self.assertEqual((seen[2][0], pi["factor"]), ((128, None), 4.0))
+            # At 128, PI is the identity: the plain model's score is reused, not recomputed.
+            ((length, pi),) = seen[2]
+            self.assertEqual((length, json.loads(pi)["factor"]), (512, 4.0))
+            self.assertEqual(scores["rope + PI"][0][128], scores["rope"][0][128])
+            self.assertEqual(list(scores["rope + PI"][0]), [128, 512])
             self.assertEqual(seen[4], [(128, None)])  # BERT's table ends at 256
             self.assertEqual(list(scores["bert"][0]), [128])
             again = length_study.evaluate_runs(evaluations, runs, workdir, **kwargs)
             self.assertLen(seen, 5)  # read back from the cache
             self.assertEqual(again, scores)
             length_study.evaluate_runs(evaluations, runs, workdir, lengths=(128,), max_tokens=100)
-            self.assertLen(seen, 10)  # another evaluation set: scored again
+            self.assertLen(seen, 8)  # another evaluation set: scored again, PI's 128 reused
         with self.assertRaisesRegex(ValueError, "reads run 'gone'"):
             length_study.evaluate_runs({"x": {"run": "gone"}}, runs, workdir, **kwargs)
 
