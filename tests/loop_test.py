@@ -131,10 +131,13 @@ class EndToEndTest(parameterized.TestCase):
         self.assertNotEmpty(os.listdir(os.path.join(workdir, metrics_lib.TENSORBOARD_DIR)))
 
     def test_clm_scores_every_next_token(self):
-        # 2 validation batches of 8 full rows of 32: 30 next tokens each (not the closing
-        # [SEP], nothing after it); a head gathered at MLM's 15% would score 5.
+        # eval_batches=2 of 8 rows of 32 bound the held-out text to 480 tokens, rounded up to
+        # whole windows of the longest length, 64: 496 tokens, every one a next-token target
+        # at both lengths (not the closing [SEP]s; a head gathered at MLM's 15% would score
+        # 5 of 30 per row).
         _, final = _reference_run("clm")
-        self.assertEqual(final["valid/tokens_32"], 2 * 8 * 30)
+        self.assertEqual(final["valid/tokens_32"], 8 * 62)
+        self.assertEqual(final["valid/tokens_64"], 8 * 62)
         self.assertAlmostEqual(final["valid/perplexity_32"], np.exp(final["valid/loss_32"]), 4)
 
     def test_a_finished_causal_run_loads_and_generates(self):
@@ -142,7 +145,7 @@ class EndToEndTest(parameterized.TestCase):
         run = runs.load_run(workdir)
         self.assertEqual(run.step, 3)
         # The parameters read back give the validation loss the run logged at its end.
-        held_out = length_eval_set(run.corpus, [32], batch_size=8, max_tokens=2 * 8 * 30)
+        held_out = length_eval_set(run.corpus, [32, 64], batch_size=8, max_tokens=2 * 8 * 30)
         eval_step = step_lib.make_eval_step(run.model)
         sums = [eval_step(run.params, b) for b in held_out.batches[32]]
         loss = sum(s["loss"] for s in sums) / sum(s["count"] for s in sums)
