@@ -164,7 +164,8 @@ def _training_order(runs: Mapping[str, Sequence[ExperimentConfig]]) -> list[str]
     return order
 
 
-RAW_FILES = ("metrics.jsonl", "config.json")  # a run's small outputs: what its numbers are
+# A run's small outputs: what its numbers are, and the code and machine that made them.
+RAW_FILES = ("metrics.jsonl", "config.json", "provenance.json")
 
 
 def export_raw(runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str, dest: str) -> int:

@@ -26,7 +26,7 @@ from configs import tiny
 from roformer_jax import decoding
 from roformer_jax.data import batches as batches_lib
 from roformer_jax.data.length_eval import length_eval_set
-from roformer_jax.training import loop, runs, runtime
+from roformer_jax.training import loop, provenance, runs, runtime
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import step as step_lib
 from roformer_jax.training.config import ExperimentConfig, experiment_config_from_dict
@@ -128,6 +128,8 @@ class EndToEndTest(parameterized.TestCase):
         self.assertEqual(sorted(os.listdir(os.path.join(workdir, "checkpoints"))), ["2", "3"])
         with open(os.path.join(workdir, "config.json")) as f:
             self.assertEqual(json.load(f)["model"]["hidden_size"], 64)
+        (session,) = provenance.read(workdir)["sessions"]  # what made these numbers
+        self.assertEqual(session["start_step"], 0)
         self.assertNotEmpty(os.listdir(os.path.join(workdir, metrics_lib.TENSORBOARD_DIR)))
 
     def test_clm_scores_every_next_token(self):

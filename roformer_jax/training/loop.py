@@ -29,7 +29,7 @@ from roformer_jax.data import staging
 from roformer_jax.data.batches import load_corpus
 from roformer_jax.model import RoFormer
 from roformer_jax.training import metrics as metrics_lib
-from roformer_jax.training import optim, runtime
+from roformer_jax.training import optim, provenance, runtime
 from roformer_jax.training.checkpoints import Checkpoints
 from roformer_jax.training.config import ExperimentConfig
 from roformer_jax.training.step import TrainState, make_eval_step, make_train_step
@@ -38,7 +38,8 @@ from roformer_jax.training.step import TrainState, make_eval_step, make_train_st
 def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
     """Trains `cfg` in `workdir`, resuming from its latest checkpoint; returns final metrics.
 
-    Writes workdir/config.json, metrics.jsonl, tensorboard/ and checkpoints/ (process 0).
+    Writes workdir/config.json, provenance.json (the code and machine of each session),
+    metrics.jsonl, tensorboard/ and checkpoints/ (process 0).
     Raises FloatingPointError on a non-finite loss or gradient (no checkpoint is written
     after it), runtime.TrainingInterrupted after saving when stopped by a signal, and
     ValueError when workdir holds a checkpoint of a different model.
@@ -86,6 +87,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
     if jax.process_index() == 0:
         with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
             json.dump(cfg_dict, f, indent=2)
+        provenance.record_session(workdir, start_step=start)
 
     # --- Step functions: one code path, jitted on one device or pmapped.
     # Where targets are not bounded by masking.max_targets (whole words, "clm"), the head

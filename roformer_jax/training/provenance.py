@@ -1,0 +1,79 @@
+"""Where a run's numbers came from: the code, the machine and when, one entry per session.
+
+    provenance.record_session(workdir, start_step=step)   # the trainer, at every (re)start
+    provenance.read(workdir)["sessions"][-1]["commit"]
+
+`workdir/provenance.json` lists each session that trained the run (a resumed run adds one):
+the git commit of the package's checkout and whether it had uncommitted changes (None where
+the package is not a git checkout, e.g. installed from a wheel), the step it started from,
+the start time (UTC), and the machine: CPU count and architecture, JAX's version, backend and
+device kinds. A results page can then name the commit each study ran at, and tell whether
+the code changed since.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+
+import jax
+
+FILE = "provenance.json"
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def code_version() -> dict:
+    """{"commit": sha or None, "dirty": bool or None} of the checkout this package runs from."""
+
+    def git(*args):
+        out = subprocess.run(["git", "-C", _ROOT, *args], capture_output=True, text=True,
+                             timeout=10, check=True)  # fmt: skip
+        return out.stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):  # no git, or not a checkout
+        return {"commit": None, "dirty": None}
+    return {"commit": commit, "dirty": dirty}
+
+
+def machine() -> dict:
+    return {
+        "cpus": os.cpu_count(),
+        "architecture": platform.machine(),
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "devices": sorted({d.device_kind for d in jax.devices()}),
+        "device_count": jax.device_count(),
+        "process_count": jax.process_count(),
+    }
+
+
+def record_session(workdir: str, *, start_step: int) -> dict:
+    """Appends this session to workdir/provenance.json (written atomically); returns it."""
+    session = {
+        **code_version(),
+        "start_step": start_step,
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+    }
+    record = read(workdir) or {"sessions": []}
+    record["sessions"].append(session)
+    path = os.path.join(workdir, FILE)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+    os.replace(path + ".tmp", path)
+    return session
+
+
+def read(workdir: str) -> dict | None:
+    """The run's provenance record, or None where it has none (runs before this file)."""
+    path = os.path.join(workdir, FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)

@@ -1,0 +1,38 @@
+"""Tests for roformer_jax/training/provenance.py: the code and machine of each session."""
+
+import os
+import subprocess
+import tempfile
+from unittest import mock
+
+from absl.testing import absltest
+
+from roformer_jax.training import provenance
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class ProvenanceTest(absltest.TestCase):
+    def test_sessions_accumulate(self):
+        workdir = tempfile.mkdtemp()
+        self.assertIsNone(provenance.read(workdir))
+        first = provenance.record_session(workdir, start_step=0)
+        provenance.record_session(workdir, start_step=40)
+        sessions = provenance.read(workdir)["sessions"]
+        self.assertEqual([s["start_step"] for s in sessions], [0, 40])
+        self.assertEqual(sessions[0], first)
+        self.assertEqual(first["machine"]["cpus"], os.cpu_count())
+
+    @absltest.skipUnless(os.path.isdir(os.path.join(_ROOT, ".git")), "not a git checkout")
+    def test_commit_is_the_checkouts(self):
+        head = subprocess.run(["git", "-C", _ROOT, "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()  # fmt: skip
+        self.assertEqual(provenance.code_version()["commit"], head)
+
+    def test_without_git_the_commit_is_unknown(self):
+        with mock.patch.object(provenance.subprocess, "run", side_effect=FileNotFoundError):
+            self.assertEqual(provenance.code_version(), {"commit": None, "dirty": None})
+
+
+if __name__ == "__main__":
+    absltest.main()
