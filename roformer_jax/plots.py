@@ -78,8 +78,8 @@ def plot_curves(
         ax.legend(fontsize=8)
     fig.suptitle(title)
     if footnote:
-        fig.text(0.01, 0.01, footnote, fontsize=7, va="bottom")
-    return _save(fig, path, bottom=0.05 if footnote else 0.0)
+        fig.text(0.01, 0.01, textwrap.fill(footnote, 105 * len(metrics)), fontsize=7, va="bottom")
+    return _save(fig, path, bottom=0.09 if footnote else 0.0)
 
 
 def _aligned(seeds, metric):
