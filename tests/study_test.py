@@ -133,10 +133,11 @@ class StudyTest(absltest.TestCase):
         runs = {"a": [_config(0), _config(1)]}
         with mock.patch.object(study, "train_and_evaluate", side_effect=_fake_training):
             study.run_study(runs, workdir)
-        with open(os.path.join(study.run_dir(workdir, "a", 1), "config.json"), "w") as f:
-            f.write("{}")
+        for file in ("config.json", "provenance.json"):
+            with open(os.path.join(study.run_dir(workdir, "a", 1), file), "w") as f:
+                f.write("{}")
         os.makedirs(os.path.join(study.run_dir(workdir, "a", 0), "checkpoints"))
-        self.assertEqual(study.export_raw(runs, workdir, dest), 3)
+        self.assertEqual(study.export_raw(runs, workdir, dest), 4)
         self.assertEqual(
             sorted(os.listdir(study.run_dir(dest, "a", 1))), list(sorted(study.RAW_FILES))
         )
