@@ -42,7 +42,7 @@ def get_config(arg=None):
     config.table_keys = ("train/loss", "valid/loss_256", "valid/accuracy_256")
     config.eval_lengths = study_length.EVAL_LENGTHS
     config.eval_tokens = 68 * (study_length.EVAL_LENGTHS[-1] - 2)
-    config.eval_baseline = "256 only"
+    config.eval_baselines = ("256 only",)
     config.evaluations = ConfigDict(
         {"multi-length": {"run": "multi-length"}, "256 only": {"run": "256 only"}}, sort_keys=False
     )

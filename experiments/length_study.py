@@ -30,7 +30,8 @@ from roformer_jax.training import runtime  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(_ROOT, "configs", "study_length.py"),
-    "Study config: experiment, runs, seeds, evaluations, eval_lengths, eval_tokens.",
+    "Study config: experiment, runs, seeds, evaluations, eval_lengths, eval_tokens, "
+    "eval_baselines.",
     lock_config=True,
 )  # fmt: skip
 _WORKDIR = flags.DEFINE_string("workdir", "runs/length", "Each run trains in <workdir>/<name>/.")
@@ -49,7 +50,7 @@ def main(argv):
     scores = length_study.evaluate_runs(
         config.evaluations.to_dict(), runs, workdir, lengths=lengths, max_tokens=config.eval_tokens
     )
-    exp = runs[config.eval_baseline][0]
+    exp = runs[config.evaluations[config.eval_baselines[0]].run][0]
     corpus = load_corpus(exp.data, exp.train.data_cache_dir or os.path.join(workdir, "data"))
     unigram = corpus.unigram_cross_entropy()
     targets = {n: s[n]["targets"] for seeds in scores.values() for s in seeds for n in s}
@@ -64,6 +65,7 @@ def main(argv):
     png = plots.plot_lengths(
         scores, os.path.join(workdir, "lengths.png"), title=config.title,
         trained_length=length_study.trained_length(exp), floor=unigram, footnote=footnote,
+        reference=config.get("position_reference"),
     )  # fmt: skip
     sections = [
         f"# {config.title}",
@@ -72,8 +74,14 @@ def main(argv):
         length_study.length_table(scores, lengths),
         "## Held-out accuracy at each context length",
         length_study.length_table(scores, lengths, key="accuracy"),
-        f"## Loss minus {config.eval_baseline}'s, seed by seed: mean [95% t-interval]",
-        length_study.length_paired_table(scores, config.eval_baseline, lengths),
+        *(
+            part
+            for baseline in config.eval_baselines
+            for part in (
+                f"## Loss minus {baseline}'s, seed by seed: mean [95% t-interval]",
+                length_study.length_paired_table(scores, baseline, lengths),
+            )
+        ),  # fmt: skip
         "## Training (final values)",
         study.summary_table(results, config.table_keys),
     ]

@@ -92,6 +92,9 @@ def _aligned(seeds, metric):
     return np.array(common), np.array([[s[t] for t in common] for s in series])
 
 
+_MORE_COLORS = ("black", "darkgoldenrod", "magenta", "teal", "navy")  # past matplotlib's 10
+
+
 def plot_lengths(
     scores: Mapping[str, Sequence[Mapping[int, Mapping]]],
     path: str,
@@ -99,6 +102,7 @@ def plot_lengths(
     title: str,
     trained_length: int,
     floor: float | None = None,
+    reference: str | None = None,
     footnote: str = "",
 ) -> str:
     """Two panels: loss against context length, and loss by position at the longest length.
@@ -109,6 +113,10 @@ def plot_lengths(
         t-interval of the mean where there are 2 seeds or more.
       trained_length: drawn as a dotted line: what the models were trained at.
       floor: the unigram cross-entropy, drawn as a dashed line.
+      reference: an evaluation whose loss at each position (same seed, same targets) the
+        position panel subtracts. A model without positions makes a good one: its loss does
+        not depend on where a target sits, so what remains is what positions gain or lose
+        there, without the difficulty of the tokens that happen to sit in each bin.
       footnote: corpus, targets, model and hardware, wrapped under the panels.
     """
     from roformer_jax.study import t_interval  # here: roformer_jax.study imports this module
@@ -116,7 +124,8 @@ def plot_lengths(
     fig, (by_length, by_position) = plt.subplots(1, 2, figsize=(15, 5))
     longest = max(n for seeds in scores.values() for s in seeds for n in s)
     for i, (name, seeds) in enumerate(scores.items()):
-        style = dict(color=f"C{i % 10}", linestyle="--" if i >= 10 else "-", label=name)
+        color = f"C{i}" if i < 10 else _MORE_COLORS[(i - 10) % len(_MORE_COLORS)]
+        style = dict(color=color, linestyle="--" if i >= 10 else "-", label=name)
         lengths = sorted(set.intersection(*(set(s) for s in seeds)))
         means, errors = [], []
         for n in lengths:
@@ -126,21 +135,28 @@ def plot_lengths(
             errors.append(mean - low)
         by_length.errorbar(lengths, means, yerr=errors, marker="o", ms=3, capsize=2, **style)
         if all(longest in s for s in seeds):
-            curve = np.nanmean([s[longest]["position_loss"] for s in seeds], axis=0)
-            by_position.plot(seeds[0][longest]["position_bins"], curve, **style)
+            curves = np.array([s[longest]["position_loss"] for s in seeds])
+            if reference is not None:
+                curves -= np.array([s[longest]["position_loss"] for s in scores[reference]])
+            by_position.plot(seeds[0][longest]["position_bins"], np.nanmean(curves, 0), **style)
     by_length.set_xscale("log", base=2)
     by_length.set_xlabel("context length (tokens)")
     by_length.set_ylabel(f"held-out MLM loss (n={max(len(s) for s in scores.values())} seeds)")
     by_position.set_xlabel(f"position in a window of {longest} tokens")
-    by_position.set_ylabel("loss at that position (mean over seeds)")
+    by_position.set_ylabel(
+        f"loss − {reference}'s at that position" if reference else "loss at that position"
+    )
     for ax in (by_length, by_position):
         ax.axvline(
             trained_length, color="gray", linestyle=":", label=f"trained at {trained_length}"
         )
-        if floor is not None:
-            ax.axhline(floor, color="black", linestyle="--", linewidth=0.8, label="unigram")
         ax.grid(alpha=0.3)
-    by_position.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    if floor is not None:
+        by_length.axhline(floor, color="black", linestyle="--", linewidth=0.8, label="unigram")
+        if reference is None:
+            by_position.axhline(floor, color="black", linestyle="--", linewidth=0.8)
+    handles, labels = by_length.get_legend_handles_labels()
+    by_position.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(title)
     if footnote:
         fig.text(0.01, 0.01, textwrap.fill(footnote, 230), fontsize=7, va="bottom")

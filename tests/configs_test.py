@@ -96,7 +96,7 @@ class ConfigsTest(parameterized.TestCase):
             self.assertTrue(set(config.plot_keys) <= set(config.table_keys) | {"train/loss"})
             self.assertIn(config.baseline, config.runs)
             if command == "length_study":  # evaluations read runs of the study
-                self.assertIn(config.eval_baseline, config.evaluations)
+                self.assertTrue(set(config.eval_baselines) <= set(config.evaluations))
                 for spec in config.evaluations.values():
                     self.assertIn(spec.run, config.runs)
 
