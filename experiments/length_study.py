@@ -55,7 +55,9 @@ def main(argv):
     unigram = corpus.unigram_cross_entropy()
     targets = {n: s[n]["targets"] for seeds in scores.values() for s in seeds for n in s}
     footnote = (
-        f"data: {exp.data.source} ({exp.data.doc_separator} documents), "
+        f"data: {exp.data.source} ({exp.data.doc_separator} documents"
+        + (f" joined to >= {exp.data.min_doc_chars:,} characters" if exp.data.min_doc_chars else "")
+        + "), "
         f"{targets[lengths[0]]:,} held-out masked targets scored at every length (eval seed "
         f"{exp.data.eval_seed}); {exp.model.num_layers} layers x {exp.model.hidden_size}, "
         f"{exp.train.steps} steps of {exp.train.batch_size} x {exp.data.seq_len}; seeds "
