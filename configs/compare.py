@@ -25,7 +25,7 @@ def get_config(arg=None):
         eval_batches=8,
     )  # fmt: skip
     experiment.optim.update(learning_rate=1e-3, warmup_steps=60)
-    experiment.data.valid_lengths = ()  # extrapolation is configs/study_extrapolation.py
+    experiment.data.valid_lengths = ()  # longer contexts: configs/study_length.py
     config.experiment = base.finish(experiment, arg)  # every run starts from this
     config.runs = ConfigDict(
         {
