@@ -87,7 +87,8 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
     if jax.process_index() == 0:
         with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
             json.dump(cfg_dict, f, indent=2)
-        provenance.record_session(workdir, start_step=start)
+        if start < tcfg.steps:  # a finished run rerun trains nothing: no session
+            provenance.record_session(workdir, start_step=start)
 
     # --- Step functions: one code path, jitted on one device or pmapped.
     # Where targets are not bounded by masking.max_targets (whole words, "clm"), the head
