@@ -8,7 +8,7 @@ import numpy as np
 from absl.testing import absltest, parameterized
 
 from roformer_jax.data.batches import DataConfig, load_corpus
-from roformer_jax.data.length_eval import length_eval_set
+from roformer_jax.data.length_eval import TooLittleText, length_eval_set
 
 LENGTHS = (16, 32, 64)
 
@@ -123,7 +123,7 @@ class LengthEvalSetTest(parameterized.TestCase):
 
     def test_bad_input(self):
         corpus = _corpus(self)
-        with self.assertRaisesRegex(ValueError, "doc_separator='article'"):
+        with self.assertRaisesRegex(TooLittleText, "doc_separator='article'"):
             length_eval_set(corpus, (16, 100_000), batch_size=4, windows="documents")
         with self.assertRaisesRegex(ValueError, "windows 'lines'"):
             length_eval_set(corpus, LENGTHS, batch_size=4, windows="lines")

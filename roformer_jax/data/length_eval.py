@@ -43,6 +43,10 @@ WINDOWS = ("documents", "stream")
 _EVAL_MASK = 3  # seed domain of the held-out masks (batches.py uses 0-2)
 
 
+class TooLittleText(ValueError):
+    """The held-out text has no piece as long as the longest window."""
+
+
 @dataclasses.dataclass(frozen=True)
 class LengthEvalSet:
     """This host's batches at each length, and what they score (the same at every length)."""
@@ -75,8 +79,8 @@ def length_eval_set(
       max_tokens: use pieces in held-out order until this many tokens (the last piece cut
         to the first multiple of S that reaches it); None = all.
 
-    Raises ValueError for a length < 3, an unknown `windows`, and when no piece of S tokens
-    exists (too little held-out text, or no document that long).
+    Raises ValueError for a length < 3 or an unknown `windows`, and its subclass TooLittleText
+    when no piece of S tokens exists (too little held-out text, or no document that long).
     """
     lengths = sorted(set(lengths))
     if not lengths or lengths[0] < 3:
@@ -94,7 +98,7 @@ def length_eval_set(
     span = lengths[-1] - 2
     pieces = _pieces(np.asarray(corpus.valid_tokens), tok.sep_id, span, windows, max_tokens)
     if not pieces:
-        raise ValueError(
+        raise TooLittleText(
             f"the held-out text has no {'document' if windows == 'documents' else 'stretch'} "
             f"of {span} tokens (the longest length {lengths[-1]} minus [CLS] and [SEP]); "
             + ("use a corpus of long documents (data.doc_separator='article', or "

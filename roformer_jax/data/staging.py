@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from absl import logging
 
 from roformer_jax.data.batches import Corpus
-from roformer_jax.data.length_eval import length_eval_set
+from roformer_jax.data.length_eval import TooLittleText, length_eval_set
 
 
 def staged_batches(
@@ -74,9 +74,7 @@ def valid_sets(
                 corpus, kept, batch_size=batch_size, windows=corpus.config.eval_windows,
                 max_tokens=max_tokens, process_index=process_index, process_count=process_count,
             )  # fmt: skip
-        except ValueError as e:
-            if "held-out text has no" not in str(e):
-                raise
+        except TooLittleText as e:
             longest = max(kept)
             logging.warning("valid length %d skipped: %s", longest, e)
             kept.remove(longest)
