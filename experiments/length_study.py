@@ -13,7 +13,6 @@ same held-out targets at each of `eval_lengths` (roformer_jax/length_study.py). 
 
 import os
 import platform
-import shutil
 import sys
 
 from absl import app, flags, logging
@@ -100,15 +99,7 @@ def main(argv):
         print(f.read())
     logging.info("wrote %s and %s", png, md)
     if _RAW_DIR.value:
-        count = study.export_raw(runs, workdir, _RAW_DIR.value)
-        for name, configs in runs.items():
-            for cfg in configs:
-                source = os.path.join(study.run_dir(workdir, name, cfg.seed), length_study.EVAL_DIR)
-                if os.path.isdir(source):
-                    target = os.path.join(study.run_dir(_RAW_DIR.value, name, cfg.seed),
-                                          length_study.EVAL_DIR)  # fmt: skip
-                    shutil.copytree(source, target, dirs_exist_ok=True)
-                    count += len(os.listdir(source))
+        count = study.export_raw(runs, workdir, _RAW_DIR.value, folders=(length_study.EVAL_DIR,))
         logging.info("copied %d raw files to %s", count, _RAW_DIR.value)
 
 

@@ -168,8 +168,15 @@ def _training_order(runs: Mapping[str, Sequence[ExperimentConfig]]) -> list[str]
 RAW_FILES = ("metrics.jsonl", "config.json", "provenance.json")
 
 
-def export_raw(runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str, dest: str) -> int:
-    """Copies each run's RAW_FILES from `workdir` to the same place under `dest`.
+def export_raw(
+    runs: Mapping[str, Sequence[ExperimentConfig]],
+    workdir: str,
+    dest: str,
+    *,
+    folders: Sequence[str] = (),
+) -> int:
+    """Copies each run's RAW_FILES, and its `folders` where it has them, from `workdir` to the
+    same place under `dest`.
 
     Kilobytes per run (no checkpoints, no data): what a results page can be rebuilt and
     checked from. Returns the number of files copied.
@@ -183,6 +190,11 @@ def export_raw(runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str, des
                 if os.path.exists(os.path.join(source, file)):
                     shutil.copyfile(os.path.join(source, file), os.path.join(target, file))
                     copied += 1
+            for folder in folders:
+                if os.path.isdir(os.path.join(source, folder)):
+                    shutil.copytree(os.path.join(source, folder), os.path.join(target, folder),
+                                    dirs_exist_ok=True)  # fmt: skip
+                    copied += len(os.listdir(os.path.join(source, folder)))
     return copied
 
 

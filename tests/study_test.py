@@ -142,6 +142,14 @@ class StudyTest(absltest.TestCase):
             sorted(os.listdir(study.run_dir(dest, "a", 1))), list(sorted(study.RAW_FILES))
         )
         self.assertEqual(os.listdir(study.run_dir(dest, "a", 0)), ["metrics.jsonl"])
+        scores = os.path.join(study.run_dir(workdir, "a", 1), "length_eval")
+        os.makedirs(scores)
+        for file in ("x.json", "y.json"):
+            with open(os.path.join(scores, file), "w") as f:
+                f.write("{}")
+        self.assertEqual(study.export_raw(runs, workdir, dest, folders=("length_eval",)), 6)
+        copied = os.path.join(study.run_dir(dest, "a", 1), "length_eval")
+        self.assertEqual(sorted(os.listdir(copied)), ["x.json", "y.json"])
 
     def test_summary_and_report(self):
         workdir = self.enter_context(tempfile.TemporaryDirectory())

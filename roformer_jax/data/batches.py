@@ -42,6 +42,7 @@ from roformer_jax.data.tokenizer import load_tokenizer, named_tokenizer, train_w
 
 _CACHE_FORMAT = 1  # bump when the cached bytes would change for the same inputs
 _ORDER, _MASK = 0, 1  # seed domains: window order, train masks (data/length_eval.py: 3)
+EVAL_WINDOWS = ("stream", "documents")  # how data/length_eval.py cuts the held-out text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +95,8 @@ class DataConfig:
             raise ValueError(f"mask_prob {self.mask_prob} is outside (0, 1]")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective {self.objective!r} is not one of {tuple(OBJECTIVES)}")
-        if self.eval_windows not in ("stream", "documents"):
-            raise ValueError(f"eval_windows {self.eval_windows!r} is not 'stream' or 'documents'")
+        if self.eval_windows not in EVAL_WINDOWS:
+            raise ValueError(f"eval_windows {self.eval_windows!r} is not one of {EVAL_WINDOWS}")
         if self.doc_separator not in corpora.DOC_SEPARATORS:
             raise ValueError(
                 f"doc_separator {self.doc_separator!r} is not one of {corpora.DOC_SEPARATORS}"

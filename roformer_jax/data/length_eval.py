@@ -37,10 +37,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from roformer_jax.data.batches import Corpus, host_share
+from roformer_jax.data.batches import EVAL_WINDOWS, Corpus, host_share
 
-WINDOWS = ("documents", "stream")
-_EVAL_MASK = 3  # seed domain of the held-out masks (batches.py uses 0-2)
+_EVAL_MASK = 3  # seed domain of the held-out masks (batches.py uses 0 and 1)
 
 
 class TooLittleText(ValueError):
@@ -85,8 +84,8 @@ def length_eval_set(
     lengths = sorted(set(lengths))
     if not lengths or lengths[0] < 3:
         raise ValueError(f"lengths {lengths} must be non-empty and each >= 3 ([CLS] x [SEP])")
-    if windows not in WINDOWS:
-        raise ValueError(f"windows {windows!r} is not one of {WINDOWS}")
+    if windows not in EVAL_WINDOWS:
+        raise ValueError(f"windows {windows!r} is not one of {EVAL_WINDOWS}")
     if max_tokens is not None and max_tokens < 1:
         raise ValueError(f"max_tokens {max_tokens} must be >= 1 (or None for all)")
     index, count = host_share(process_index, process_count)
