@@ -50,7 +50,7 @@ from absl import app, flags
 from timing import report, time_call
 
 from roformer_jax import decoding
-from roformer_jax.attention import KernelState, KVCache
+from roformer_jax.attention_step import KernelState, KVCache
 from roformer_jax.model import RoFormer, model_config
 
 _QUICK = flags.DEFINE_bool("quick", False, "L = 128, 512, 2048; batch 1; fewer repeats.")

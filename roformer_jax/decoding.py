@@ -1,6 +1,6 @@
 """Generation with a causal RoFormer: the prompt once, then one token per step.
 
-Each attention layer keeps what its kind needs of the tokens so far (`attention.DECODE_STEPS`):
+Each attention layer keeps what its kind needs of the tokens so far (`attention_step.DECODE_STEPS`):
 softmax a KV cache with the keys rotated at their absolute positions, linear and cosine
 attention a state of constant size, so that their time and memory per new token do not grow
 with the length. The model computes the same logits as its causal forward pass on the whole

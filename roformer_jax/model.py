@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from roformer_jax import attention as attention_lib
-from roformer_jax import rope
+from roformer_jax import attention_step, rope
 from roformer_jax.positions import ENCODINGS, PositionEncoding
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -255,7 +255,7 @@ class SelfAttention(nn.Module):
     """Projections q, k, v [B, L, N, H] → attention kind → output projection [B, L, D].
 
     decode_length: None, or the length of the whole sequence being decoded; then the layer
-    keeps its kind's memory of earlier tokens (`attention.DECODE_STEPS`) in the "cache"
+    keeps its kind's memory of earlier tokens (`attention_step.DECODE_STEPS`) in the "cache"
     collection, and the L tokens of each call come after those of the calls before.
     """
 
@@ -286,7 +286,7 @@ class SelfAttention(nn.Module):
         else:  # the kind's step after the memory of the earlier calls, which it updates
             if encoding.bias is not None:  # of key positions that only the cache knows
                 where["bias"] = functools.partial(encoding.bias, cfg)
-            step = attention_lib.DECODE_STEPS[cfg.attention]
+            step = attention_step.DECODE_STEPS[cfg.attention]
             options = _kind_options(
                 step, cfg, dropout_rng=None, positions=position_ids, capacity=decode_length
             )

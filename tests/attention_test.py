@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax import _attention_cpu, attention
+from roformer_jax import _attention_cpu, attention, attention_step
 from roformer_jax.rope import rope_rotation
 from roformer_jax.rope_reference import apply_rope_dense, rotation_matrices
 
@@ -369,14 +369,14 @@ class LinearGradientTest(absltest.TestCase):
 
 def _decode_in_blocks(name, kw, q, k, v, mask, positions, blocks):
     """The kind's step function over consecutive blocks of the sequence, outputs joined."""
-    step = attention.DECODE_STEPS[name.split("_")[0]]
+    step = attention_step.DECODE_STEPS[name.split("_")[0]]
     outs, memory, start = [], None, 0
     for size in blocks:
         part = slice(start, start + size)
         options = dict(kw, mask=mask[:, part])
         if _takes_positions(kw):
             options["rotation"] = rope_rotation(positions[:, part])
-        if step is attention.softmax_attention_step:
+        if step is attention_step.softmax_attention_step:
             options.update(positions=positions[:, part], capacity=q.shape[1] + 2)
         out, memory = step(memory, q[:, part], k[:, part], v[:, part], **options)
         outs.append(out)
@@ -440,10 +440,10 @@ class DecodeStepsTest(parameterized.TestCase):
 
     def test_linear_state_is_constant_in_the_length(self):
         q, k, v = _qkv(6)
-        _, state = attention.linear_attention_step(
+        _, state = attention_step.linear_attention_step(
             None, q, k, v, rotation=rope_rotation(jnp.arange(L))
         )
-        _, longer = attention.linear_attention_step(
+        _, longer = attention_step.linear_attention_step(
             state, q, k, v, rotation=rope_rotation(jnp.arange(L, 2 * L))
         )
         chex.assert_trees_all_equal_shapes(state, longer)
@@ -453,10 +453,12 @@ class DecodeStepsTest(parameterized.TestCase):
     def test_cache_too_small_for_the_prompt(self):
         q, k, v = _qkv(7)
         with self.assertRaisesRegex(ValueError, "capacity 5 cannot hold 7 tokens"):
-            attention.softmax_attention_step(None, q, k, v, positions=jnp.arange(L), capacity=5)
+            attention_step.softmax_attention_step(
+                None, q, k, v, positions=jnp.arange(L), capacity=5
+            )
 
     def test_every_kind_has_a_step(self):
-        self.assertEqual(set(attention.DECODE_STEPS), set(attention.ATTENTION_FUNCTIONS))
+        self.assertEqual(set(attention_step.DECODE_STEPS), set(attention.ATTENTION_FUNCTIONS))
 
 
 class ErrorsTest(parameterized.TestCase):
