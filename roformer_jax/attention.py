@@ -30,7 +30,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from roformer_jax import _attention_cpu
+from roformer_jax import _attention_cpu, _threefry
 from roformer_jax.rope import Rotation
 
 FEATURE_MAPS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -120,7 +120,7 @@ def _softmax(q, k, v, visible, bias, dropout_rate=0.0, dropout_rng=None):
     # A row with no visible key would otherwise be a uniform average over padding.
     weights = jnp.where(visible, weights, 0.0)
     if dropout_rate > 0.0:
-        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
+        keep = _threefry.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
         weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
     out = jnp.einsum("BNLM,BMNH->BLNH", weights.astype(v.dtype), v)
     return out.astype(q.dtype)

@@ -20,7 +20,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from roformer_jax.model import ACTIVATIONS, ModelConfig, RoFormer, _dense
+from roformer_jax.model import ACTIVATIONS, Dropout, ModelConfig, RoFormer, _dense
 
 
 # NamedTuples, as the encoder's EncoderOutput: fields are HF's output names, read as HF's
@@ -44,7 +44,7 @@ class ClassificationHead(nn.Module):
     @nn.compact
     def __call__(self, x, deterministic):  # x [..., L, D]
         cfg = self.config
-        dropout = nn.Dropout(cfg.hidden_dropout, deterministic=deterministic)
+        dropout = Dropout(cfg.hidden_dropout, deterministic=deterministic)
         x = dropout(x[..., 0, :])  # [..., D]: the first token ([CLS])
         x = ACTIVATIONS[cfg.hidden_act](_dense(cfg, cfg.hidden_size, "dense")(x))
         return _dense(cfg, self.num_labels, "out_proj")(dropout(x))  # [..., K]
@@ -72,7 +72,7 @@ class TokenClassification(nn.Module):
 
     @nn.compact
     def __call__(self, hidden, deterministic) -> ClassifierOutput:  # hidden [B, L, D]
-        x = nn.Dropout(self.config.hidden_dropout)(hidden, deterministic=deterministic)
+        x = Dropout(self.config.hidden_dropout)(hidden, deterministic=deterministic)
         logits = _dense(self.config, self.num_labels, "classifier")(x)  # [B, L, K]
         return ClassifierOutput(logits.astype(jnp.float32))
 

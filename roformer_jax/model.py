@@ -32,8 +32,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from roformer_jax import _threefry, attention_step, rope
 from roformer_jax import attention as attention_lib
-from roformer_jax import attention_step, rope
 from roformer_jax.positions import ENCODINGS, PositionEncoding
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -212,6 +212,22 @@ def _layer_norm(cfg: ModelConfig, name: str) -> nn.LayerNorm:
     )
 
 
+class Dropout(nn.Module):
+    """`nn.Dropout` with the same masks (the same "dropout" stream, the same bits), drawn by
+    `_threefry.bernoulli`, which XLA fuses into the select instead of running jax's hash as
+    separate passes over the array on the CPU."""
+
+    rate: float
+    deterministic: bool | None = None
+
+    @nn.compact
+    def __call__(self, x, deterministic: bool | None = None):
+        if nn.merge_param("deterministic", self.deterministic, deterministic) or not self.rate:
+            return x
+        keep = _threefry.bernoulli(self.make_rng("dropout"), 1.0 - self.rate, x.shape)
+        return jax.lax.select(keep, x / (1.0 - self.rate), jnp.zeros_like(x))
+
+
 class Embeddings(nn.Module):
     """Word + token type (+ the position encoding's) embeddings of size E, LayerNorm, dropout."""
 
@@ -231,7 +247,7 @@ class Embeddings(nn.Module):
         if cfg.encoding.embed is not None:  # absolute encodings; others act in attention
             x = x + cfg.encoding.embed(cfg, position_ids, DTYPES[cfg.dtype])  # [(B,) L, E]
         x = _layer_norm(cfg, "LayerNorm")(x)
-        return nn.Dropout(cfg.hidden_dropout)(x, deterministic=deterministic)
+        return Dropout(cfg.hidden_dropout)(x, deterministic=deterministic)
 
 
 def _kind_options(function: Callable, cfg: ModelConfig, *, dropout_rng, **extra) -> dict:
@@ -305,7 +321,7 @@ class Layer(nn.Module):
     def __call__(self, x, mask, position_ids, deterministic, decode_length=None):
         cfg = self.config
         attention = SelfAttention(cfg, name="attention")
-        dropout = nn.Dropout(cfg.hidden_dropout, deterministic=deterministic)
+        dropout = Dropout(cfg.hidden_dropout, deterministic=deterministic)
 
         def feed_forward(h):  # [B, L, D] -> [B, L, F] -> [B, L, D]
             h = ACTIVATIONS[cfg.hidden_act](_dense(cfg, cfg.intermediate_size, "intermediate")(h))
