@@ -115,8 +115,8 @@ class TablesTest(absltest.TestCase):
             for k in (0, 1)
         ]
         table = length_study.stage_table(cfg, seeds, last=1).splitlines()
-        self.assertEqual(table[2], "| 1 | 64 | 8 | 2 | 512 | 20.5 ± 0.71 | 0.1 ± 0 |")
-        self.assertEqual(table[3], "| 2 | 128 | 4 | 2 | 512 | 40.5 ± 0.71 | 0.1 ± 0 |")
+        self.assertEqual(table[2], "| 1 | 64 | 8 | 2 | 512 | 2 | 20.5 ± 0.71 | 0.1 ± 0 |")
+        self.assertEqual(table[3], "| 2 | 128 | 4 | 2 | 512 | 2 | 40.5 ± 0.71 | 0.1 ± 0 |")
         np.testing.assert_equal(len(table), 4)
 
 
