@@ -237,7 +237,7 @@ def _targets(raw: RawStudy) -> int:
 def _wall_time_table(page: _Page) -> str:
     """Every raw study's training time (the runs' own clocks), scoring time and command."""
     lines = [
-        "| study | runs | training, all runs | length scoring | command wall time |",
+        "| study | runs × seeds | training, all runs | length scoring | command wall time |",
         "|---|---|---|---|---|",
     ]
     for name in sorted(os.listdir(page.raw_root)):
