@@ -34,8 +34,9 @@ _CONFIG = config_flags.DEFINE_config_file(
 )  # fmt: skip
 _WORKDIR = flags.DEFINE_string("workdir", "runs/length", "Each run trains in <workdir>/<name>/.")
 _RAW_DIR = flags.DEFINE_string(
-    "raw_dir", None, "Also copy each run's small outputs here (e.g. docs/results/raw/...)."
-)
+    "raw_dir", None, "Also copy each run's small outputs here (e.g. docs/results/raw/...) and "
+    "write study.json (the command, config, commit and machine).",
+)  # fmt: skip
 
 
 def main(argv):
