@@ -69,6 +69,9 @@ class _Page:
 
     def study(self, name: str) -> RawStudy:
         if name not in self.studies:
+            if not os.path.isdir(os.path.join(self.raw_root, name)):
+                folders = sorted(os.listdir(self.raw_root))
+                raise ValueError(f"no study {name!r} in {self.raw_root}: {folders}")
             self.studies[name] = read_raw(os.path.join(self.raw_root, name))
         return self.studies[name]
 
@@ -84,8 +87,15 @@ def render(
 
     figures_dir: where `figure()` draws its PNG; None draws nothing (a check compares text).
     changed: commit -> whether the code changed since (None: unknown), for `stale()`.
-    Raises ValueError naming the marker for an unknown kind or study.
+    Raises ValueError for an unknown kind or study, and for a marker without its end or its
+    KIND(ARGS), which would otherwise swallow the text up to the next block's end.
     """
+    opened, blocks = text.count("<!-- generated: "), len(MARKER.findall(text))
+    if opened != blocks:
+        raise ValueError(
+            f"{opened} '<!-- generated: ' markers but {blocks} whole blocks: one lacks its "
+            "'<!-- end generated -->' or is not 'STUDY KIND(ARGS) -->'"
+        )
     page = _Page(raw_root, figures_dir, changed)
 
     def replace(match: re.Match) -> str:

@@ -94,9 +94,16 @@ class ResultsPageTest(parameterized.TestCase):
         self.assertFalse(results_page.code_changed(head))
         self.assertIsNone(results_page.code_changed("0" * 40))  # not a commit of this repo
 
-    def test_unknown_kind_names_the_marker(self):
-        text = "<!-- generated: causal_wikitext2 median() --><!-- end generated -->"
-        with self.assertRaisesRegex(ValueError, "unknown kind 'median'"):
+    @parameterized.named_parameters(
+        ("unknown_kind", "causal_wikitext2 median() --><!-- end generated -->", "kind 'median'"),
+        ("unknown_study", "causal_x unigram() --><!-- end generated -->", "no study 'causal_x'"),
+        ("no_end", "causal_wikitext2 unigram() -->6.774", "lacks its '<!-- end generated -->'"),
+    )
+    def test_a_bad_marker_is_an_error(self, marker, message):
+        text = f"<!-- generated: {marker}\n<!-- generated: raw wall_time_table() -->\n" + (
+            "<!-- end generated -->"
+        )
+        with self.assertRaisesRegex(ValueError, message):
             results_page.render(text, _RAW)
 
 
