@@ -74,7 +74,7 @@ def _matmul(dtype, n: int = 4096):
 
 
 def _train_step(cfg: ModelConfig, batch: int, seq_len: int, mask_prob: float | None):
-    """The jitted train step (compiled, run once) as a thunk, and XLA's FLOP count of it."""
+    """The jitted train step (compiled, run once) as a thunk, and its compiled executable."""
     model = RoFormer(cfg)
     tx = optim.make_optimizer(optim.OptimConfig(warmup_steps=0), total_steps=10_000)
     rng = np.random.default_rng(0)
@@ -92,14 +92,14 @@ def _train_step(cfg: ModelConfig, batch: int, seq_len: int, mask_prob: float | N
     step = jax.jit(make_train_step(model, tx, mask_prob=mask_prob), donate_argnums=(0,))
     box = [init(jax.random.key(0))]  # the state, donated and replaced by every call
     key = jax.random.key(1)
-    xla_flops = step.lower(box[0], data, key).compile().cost_analysis().get("flops")
+    compiled = step.lower(box[0], data, key).compile()
 
     def run():
         box[0], metrics = step(box[0], data, key)
         return metrics
 
     jax.block_until_ready(run())  # compile
-    return run, xla_flops
+    return run, compiled
 
 
 def bench(size, attention, dtype, head, *, batch, seq_len, rounds):
@@ -109,7 +109,8 @@ def bench(size, attention, dtype, head, *, batch, seq_len, rounds):
     interleaving exposes both to the same conditions.
     """
     cfg = model_config(size, vocab_size=VOCAB[size], attention=attention, dtype=dtype)
-    step, xla_flops = _train_step(cfg, batch, seq_len, MASK_PROB if head == "targets" else None)
+    step, compiled = _train_step(cfg, batch, seq_len, MASK_PROB if head == "targets" else None)
+    xla_flops = compiled.cost_analysis().get("flops")
     matmul, matmul_flops = _matmul(jnp.dtype(dtype))
     step_s, matmul_s = [], []
     for _ in range(rounds):

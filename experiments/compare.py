@@ -10,8 +10,8 @@ command skips finished runs, resumes interrupted ones and redraws the figures.
 """
 
 import os
-import platform
 import sys
+import time
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -20,11 +20,9 @@ from ml_collections import config_flags
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)
 
-import jax  # noqa: E402
-
-from roformer_jax import study  # noqa: E402
+from roformer_jax import study, study_record  # noqa: E402
 from roformer_jax.data.batches import load_corpus  # noqa: E402
-from roformer_jax.training import runtime  # noqa: E402
+from roformer_jax.training import provenance, runtime  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(_ROOT, "configs", "compare.py"),
@@ -34,28 +32,21 @@ _CONFIG = config_flags.DEFINE_config_file(
 _WORKDIR = flags.DEFINE_string("workdir", "runs/compare", "Each run trains in <workdir>/<name>/.")
 _RAW_DIR = flags.DEFINE_string(
     "raw_dir", None, "Also copy each run's metrics.jsonl and config.json here (e.g. under "
-    "docs/results/raw/), kilobytes per run, to commit beside the page they make.",
+    "docs/results/raw/), kilobytes per run, to commit beside the page they make, and write "
+    "study.json (the command, config, commit and machine; roformer_jax/study_record.py).",
 )  # fmt: skip
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    config = _CONFIG.value
+    started, config = time.time(), _CONFIG.value
     runs = study.study_runs(config)
     results = study.run_study(runs, _WORKDIR.value)
     exp = next(iter(runs.values()))[0]
-    footnote = (
-        f"data: {exp.data.source} ({exp.data.tokenizer}, vocab {exp.model.vocab_size}), "
-        f"length {exp.data.seq_len}, batch {exp.train.batch_size}, {exp.train.steps} steps, "
-        f"{exp.model.num_layers} layers x {exp.model.hidden_size}, seeds {tuple(config.seeds)}; "
-        f"{jax.device_count()} {jax.default_backend()} device(s), {os.cpu_count()} cores "
-        f"({platform.machine()})"
-    )
-    # The loss of predicting token frequencies alone: what a short run is read against.
     cache = exp.train.data_cache_dir or os.path.join(_WORKDIR.value, "data")
     unigram = load_corpus(exp.data, cache).unigram_cross_entropy()
-    footnote += f"; unigram cross-entropy of the validation tokens {unigram:.3f}"
+    footnote = study.footnote(exp, config.seeds, provenance.machine(), unigram)
     png, md = study.write_report(
         results, _WORKDIR.value, title=config.title, plot_keys=config.plot_keys,
         table_keys=config.table_keys, footnote=footnote, baseline=config.get("baseline"),
@@ -65,7 +56,11 @@ def main(argv):
         print(f.read())
     logging.info("wrote %s and %s", png, md)
     if _RAW_DIR.value:
-        count = study.export_raw(runs, _WORKDIR.value, _RAW_DIR.value)
+        record = study_record.make_record(
+            argv=sys.argv, config_file=config_flags.get_config_filename(flags.FLAGS["config"]),
+            config=config, wall_s=time.time() - started, unigram=unigram,
+        )  # fmt: skip
+        count = study_record.export(_RAW_DIR.value, runs, _WORKDIR.value, record)
         logging.info("copied %d raw files to %s", count, _RAW_DIR.value)
 
 

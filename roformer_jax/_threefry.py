@@ -1,18 +1,19 @@
-"""`jax.random.bernoulli`, bit for bit, as one elementwise expression that XLA fuses.
+"""Dropout's random bits: Threefry-2x32 of (example, element) counters, one fused expression.
 
-Why: on the CPU, jax lowers its Threefry-2x32 hash with the 20 rounds rolled into a loop of 5
-steps (jax/_src/random/threefry2x32.py, `use_rolled_loops=True` for 'cpu'), and XLA runs each
-step as its own pass over the whole array of counters. Dropout draws one 32-bit word per
-element of every activation it masks (attention weights [B, N, L, L] included), so the train
-step spent ~11% of its time in those passes and in the copies around them
-(`benchmarks/profile_step.py`). Written out here unrolled, as plain jnp ops, the hash fuses
-into the select that applies the mask: no array of random bits is ever stored.
+Dropout must not depend on how a batch is split across devices, hosts or micro-batches (the
+house rule: 1 device = 8). Drawing with `jax.random` from a key per example needs the model
+applied to each row on its own (jax.vmap over rows), and that batch of one costs twice: every
+array carries a dimension of size 1, on which XLA's CPU emitter runs a row reduction feeding a
+broadcast ~15x slower than without it (LayerNorm's backward, for one), and jax lowers its
+Threefry hash on the CPU with the 20 rounds rolled into 5 passes over the array of counters
+(jax/_src/random/threefry2x32.py, `use_rolled_loops=True` for 'cpu').
 
-The words are those of jax's partitionable Threefry (`jax_threefry_partitionable`, the
-default): element i (row-major) of a [*shape] draw is the XOR of the two outputs of
-threefry2x32(key, (hi32(i), lo32(i))), and `uniform` keeps its top 23 bits as the mantissa of
-a float in [1, 2). tests/threefry_test.py checks equality with `jax.random.bernoulli` and
-falls back to it for any other key implementation.
+So the hash is written out here, unrolled, as plain jnp ops: XLA fuses it into the select that
+applies the mask, no array of random bits is stored, and the counter carries the example's
+index in the global batch, so the model runs on the whole batch at once. The small train step
+went from 539 to ~450 ms (`benchmarks/profile_step.py`, `benchmarks/train_step.py`).
+tests/threefry_test.py checks the hash against Random123's known-answer vectors and the masks'
+rate and independence of the batch they are drawn in.
 """
 
 import jax
@@ -42,28 +43,36 @@ def threefry2x32(k1, k2, x1, x2):
     return x1, x2
 
 
-def _is_threefry(key) -> bool:
+def _key_words(key):
     if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        return str(jax.random.key_impl(key)) == "threefry2x32"
-    return key.dtype == jnp.uint32 and key.shape[-1:] == (2,)  # a raw (legacy) key
-
-
-def bernoulli(key, p: float, shape: tuple[int, ...]) -> jax.Array:
-    """`jax.random.bernoulli(key, p, shape)` (mode "low"), the same booleans.
-
-    key: one key (typed or raw uint32 [2]); p: a Python float; shape: fewer than 2^32
-    elements.
-    """
-    if not _is_threefry(key) or int(np.prod(shape)) >= 2**32:
-        return jax.random.bernoulli(key, p, shape)
-    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if str(jax.random.key_impl(key)) != "threefry2x32":
+            raise ValueError(f"dropout needs a threefry2x32 key; got {jax.random.key_impl(key)}")
         key = jax.random.key_data(key)
-    index = jnp.zeros(shape, jnp.uint32)  # row-major flat index; below 2^32, so hi32 = 0
+    return key[..., 0], key[..., 1]
+
+
+def bernoulli_rows(key, example_ids, p: float, shape: tuple[int, ...]) -> jax.Array:
+    """bool [B, *row]: True with probability p, row b drawn from (key, example_ids[b]) only.
+
+    key: one threefry2x32 key (typed, or raw uint32 [2]); example_ids: int [B], each row's
+    index in the global batch; shape: [B, *row], fewer than 2^32 elements per row. Element j
+    of row r (row-major) is True when the top 23 bits of x1 ^ x2, (x1, x2) =
+    threefry2x32(key, (r, j)), read as a uniform in [0, 1) (as `jax.random.uniform` reads
+    them), fall below p. So a row's mask does not depend on which other rows share its batch,
+    device or host.
+    """
+    k1, k2 = _key_words(key)
+    row_shape = shape[1:]
+    if int(np.prod(row_shape)) >= 2**32:
+        raise ValueError(f"rows of {row_shape} have 2^32 or more elements")
+    element = jnp.zeros(row_shape, jnp.uint32)  # row-major index within the row
     stride = 1
-    for axis in reversed(range(len(shape))):
-        index = index + jax.lax.broadcasted_iota(jnp.uint32, shape, axis) * np.uint32(stride)
-        stride *= shape[axis]
-    bits = jnp.bitwise_xor(*threefry2x32(key[0], key[1], jnp.zeros_like(index), index))
+    for axis in reversed(range(len(row_shape))):
+        iota = jax.lax.broadcasted_iota(jnp.uint32, row_shape, axis)
+        element = element + iota * np.uint32(stride)
+        stride *= row_shape[axis]
+    rows = jnp.asarray(example_ids).astype(jnp.uint32).reshape((shape[0],) + (1,) * len(row_shape))
+    bits = jnp.bitwise_xor(*threefry2x32(k1, k2, rows, element[None]))
     mantissa = (bits >> np.uint32(9)) | np.uint32(0x3F800000)  # a float in [1, 2)
     uniform = jax.lax.bitcast_convert_type(mantissa, jnp.float32) - np.float32(1.0)
     return uniform < np.float32(p)

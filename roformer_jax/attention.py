@@ -80,11 +80,13 @@ def softmax_attention(
     bias=None,
     dropout_rate=0.0,
     dropout_rng=None,
+    example_ids=None,
 ):
     """softmax(R q (R k)ᵀ / √H + bias) v: R the rotation (when given), bias [B or 1, N, L, M].
 
     Scores and softmax are computed in float32 (float64 for float64 inputs). O(L·M) memory.
     `dropout_rate` > 0 drops attention weights (scaled by 1/(1 - rate)); needs `dropout_rng`.
+    Row b's mask depends on that key and example_ids[b] only (int [B]; default arange(B)).
     Returns [B, L, N, H] in q's dtype.
     """
     _check_shapes(q, k, v, mask, causal)
@@ -95,10 +97,10 @@ def softmax_attention(
     visible = jnp.ones((1, 1, 1, k.shape[1]), bool) if mask is None else mask[:, None, None, :]
     if causal:
         visible = visible & jnp.tril(jnp.ones((q.shape[1], k.shape[1]), bool))
-    return _softmax(q, k, v, visible, bias, dropout_rate, dropout_rng)
+    return _softmax(q, k, v, visible, bias, dropout_rate, dropout_rng, example_ids)
 
 
-def _softmax(q, k, v, visible, bias, dropout_rate=0.0, dropout_rng=None):
+def _softmax(q, k, v, visible, bias, dropout_rate=0.0, dropout_rng=None, example_ids=None):
     """softmax(q kᵀ / √H + bias) v over the visible keys; q, k already rotated.
 
     visible: bool, broadcastable to [B, N, L, M]. Returns [B, L, N, H] in q's dtype.
@@ -120,7 +122,9 @@ def _softmax(q, k, v, visible, bias, dropout_rate=0.0, dropout_rng=None):
     # A row with no visible key would otherwise be a uniform average over padding.
     weights = jnp.where(visible, weights, 0.0)
     if dropout_rate > 0.0:
-        keep = _threefry.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
+        if example_ids is None:
+            example_ids = jnp.arange(weights.shape[0])
+        keep = _threefry.bernoulli_rows(dropout_rng, example_ids, 1.0 - dropout_rate, weights.shape)
         weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
     out = jnp.einsum("BNLM,BMNH->BLNH", weights.astype(v.dtype), v)
     return out.astype(q.dtype)

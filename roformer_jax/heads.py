@@ -14,11 +14,13 @@ Parameter tree of a TaskModel; inside `head` the names are HF's, "." for "/":
   head/qa_outputs                     question_answering
 """
 
+import functools
 from typing import NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from roformer_jax.model import ACTIVATIONS, Dropout, ModelConfig, RoFormer, _dense
 
@@ -42,9 +44,11 @@ class ClassificationHead(nn.Module):
     num_labels: int
 
     @nn.compact
-    def __call__(self, x, deterministic):  # x [..., L, D]
+    def __call__(self, x, deterministic, example_ids=None):  # x [B, L, D]
         cfg = self.config
-        dropout = Dropout(cfg.hidden_dropout, deterministic=deterministic)
+        dropout = functools.partial(
+            Dropout(cfg.hidden_dropout, deterministic=deterministic), example_ids=example_ids
+        )
         x = dropout(x[..., 0, :])  # [..., D]: the first token ([CLS])
         x = ACTIVATIONS[cfg.hidden_act](_dense(cfg, cfg.hidden_size, "dense")(x))
         return _dense(cfg, self.num_labels, "out_proj")(dropout(x))  # [..., K]
@@ -57,10 +61,10 @@ class SequenceClassification(nn.Module):
     num_labels: int
 
     @nn.compact
-    def __call__(self, hidden, deterministic) -> ClassifierOutput:  # hidden [B, L, D]
+    def __call__(self, hidden, deterministic, example_ids=None) -> ClassifierOutput:
         logits = ClassificationHead(self.config, self.num_labels, name="classifier")(
-            hidden, deterministic
-        )
+            hidden, deterministic, example_ids
+        )  # hidden [B, L, D]
         return ClassifierOutput(logits.astype(jnp.float32))
 
 
@@ -71,8 +75,8 @@ class TokenClassification(nn.Module):
     num_labels: int
 
     @nn.compact
-    def __call__(self, hidden, deterministic) -> ClassifierOutput:  # hidden [B, L, D]
-        x = Dropout(self.config.hidden_dropout)(hidden, deterministic=deterministic)
+    def __call__(self, hidden, deterministic, example_ids=None) -> ClassifierOutput:
+        x = Dropout(self.config.hidden_dropout)(hidden, deterministic, example_ids)  # [B, L, D]
         logits = _dense(self.config, self.num_labels, "classifier")(x)  # [B, L, K]
         return ClassifierOutput(logits.astype(jnp.float32))
 
@@ -87,7 +91,7 @@ class QuestionAnswering(nn.Module):
     num_labels: int
 
     @nn.compact
-    def __call__(self, hidden, deterministic) -> SpanOutput:  # hidden [B, L, D]
+    def __call__(self, hidden, deterministic, example_ids=None) -> SpanOutput:  # [B, L, D]
         logits = _dense(self.config, 2, "qa_outputs")(hidden).astype(jnp.float32)  # [B, L, 2]
         return SpanOutput(start_logits=logits[..., 0], end_logits=logits[..., 1])
 
@@ -106,7 +110,8 @@ class MultipleChoice(nn.Module):
     num_labels: int
 
     @nn.compact
-    def __call__(self, hidden, deterministic) -> ClassifierOutput:  # hidden [B, C, L, D]
+    def __call__(self, hidden, deterministic, example_ids=None) -> ClassifierOutput:
+        # hidden [B, C, L, D]; no dropout, so example_ids are unused
         if hidden.ndim != 4:
             raise ValueError(
                 f"multiple choice takes input_ids [B, C, L]; got hidden states {hidden.shape}"
@@ -130,7 +135,9 @@ class TaskModel(nn.Module):
     attention_mask and token_type_ids (1 = the second text of a pair); the leading dims are
     flattened for the encoder, as HF's RoFormerForMultipleChoice flattens [B, C, L] to
     [B·C, L], and restored for the head. Dropout draws from the "dropout" rng stream when
-    deterministic=False. Returns the head's output (ClassifierOutput or SpanOutput).
+    deterministic=False, each example's masks from that key and its example_ids int [B] (its
+    index in the global batch; default arange(B)). Returns the head's output
+    (ClassifierOutput or SpanOutput).
     """
 
     config: ModelConfig
@@ -138,7 +145,15 @@ class TaskModel(nn.Module):
     num_labels: int = 2  # HF's default; question answering and multiple choice ignore it
 
     @nn.compact
-    def __call__(self, input_ids, *, attention_mask=None, token_type_ids=None, deterministic=True):
+    def __call__(
+        self,
+        input_ids,
+        *,
+        attention_mask=None,
+        token_type_ids=None,
+        deterministic=True,
+        example_ids=None,
+    ):
         if self.head not in HEADS:
             raise ValueError(f"unknown head {self.head!r}; expected one of {sorted(HEADS)}")
         input_ids = jnp.asarray(input_ids)
@@ -153,11 +168,17 @@ class TaskModel(nn.Module):
                 raise ValueError(f"{name} has shape {jnp.shape(x)}; expected {input_ids.shape}")
             return jnp.reshape(jnp.asarray(x), (-1, length))
 
+        encoder_ids = None  # each flattened row its own id: example b's choice c is b·C + c
+        if example_ids is not None:
+            choices = int(np.prod(leading[1:], dtype=int))
+            encoder_ids = jnp.asarray(example_ids)[:, None] * choices + jnp.arange(choices)
         out = RoFormer(self.config, with_mlm_head=False, name="roformer")(
             flat(input_ids, "input_ids"),
             attention_mask=flat(attention_mask, "attention_mask"),
             token_type_ids=flat(token_type_ids, "token_type_ids"),
             deterministic=deterministic,
+            example_ids=None if encoder_ids is None else encoder_ids.reshape(-1),
         )
         hidden = out.hidden_states.reshape(*leading, length, -1)  # [..., L, D]
-        return HEADS[self.head](self.config, self.num_labels, name="head")(hidden, deterministic)
+        head = HEADS[self.head](self.config, self.num_labels, name="head")
+        return head(hidden, deterministic, example_ids)

@@ -29,7 +29,7 @@ from roformer_jax import evaluation
 from roformer_jax.data.batches import load_corpus
 from roformer_jax.data.length_eval import length_eval_set
 from roformer_jax.model import ModelConfig, RoFormer
-from roformer_jax.study import interval_text, mean_std_text, run_dir
+from roformer_jax.study import interval_text, mean_std_text, run_dir, summary_table
 from roformer_jax.training.config import ExperimentConfig
 from roformer_jax.training.runs import load_params
 
@@ -66,19 +66,12 @@ def evaluate_runs(
     same_model = {}  # (run directory, length, model config) -> scores at that length
     scores = {}
     for name, spec in evaluations.items():
-        if spec["run"] not in runs:
-            raise ValueError(
-                f"evaluation {name!r} reads run {spec['run']!r}, not one of {list(runs)}"
-            )
+        _check_run(name, spec, runs)
         scores[name] = []
         for cfg in runs[spec["run"]]:
             directory = run_dir(workdir, spec["run"], cfg.seed)
             scaling = dict(spec["scaling"]) if spec.get("scaling") else None
-            identity = {
-                "lengths": sorted(lengths), "max_tokens": max_tokens, "scaling": scaling,
-                "eval_seed": cfg.data.eval_seed, "steps": cfg.train.steps,
-            }  # fmt: skip
-            path = os.path.join(directory, EVAL_DIR, _slug(name) + ".json")
+            path, identity = _cache_path(directory, name), _identity(spec, cfg, lengths, max_tokens)
             cached = _read(path)
             if cached is not None and cached["identity"] == identity:
                 scores[name].append(_int_keys(cached["scores"]))
@@ -121,11 +114,108 @@ def evaluate_runs(
     return scores
 
 
+def read_scores(
+    evaluations: Mapping[str, Mapping],
+    runs: Mapping[str, Sequence[ExperimentConfig]],
+    workdir: str,
+    *,
+    lengths: Sequence[int],
+    max_tokens: int | None,
+) -> dict[str, list[dict]]:
+    """What `evaluate_runs` returns, from its cached scores alone (no model, no data).
+
+    `workdir` is a study's workdir or its raw copy (study.export_raw with folders=(EVAL_DIR,)).
+    Raises ValueError where an (evaluation, seed) was not scored with these settings.
+    """
+    scores = {}
+    for name, spec in evaluations.items():
+        _check_run(name, spec, runs)
+        scores[name] = []
+        for cfg in runs[spec["run"]]:
+            path = _cache_path(run_dir(workdir, spec["run"], cfg.seed), name)
+            cached = _read(path)
+            if cached is None or cached["identity"] != _identity(spec, cfg, lengths, max_tokens):
+                raise ValueError(f"{path}: no scores of evaluation {name!r} with these settings")
+            scores[name].append(_int_keys(cached["scores"]))
+    return scores
+
+
+def _check_run(name: str, spec: Mapping, runs: Mapping) -> None:
+    if spec["run"] not in runs:
+        raise ValueError(f"evaluation {name!r} reads run {spec['run']!r}, not one of {list(runs)}")
+
+
+def _identity(spec: Mapping, cfg: ExperimentConfig, lengths: Sequence[int], max_tokens) -> dict:
+    """What a cached score must match to be reused: anything that changes the numbers."""
+    return {
+        "lengths": sorted(lengths), "max_tokens": max_tokens,
+        "scaling": dict(spec["scaling"]) if spec.get("scaling") else None,
+        "eval_seed": cfg.data.eval_seed, "steps": cfg.train.steps,
+    }  # fmt: skip
+
+
+def _cache_path(directory: str, name: str) -> str:
+    return os.path.join(directory, EVAL_DIR, _slug(name) + ".json")
+
+
 def _model_config(model_cfg: ModelConfig, scaling: dict | None) -> ModelConfig:
     """The run's model read with `scaling` (None: as trained, its own rope_scaling kept)."""
     if scaling is None:
         return model_cfg
     return dataclasses.replace(model_cfg, rope_scaling=json.dumps(scaling, sort_keys=True))
+
+
+def footnote(
+    exp: ExperimentConfig, seeds: Sequence[int], targets: int, machine: Mapping, unigram: float
+) -> str:
+    """The figure's and report's line on what was measured where.
+
+    exp: the baseline evaluation's run config; targets: held-out targets at the first length;
+    machine: provenance.machine()'s fields; unigram: Corpus.unigram_cross_entropy().
+    """
+    data = exp.data
+    joined = f" joined to >= {data.min_doc_chars:,} characters" if data.min_doc_chars else ""
+    return (
+        f"data: {data.source} ({data.doc_separator} documents{joined}), {targets:,} held-out "
+        f"masked targets scored at every length (eval seed {data.eval_seed}); "
+        f"{exp.model.num_layers} layers x {exp.model.hidden_size}, {exp.train.steps} steps of "
+        f"{exp.train.batch_size} x {data.seq_len}; seeds {tuple(seeds)}; unigram cross-entropy "
+        f"{unigram:.3f}; {machine['device_count']} {machine['backend']} device(s), "
+        f"{machine['cpus']} cores ({machine['architecture']})"
+    )
+
+
+def report(
+    config: Mapping,
+    runs: Mapping[str, Sequence[ExperimentConfig]],
+    results: Mapping[str, Sequence[list[dict]]],
+    scores: Mapping[str, Sequence[dict]],
+    footnote: str,
+) -> str:
+    """lengths.md: every table of a length study, under headings.
+
+    config: the study config as a dictionary (eval_lengths, eval_baselines, table_keys, title);
+    results: study.run_study's records; scores: evaluate_runs's.
+    """
+    lengths = tuple(config["eval_lengths"])
+    sections = [
+        f"# {config['title']}",
+        footnote,
+        "## Held-out loss at each context length (mean ± std over seeds)",
+        length_table(scores, lengths),
+        "## Held-out accuracy at each context length",
+        length_table(scores, lengths, key="accuracy"),
+    ]
+    for baseline in config["eval_baselines"]:
+        sections += [
+            f"## Loss minus {baseline}'s, seed by seed: mean [95% t-interval]",
+            length_paired_table(scores, baseline, lengths),
+        ]
+    sections += ["## Training (final values)", summary_table(results, config["table_keys"])]
+    for name, configs in runs.items():
+        if configs[0].train.stages:
+            sections += [f"## {name}: per stage", stage_table(configs[0], results[name])]
+    return "\n\n".join(sections) + "\n"
 
 
 def length_table(scores: Mapping[str, Sequence[dict]], lengths: Sequence[int], key="loss") -> str:
@@ -152,26 +242,34 @@ def length_paired_table(
         f"| evaluation − {baseline} | n | " + " | ".join(f"at {n}" for n in lengths) + " |",
         "|---|---|" + "---|" * len(lengths),
     ]
-    base = scores[baseline]
     for name, seeds in scores.items():
         if name == baseline:
             continue
-        cells = []
-        for n in lengths:
-            diffs = [s[n]["loss"] - b[n]["loss"] for s, b in zip(seeds, base) if n in s and n in b]
-            cells.append(interval_text(diffs))
+        cells = [interval_text(paired_diffs(scores, name, baseline, n)) for n in lengths]
         lines.append(f"| {name} | {len(seeds)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+def paired_diffs(
+    scores: Mapping[str, Sequence[dict]], name: str, baseline: str, length: int
+) -> list[float]:
+    """Evaluation `name`'s loss at `length` minus the baseline's, seed by seed (seeds where
+    both read that length)."""
+    return [
+        s[length]["loss"] - b[length]["loss"]
+        for s, b in zip(scores[name], scores[baseline])
+        if length in s and length in b
+    ]
+
+
 def stage_table(cfg: ExperimentConfig, seeds: Sequence[list[dict]], *, last: int = 5) -> str:
     """Markdown, as the RoFormer blog's pre-training table: each stage's length, batch, steps
-    and the training loss and accuracy over its last `last` logged steps (mean ± std over
-    seeds)."""
+    and the training loss and accuracy over its last `last` logged steps (mean ± sample std
+    over the n seeds)."""
     stages = cfg.train.stages or ((cfg.train.steps, cfg.data.seq_len, cfg.train.batch_size),)
     lines = [
-        "| stage | length | batch | steps | tokens/step | train loss | train accuracy |",
-        "|---|---|---|---|---|---|---|",
+        "| stage | length | batch | steps | tokens/step | n | train loss | train accuracy |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     first = 0
     for i, (steps, length, batch) in enumerate(stages, 1):
@@ -185,7 +283,7 @@ def stage_table(cfg: ExperimentConfig, seeds: Sequence[list[dict]], *, last: int
                     per_seed.append(float(np.mean(values[-last:])))
             cells.append(mean_std_text(per_seed))
         lines.append(
-            f"| {i} | {length} | {batch} | {steps} | {length * batch:,} | "
+            f"| {i} | {length} | {batch} | {steps} | {length * batch:,} | {len(seeds)} | "
             + " | ".join(cells)
             + " |"
         )

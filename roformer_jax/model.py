@@ -213,18 +213,24 @@ def _layer_norm(cfg: ModelConfig, name: str) -> nn.LayerNorm:
 
 
 class Dropout(nn.Module):
-    """`nn.Dropout` with the same masks (the same "dropout" stream, the same bits), drawn by
-    `_threefry.bernoulli`, which XLA fuses into the select instead of running jax's hash as
-    separate passes over the array on the CPU."""
+    """`nn.Dropout` whose mask of row b depends on the "dropout" key and example_ids[b] only
+    (`_threefry.bernoulli_rows`): the same masks for an example on any number of devices.
+
+    x [B, ...]; example_ids int [B], each row's index in the global batch (default arange(B)).
+    """
 
     rate: float
     deterministic: bool | None = None
 
     @nn.compact
-    def __call__(self, x, deterministic: bool | None = None):
+    def __call__(self, x, deterministic: bool | None = None, example_ids=None):
         if nn.merge_param("deterministic", self.deterministic, deterministic) or not self.rate:
             return x
-        keep = _threefry.bernoulli(self.make_rng("dropout"), 1.0 - self.rate, x.shape)
+        if example_ids is None:
+            example_ids = jnp.arange(x.shape[0])
+        keep = _threefry.bernoulli_rows(
+            self.make_rng("dropout"), example_ids, 1.0 - self.rate, x.shape
+        )
         return jax.lax.select(keep, x / (1.0 - self.rate), jnp.zeros_like(x))
 
 
@@ -235,7 +241,7 @@ class Embeddings(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, input_ids, token_type_ids, position_ids, deterministic):
+    def __call__(self, input_ids, token_type_ids, position_ids, deterministic, example_ids=None):
         cfg = self.config
         embed = functools.partial(
             nn.Embed,
@@ -250,7 +256,7 @@ class Embeddings(nn.Module):
         if cfg.encoding.embed is not None:  # absolute encodings; others act in attention
             x = x + cfg.encoding.embed(cfg, position_ids, DTYPES[cfg.dtype])  # [(B,) L, E]
         x = _layer_norm(cfg, "LayerNorm")(x)
-        return Dropout(cfg.hidden_dropout)(x, deterministic=deterministic)
+        return Dropout(cfg.hidden_dropout)(x, deterministic, example_ids)
 
 
 def _kind_options(function: Callable, cfg: ModelConfig, *, dropout_rng, **extra) -> dict:
@@ -281,7 +287,7 @@ class SelfAttention(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x, mask, position_ids, deterministic, decode_length=None):
+    def __call__(self, x, mask, position_ids, deterministic, decode_length=None, example_ids=None):
         cfg = self.config
         b, length, d = x.shape
         q, k, v = (
@@ -299,7 +305,10 @@ class SelfAttention(nn.Module):
             use_dropout = not deterministic and cfg.attention_dropout > 0.0
             function = attention_lib.ATTENTION_FUNCTIONS[cfg.attention]
             options = _kind_options(
-                function, cfg, dropout_rng=self.make_rng("dropout") if use_dropout else None
+                function,
+                cfg,
+                dropout_rng=self.make_rng("dropout") if use_dropout else None,
+                example_ids=example_ids,
             )
             out = function(q, k, v, mask=mask, causal=cfg.causal, **where, **options)
         else:  # the kind's step after the memory of the earlier calls, which it updates
@@ -321,10 +330,12 @@ class Layer(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x, mask, position_ids, deterministic, decode_length=None):
+    def __call__(self, x, mask, position_ids, deterministic, decode_length=None, example_ids=None):
         cfg = self.config
         attention = SelfAttention(cfg, name="attention")
-        dropout = Dropout(cfg.hidden_dropout, deterministic=deterministic)
+        dropout = functools.partial(
+            Dropout(cfg.hidden_dropout, deterministic=deterministic), example_ids=example_ids
+        )
 
         def feed_forward(h):  # [B, L, D] -> [B, L, F] -> [B, L, D]
             h = ACTIVATIONS[cfg.hidden_act](_dense(cfg, cfg.intermediate_size, "intermediate")(h))
@@ -337,7 +348,7 @@ class Layer(nn.Module):
 
         x = sublayer(
             x,
-            lambda h: attention(h, mask, position_ids, deterministic, decode_length),
+            lambda h: attention(h, mask, position_ids, deterministic, decode_length, example_ids),
             _layer_norm(cfg, "attention_norm"),
         )
         return sublayer(x, feed_forward, _layer_norm(cfg, "output_norm"))
@@ -347,10 +358,10 @@ class Encoder(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x, mask, position_ids, deterministic, decode_length=None):
+    def __call__(self, x, mask, position_ids, deterministic, decode_length=None, example_ids=None):
         for i in range(self.config.num_layers):
             layer = Layer(self.config, name=f"layer_{i}")
-            x = layer(x, mask, position_ids, deterministic, decode_length)
+            x = layer(x, mask, position_ids, deterministic, decode_length, example_ids)
         if self.config.pre_ln:
             x = _layer_norm(self.config, "final_norm")(x)
         return x
@@ -379,8 +390,10 @@ class RoFormer(nn.Module):
     Call with input_ids int [B, L]; attention_mask [B, L] (1/True = real token; padded keys are
     never attended to); token_type_ids int [B, L] (default 0); position_ids int [L] or [B, L]
     (default arange(L); relative encodings are invariant to adding a constant). Dropout
-    draws from the "dropout" rng stream when deterministic=False. With mlm_positions int
-    [B, P] the MLM head runs only at those positions of each row and logits are [B, P, V]:
+    draws from the "dropout" rng stream when deterministic=False, each row's masks from that
+    key and its example_ids int [B] (its index in the global batch; default arange(B)). With
+    mlm_positions int [B, P] the MLM head runs only at those positions of each row and logits
+    are [B, P, V]:
     BERT's `gather_indexes`, which saves the decoder's P·V·E work at the L - P unmasked positions.
 
     Decoding (a causal model; see roformer_jax.decoding): with decode_length, the total length
@@ -405,6 +418,7 @@ class RoFormer(nn.Module):
         deterministic=True,
         mlm_positions=None,
         decode_length=None,
+        example_ids=None,
     ) -> EncoderOutput:
         cfg = self.config
         input_ids = jnp.asarray(input_ids)
@@ -444,10 +458,12 @@ class RoFormer(nn.Module):
                 )
 
         embeddings = Embeddings(cfg, name="embeddings")
-        x = embeddings(input_ids, token_type_ids, position_ids, deterministic)  # [B, L, E]
+        x = embeddings(input_ids, token_type_ids, position_ids, deterministic, example_ids)
         if cfg.embed_dim != cfg.hidden_size:
             x = _dense(cfg, cfg.hidden_size, "embeddings_project")(x)  # [B, L, D]
-        x = Encoder(cfg, name="encoder")(x, mask, position_ids, deterministic, decode_length)
+        x = Encoder(cfg, name="encoder")(
+            x, mask, position_ids, deterministic, decode_length, example_ids
+        )
         logits = None
         if self.with_mlm_head:
             table = embeddings.variables["params"]["word_embeddings"]["embedding"]  # [V, E]

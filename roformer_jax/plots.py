@@ -47,7 +47,8 @@ def plot_curves(
     metrics: Sequence[str] = ("train_loss", "valid_loss"),
     footnote: str = "",
 ) -> str:
-    """Draws one panel per metric, one line per run name, the spread of seeds as a band.
+    """Draws one panel per metric, one line per run name, ±1 sample std (ddof 1) of the seeds
+    as a band (none for one seed).
 
     Args:
       curves: run name -> list (one per seed) of {"step": [T], metric: [T], ...}. Seeds of one
@@ -68,7 +69,7 @@ def plot_curves(
             mean, color = values.mean(axis=0), colors[name]
             ax.plot(steps, mean, color=color, label=f"{name} (n={len(values)})")
             if len(values) > 1:
-                std = values.std(axis=0)
+                std = values.std(axis=0, ddof=1)
                 ax.fill_between(steps, mean - std, mean + std, color=color, alpha=0.2)
         if missing:  # e.g. learned positions evaluated past their table
             ax.set_title(f"no values: {', '.join(missing)}", fontsize=8)

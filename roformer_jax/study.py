@@ -243,22 +243,29 @@ def paired_table(results: Mapping[str, Sequence[list[dict]]], baseline: str, key
     """
     if baseline not in results:
         raise ValueError(f"baseline {baseline!r} is not one of the runs {list(results)}")
-    base = [final_values(r, key) for r in results[baseline]]
     lines = [
         f"| run − {baseline} | {key}: mean [95% interval] | n | per seed |",
         "|---|---|---|---|",
     ]
-    for name, seeds in results.items():
+    for name in results:
         if name == baseline:
             continue
-        diffs = [
-            v - b
-            for v, b in zip((final_values(r, key) for r in seeds), base)
-            if v is not None and b is not None
-        ]
+        diffs = paired_diffs(results, name, baseline, key)
         per_seed = ", ".join(f"{d:+.3f}" for d in diffs) or "n/a"
         lines.append(f"| {name} | {interval_text(diffs)} | {len(diffs)} | {per_seed} |")
     return "\n".join(lines)
+
+
+def paired_diffs(
+    results: Mapping[str, Sequence[list[dict]]], name: str, baseline: str, key: str
+) -> list[float]:
+    """Run `name`'s final `key` minus the baseline's, seed by seed (seeds where both have it)."""
+    base = [final_values(r, key) for r in results[baseline]]
+    return [
+        v - b
+        for v, b in zip((final_values(r, key) for r in results[name]), base)
+        if v is not None and b is not None
+    ]
 
 
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
@@ -288,6 +295,23 @@ def mean_std_text(values: list[float]) -> str:
     if len(values) == 1:
         return f"{values[0]:.4g}"
     return f"{np.mean(values):.4g} ± {np.std(values, ddof=1):.2g}"
+
+
+def footnote(exp: ExperimentConfig, seeds: Sequence[int], machine: Mapping, unigram: float) -> str:
+    """The figure's and report's line on what was trained where.
+
+    exp: a run's config (the data and size every run shares); machine: provenance.machine()'s
+    fields; unigram: the validation tokens' Corpus.unigram_cross_entropy(), the loss of
+    predicting token frequencies alone, which a short run is read against.
+    """
+    return (
+        f"data: {exp.data.source} ({exp.data.tokenizer}, vocab {exp.model.vocab_size}), "
+        f"length {exp.data.seq_len}, batch {exp.train.batch_size}, {exp.train.steps} steps, "
+        f"{exp.model.num_layers} layers x {exp.model.hidden_size}, seeds {tuple(seeds)}; "
+        f"{machine['device_count']} {machine['backend']} device(s), {machine['cpus']} cores "
+        f"({machine['architecture']}); unigram cross-entropy of the validation tokens "
+        f"{unigram:.3f}"
+    )
 
 
 def write_report(

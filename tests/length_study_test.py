@@ -106,6 +106,32 @@ class TablesTest(absltest.TestCase):
         with self.assertRaisesRegex(ValueError, "baseline 'c'"):
             length_study.length_paired_table(scores, "c", (128,))
 
+    def test_report_holds_every_table_under_its_heading(self):
+        cfg = _config()
+        staged = dataclasses.replace(cfg, train=dataclasses.replace(
+            cfg.train, steps=4, stages=((2, 64, 8), (2, 128, 4))))  # fmt: skip
+        runs = {"a": [cfg, cfg], "b": [staged, staged]}
+        results = {name: [[{"step": 4, "train/loss": 1.0, "elapsed_s": 2.0}]] * 2 for name in runs}
+        scores = {"a": [_scores(1.0), _scores(1.2)], "b": [_scores(1.5), _scores(1.5)]}
+        config = {
+            "title": "T", "eval_lengths": [128, 256], "eval_baselines": ["a"],
+            "table_keys": ["train/loss"],
+        }  # fmt: skip
+        report = length_study.report(config, runs, results, scores, "note")
+        self.assertTrue(report.startswith("# T\n\nnote\n\n## Held-out loss"))
+        self.assertIn(length_study.length_table(scores, (128, 256), key="accuracy"), report)
+        self.assertIn(length_study.length_paired_table(scores, "a", (128, 256)), report)
+        self.assertIn(study.summary_table(results, ["train/loss"]), report)
+        stages = length_study.stage_table(staged, results["b"])
+        self.assertIn(f"## b: per stage\n\n{stages}", report)
+        self.assertNotIn("## a: per stage", report)  # one stage: no stage table
+
+    def test_footnote_names_targets_machine_and_floor(self):
+        machine = {"device_count": 1, "backend": "cpu", "cpus": 2, "architecture": "x86_64"}
+        note = length_study.footnote(_config(), (0, 1), 20873, machine, 6.4698)
+        self.assertIn("20,873 held-out masked targets", note)
+        self.assertIn("seeds (0, 1); unigram cross-entropy 6.470; 1 cpu device(s), 2 cores", note)
+
     def test_stage_table_reads_each_stages_last_steps(self):
         cfg = _config()
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(
@@ -115,8 +141,8 @@ class TablesTest(absltest.TestCase):
             for k in (0, 1)
         ]
         table = length_study.stage_table(cfg, seeds, last=1).splitlines()
-        self.assertEqual(table[2], "| 1 | 64 | 8 | 2 | 512 | 20.5 ± 0.71 | 0.1 ± 0 |")
-        self.assertEqual(table[3], "| 2 | 128 | 4 | 2 | 512 | 40.5 ± 0.71 | 0.1 ± 0 |")
+        self.assertEqual(table[2], "| 1 | 64 | 8 | 2 | 512 | 2 | 20.5 ± 0.71 | 0.1 ± 0 |")
+        self.assertEqual(table[3], "| 2 | 128 | 4 | 2 | 512 | 2 | 40.5 ± 0.71 | 0.1 ± 0 |")
         np.testing.assert_equal(len(table), 4)
 
 

@@ -7,11 +7,10 @@ batch divided by their count, so its gradient is psum(∑ grads) / psum(count),
 the same number on 1 or 8 devices. (A lax.pmean of per-device means would weight a device
 holding fewer masked tokens as much as one holding more.)
 
-Randomness. Dropout draws from one key per example: row r of the global batch (its
-`batch["index"]`) at update t uses fold_in(fold_in(rng, t), r), and the model is applied to
-each row on its own (jax.vmap over rows and keys). So the numbers do not depend on which
-device, host or micro-batch a row lands on: 1 or 8 devices, 1 or 2 hosts and any grad_accum
-draw the same dropout masks.
+Randomness. Dropout's masks for row r of the global batch (its `batch["index"]`) at update t
+depend on fold_in(rng, t) and r only (the model's `example_ids`; `_threefry.bernoulli_rows`
+counts (r, element)). So the numbers do not depend on which device, host or micro-batch a
+row lands on: 1 or 8 devices, 1 or 2 hosts and any grad_accum draw the same dropout masks.
 
 Shapes: b this device's rows, A micro-batches (grad_accum), L sequence length, P MLM
 positions per row, V vocabulary.
@@ -89,20 +88,13 @@ def mlm_apply(model, params, batch, mask_prob, **kwargs) -> dict[str, jax.Array]
     return mlm_sums(out.logits, targets, weights)
 
 
-def _rowwise_sums(sums_fn, params, batch, rng) -> dict[str, jax.Array]:
-    """`sums_fn` in training mode, each row with its own dropout key (see module doc).
-
-    batch["index"]: int [b], each row's index in the global batch.
-    """
-    keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(rng, batch["index"])  # [b]
+def _train_sums(sums_fn, params, batch, rng) -> dict[str, jax.Array]:
+    """`sums_fn` in training mode; each row's dropout masks from `rng` and its index in the
+    global batch, batch["index"] int [b] (see the module doc)."""
     rows = {k: v for k, v in batch.items() if k != "index"}
-
-    def one_row(row, key):  # row: dict of [L]; the model sees a batch of one
-        row = jax.tree.map(lambda x: x[None], row)
-        return sums_fn(params, row, deterministic=False, rngs={"dropout": key})
-
-    sums = jax.vmap(one_row)(rows, keys)  # each [b]
-    return jax.tree.map(jnp.sum, sums)
+    return sums_fn(
+        params, rows, deterministic=False, rngs={"dropout": rng}, example_ids=batch["index"]
+    )
 
 
 def make_train_step(
@@ -129,18 +121,18 @@ def make_train_step(
 def make_sums_train_step(sums_fn, tx, *, grad_accum: int = 1, axis_name: str | None = None):
     """The pure update `(state, batch, rng) → (state, metrics)` of any summed loss.
 
-    sums_fn(params, batch, *, deterministic, rngs) → {"loss", "correct", "count"}: sums over
-    the batch's targets (masked tokens for MLM, examples for a task head); it is called on
-    one row at a time with that row's dropout key. batch: dict of [b, ...] arrays (b
-    divisible by grad_accum) and "index", int [b], each row's index in the global batch (its
-    dropout stream). Gradients of the summed loss are accumulated over `grad_accum`
-    micro-batches of b / A rows by a scan, summed over `axis_name` (when pmapped) and divided
-    by the total target count. metrics: summed "loss", "correct", "count" over the global
+    sums_fn(params, batch, *, deterministic, rngs, example_ids) → {"loss", "correct",
+    "count"}: sums over the batch's targets (masked tokens for MLM, examples for a task head),
+    passing example_ids on to the model's dropout. batch: dict of [b, ...] arrays (b divisible
+    by grad_accum) and "index", int [b], each row's index in the global batch (its
+    example_ids). Gradients of the summed loss are accumulated over `grad_accum` micro-batches
+    of b / A rows by a scan, summed over `axis_name` (when pmapped) and divided by the total
+    target count. metrics: summed "loss", "correct", "count" over the global
     batch, and "grad_norm" of the mean gradient (before clipping).
     """
 
     def loss_fn(params, batch, rng):
-        sums = _rowwise_sums(sums_fn, params, batch, rng)
+        sums = _train_sums(sums_fn, params, batch, rng)
         return sums["loss"], sums
 
     grad_fn = jax.grad(loss_fn, has_aux=True)

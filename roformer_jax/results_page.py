@@ -1,0 +1,303 @@
+"""docs/results.md's generated parts, rebuilt from the studies' raw folders alone.
+
+    text = results_page.render(page, "docs/results/raw", figures_dir="docs/results")
+    print(results_page.differences(page, results_page.render(page, "docs/results/raw")))
+
+The page is prose written by hand, with generated parts between markers:
+
+    <!-- generated: STUDY KIND(ARGS) -->...<!-- end generated -->
+
+STUDY names a folder of the raw root (study_record.read_raw), or is "raw" for all of them;
+KIND is a key of KINDS, called with ARGS, Python literals (`length_paired_table("RoPE")`,
+`diff("RoPE + YaRN", "RoPE", 2048)`). A table or figure sits on lines of its own between its
+markers; an inline value (INLINE) sits inside a sentence. `render` rewrites the inside of
+every marker pair with the same table and figure functions the study entry points use
+(study, length_study, plots), fed from the raw files, and leaves everything else as written.
+
+Staleness: `stale()` marks a study whose commit differs from HEAD in roformer_jax/ or configs/
+(`git diff --quiet <commit> HEAD -- roformer_jax configs`), or says "commit unknown" without
+git or the commit. `differences` blanks those marks on both sides before comparing: the check
+asks whether the page's numbers are what the raw files give, which a commit to the code does
+not change; a check that failed on every such commit could only be fixed by rerunning the
+studies, and would teach everyone to ignore it. Writing the page refreshes the marks.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import glob
+import json
+import os
+import re
+import shlex
+import subprocess
+import textwrap
+from collections.abc import Callable
+
+import numpy as np
+
+from roformer_jax import length_study, plots, study
+from roformer_jax.study_record import RawStudy, read_raw
+
+MARKER = re.compile(r"<!-- generated: (\S+) (\w+)\((.*?)\) -->(.*?)<!-- end generated -->", re.S)
+ALL = "raw"  # the STUDY of a marker whose kind reads every raw folder
+FIGURES = "results"  # figures' folder, relative to the page
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def code_changed(commit: str) -> bool | None:
+    """Whether roformer_jax/ or configs/ differ between `commit` and HEAD; None where git or
+    the commit is unavailable."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", _ROOT, "diff", "--quiet", commit, "HEAD", "--", "roformer_jax",
+             "configs"], capture_output=True, timeout=30, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {0: False, 1: True}.get(done.returncode)  # 128 and others: an unknown commit
+
+
+@dataclasses.dataclass
+class _Page:
+    raw_root: str
+    figures_dir: str | None  # None: figures are named, not drawn
+    changed: Callable[[str], bool | None]
+    studies: dict[str, RawStudy] = dataclasses.field(default_factory=dict)
+
+    def study(self, name: str) -> RawStudy:
+        if name not in self.studies:
+            if not os.path.isdir(os.path.join(self.raw_root, name)):
+                folders = sorted(os.listdir(self.raw_root))
+                raise ValueError(f"no study {name!r} in {self.raw_root}: {folders}")
+            self.studies[name] = read_raw(os.path.join(self.raw_root, name))
+        return self.studies[name]
+
+
+def render(
+    text: str,
+    raw_root: str,
+    *,
+    figures_dir: str | None = None,
+    changed: Callable[[str], bool | None] = code_changed,
+) -> str:
+    """`text` with the inside of every marker pair regenerated (module doc).
+
+    figures_dir: where `figure()` draws its PNG; None draws nothing (a check compares text).
+    changed: commit -> whether the code changed since (None: unknown), for `stale()`.
+    Raises ValueError for an unknown kind or study, and for a marker without its end or its
+    KIND(ARGS), which would otherwise swallow the text up to the next block's end.
+    """
+    opened, blocks = text.count("<!-- generated: "), len(MARKER.findall(text))
+    if opened != blocks:
+        raise ValueError(
+            f"{opened} '<!-- generated: ' markers but {blocks} whole blocks: one lacks its "
+            "'<!-- end generated -->' or is not 'STUDY KIND(ARGS) -->'"
+        )
+    page = _Page(raw_root, figures_dir, changed)
+
+    def replace(match: re.Match) -> str:
+        name, kind, args, _ = match.groups()
+        if kind not in KINDS:
+            raise ValueError(f"{match.group(0)[:80]}: unknown kind {kind!r}; one of {list(KINDS)}")
+        target = page if name == ALL else page.study(name)
+        extra = {"page": page} if kind in _USES_PAGE else {}
+        inner = KINDS[kind](target, *ast.literal_eval(f"({args},)" if args else "()"), **extra)
+        if kind not in INLINE:
+            inner = f"\n{inner}\n"
+        return match.group(0)[: match.start(4) - match.start(0)] + inner + "<!-- end generated -->"
+
+    return MARKER.sub(replace, text)
+
+
+def differences(page: str, regenerated: str, *, name: str = "docs/results.md") -> str:
+    """A unified diff of the page against its regenerated text, stale marks left out (module
+    doc); "" where they agree."""
+
+    def without_marks(text):
+        return MARKER.sub(lambda m: m.group(0) if m.group(2) != "stale" else "", text)
+
+    return "".join(
+        difflib.unified_diff(
+            without_marks(page).splitlines(keepends=True),
+            without_marks(regenerated).splitlines(keepends=True),
+            fromfile=name,
+            tofile=f"{name}, regenerated",
+        )
+    )
+
+
+# Kinds: (RawStudy, *args) -> markdown; (_Page) for ALL; _USES_PAGE also get page=.
+
+
+def _header(raw: RawStudy) -> str:
+    """The commit and machine a study ran on, and its command."""
+    record, code, machine = raw.record, raw.record["code"], raw.record["machine"]
+    commit = _short(code.get("commit")) or "unknown"
+    if code.get("first_commit"):
+        commit = f"{_short(code['first_commit'])}–{commit}"
+    dirty = " with uncommitted changes" if code.get("dirty") else ""
+    wall = record["wall_s"]
+    line = (
+        f"Ran at commit {commit}{dirty}, {machine['cpus']} {machine['architecture']} cores, "
+        f"JAX {machine['jax']} ({machine['backend']}): {len(raw.runs)} runs × n = "
+        f"{len(raw.config['seeds'])} seeds; "
+        + (f"the command took {_minutes(wall)}." if wall else "no single wall time recorded.")
+    )
+    if record.get("reconstructed"):
+        line += " (Its study.json was reconstructed by hand from this page's earlier text.)"
+    command = textwrap.wrap(
+        "python " + shlex.join(record["argv"]), 90, break_long_words=False, break_on_hyphens=False
+    )
+    return line + "\n\n    " + " \\\n        ".join(command)
+
+
+def _stale(raw: RawStudy, *, page: _Page) -> str:
+    commit = raw.record["code"].get("commit")
+    changed = page.changed(commit) if commit else None
+    if changed is None:
+        return "(commit unknown: cannot tell whether the code changed since)"
+    if changed:
+        return f"**Stale:** roformer_jax/ or configs/ changed since {_short(commit)}."
+    return f"The code is as at {_short(commit)}."
+
+
+def _figure(raw: RawStudy, *, page: _Page) -> str:
+    """The study's figure, drawn into page.figures_dir when given, with its n."""
+    config, seeds = raw.config, raw.config["seeds"]
+    if page.figures_dir is not None:
+        path = os.path.join(page.figures_dir, f"{raw.name}.png")
+        machine, unigram = raw.record["machine"], raw.record["unigram_cross_entropy"]
+        if raw.scores is not None:
+            exp = raw.runs[config["evaluations"][config["eval_baselines"][0]]["run"]][0]
+            note = length_study.footnote(exp, seeds, _targets(raw), machine, unigram)
+            plots.plot_lengths(
+                raw.scores, path, title=config["title"], floor=unigram, footnote=note,
+                trained_length=length_study.trained_length(exp),
+                reference=config.get("position_reference"),
+            )  # fmt: skip
+        else:
+            exp = next(iter(raw.runs.values()))[0]
+            plots.plot_curves(
+                study.curves(raw.results, config["plot_keys"]), path, title=config["title"],
+                metrics=config["plot_keys"],
+                footnote=study.footnote(exp, seeds, machine, unigram),
+            )  # fmt: skip
+    spread = (
+        "bars: 95% t-interval of the mean"
+        if raw.scores is not None
+        else "bands: ±1 sample std (ddof 1)"
+    )
+    n = f"n = {len(seeds)} seeds per line" + (f"; {spread}" if len(seeds) > 1 else "")
+    return f"![{raw.name}]({FIGURES}/{raw.name}.png)\n\n*{n}.*"
+
+
+def _length_table(raw: RawStudy, key: str = "loss") -> str:
+    return length_study.length_table(raw.scores, raw.config["eval_lengths"], key=key)
+
+
+def _length_paired_table(raw: RawStudy, baseline: str) -> str:
+    return length_study.length_paired_table(raw.scores, baseline, raw.config["eval_lengths"])
+
+
+def _summary_table(raw: RawStudy) -> str:
+    return study.summary_table(raw.results, raw.config["table_keys"])
+
+
+def _paired_key(raw: RawStudy) -> str:
+    """The key compare.py pairs: the validation loss at the runs' training length."""
+    return f"valid/loss_{next(iter(raw.runs.values()))[0].data.seq_len}"
+
+
+def _paired_table(raw: RawStudy) -> str:
+    return study.paired_table(raw.results, raw.config["baseline"], _paired_key(raw))
+
+
+def _stage_table(raw: RawStudy, run: str) -> str:
+    return length_study.stage_table(raw.runs[run][0], raw.results[run])
+
+
+def _mean(raw: RawStudy, evaluation: str, length: int, key: str = "loss") -> str:
+    """An evaluation's mean `key` at `length` over seeds, as the tables round it."""
+    return f"{np.mean([s[length][key] for s in raw.scores[evaluation]]):.3f}"
+
+
+def _diff(raw: RawStudy, name: str, baseline: str | None = None, length: int | None = None) -> str:
+    """Mean [95% t-interval] of a paired difference, seed by seed: an evaluation minus
+    `baseline` at `length` (length studies), or a run's final validation loss minus the
+    study's baseline run's (others)."""
+    if raw.scores is not None:
+        diffs = length_study.paired_diffs(raw.scores, name, baseline, length)
+    else:
+        diffs = study.paired_diffs(raw.results, name, raw.config["baseline"], _paired_key(raw))
+    return study.interval_text(diffs)
+
+
+def _unigram(raw: RawStudy) -> str:
+    return f"{raw.record['unigram_cross_entropy']:.3f}"
+
+
+def _targets(raw: RawStudy) -> int:
+    """Held-out targets every evaluation scores (the same at every length)."""
+    return next(iter(raw.scores.values()))[0][raw.config["eval_lengths"][0]]["targets"]
+
+
+def _wall_time_table(page: _Page) -> str:
+    """Every raw study's training time (the runs' own clocks), scoring time and command."""
+    lines = [
+        "| study | runs × seeds | training, all runs | length scoring | command wall time |",
+        "|---|---|---|---|---|",
+    ]
+    for name in sorted(os.listdir(page.raw_root)):
+        if not os.path.isdir(os.path.join(page.raw_root, name)):
+            continue
+        raw = page.study(name)
+        training = sum(
+            study.final_values(records, "elapsed_s") or 0.0
+            for seeds in raw.results.values()
+            for records in seeds
+        )
+        scoring = sum(
+            _read_json(path).get("seconds", 0.0)
+            for path in glob.glob(os.path.join(page.raw_root, name, "*", "*", "length_eval", "*"))
+        )
+        wall = raw.record["wall_s"]
+        lines.append(
+            f"| {name} | {sum(len(s) for s in raw.results.values())} | {_minutes(training)} | "
+            f"{_minutes(scoring) if scoring else 'n/a'} | {_minutes(wall) if wall else 'n/a'} |"
+        )
+    return "\n".join(lines)
+
+
+def _read_json(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+def _short(commit: str | None) -> str | None:
+    return commit[:7] if commit else None
+
+
+KINDS = {
+    "header": _header,
+    "stale": _stale,
+    "figure": _figure,
+    "length_table": _length_table,
+    "length_paired_table": _length_paired_table,
+    "summary_table": _summary_table,
+    "paired_table": _paired_table,
+    "stage_table": _stage_table,
+    "mean": _mean,
+    "diff": _diff,
+    "unigram": _unigram,
+    "targets": lambda raw: f"{_targets(raw):,}",  # _targets, as the footnote prints it
+    "wall_time_table": _wall_time_table,
+}
+INLINE = {"stale", "mean", "diff", "unigram", "targets"}
+_USES_PAGE = {"stale", "figure"}

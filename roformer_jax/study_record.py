@@ -1,0 +1,124 @@
+"""A study's record beside its raw outputs: the command, the config, the code and the machine.
+
+    study_record.export(raw_dir, runs, workdir, record)   # the entry points, with --raw_dir
+    raw = study_record.read_raw("docs/results/raw/length_wikitext2")   # a results page
+
+`<raw_dir>/study.json` (FILE) holds:
+  argv: the command line as it was typed (sys.argv);
+  config_file: the --config value, file and argument ("configs/study_length.py:wikitext2");
+  config: the resolved study config as a dictionary, runs in the order the study used them;
+  code: {"commit": sha or None, "dirty": bool or None} (provenance.code_version());
+  wall_s: seconds from the start of the command to the export (None where unknown);
+  machine: provenance.machine()'s fields and "platform" (platform.platform());
+  unigram_cross_entropy: of the validation tokens, which the raw files cannot give (they hold
+    no corpus), for the figures' floor;
+  reconstructed: True for a record written by hand after the fact, from the page that quoted
+    the command; its code may then name "first_commit", the first of a range of commits over
+    which a study ran in pieces.
+Each run's own files (metrics.jsonl, config.json, provenance.json, length_eval/) are under
+`<raw_dir>/<run>/seed<k>/` (study.export_raw).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+from collections.abc import Mapping, Sequence
+
+from ml_collections import ConfigDict
+
+from roformer_jax import length_study, study
+from roformer_jax.training import metrics as metrics_lib
+from roformer_jax.training import provenance
+from roformer_jax.training.config import ExperimentConfig, experiment_config_from_dict
+
+FILE = "study.json"
+
+
+def make_record(
+    *,
+    argv: Sequence[str],
+    config_file: str,
+    config: ConfigDict,
+    wall_s: float,
+    unigram: float,
+) -> dict:
+    """study.json's fields (module doc) for a command running now, from this checkout."""
+    return {
+        "argv": list(argv),
+        "config_file": config_file,
+        # Through JSON, so that tuples read back as the lists a reader of the file gets.
+        "config": json.loads(json.dumps(config.to_dict())),
+        "code": provenance.code_version(),
+        "wall_s": wall_s,
+        "machine": {**provenance.machine(), "platform": platform.platform()},
+        "unigram_cross_entropy": unigram,
+        "reconstructed": False,
+    }
+
+
+def export(
+    raw_dir: str,
+    runs: Mapping[str, Sequence[ExperimentConfig]],
+    workdir: str,
+    record: Mapping,
+    *,
+    folders: Sequence[str] = (),
+) -> int:
+    """Copies every run's raw files to `raw_dir` (study.export_raw) and writes `record` as
+    raw_dir/study.json; returns the number of files written."""
+    copied = study.export_raw(runs, workdir, raw_dir, folders=folders)
+    with open(os.path.join(raw_dir, FILE), "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    return copied + 1
+
+
+@dataclasses.dataclass(frozen=True)
+class RawStudy:
+    """A study read back from its raw folder alone.
+
+    record: study.json (module doc); runs: {run: [ExperimentConfig per seed]} from each run's
+    config.json, in the study's order; results: {run: [metrics records per seed]} as
+    study.run_study returns them; scores: {evaluation: [scores per seed]} as
+    length_study.evaluate_runs returns them (length studies), else None.
+    """
+
+    name: str
+    record: dict
+    runs: dict[str, list[ExperimentConfig]]
+    results: dict[str, list[list[dict]]]
+    scores: dict[str, list[dict]] | None
+
+    @property
+    def config(self) -> dict:
+        return self.record["config"]
+
+
+def read_raw(raw_dir: str) -> RawStudy:
+    """Reads raw_dir/study.json and every run's files; raises FileNotFoundError where a file
+    is missing and ValueError where a length score is missing (length_study.read_scores)."""
+    with open(os.path.join(raw_dir, FILE), encoding="utf-8") as f:
+        record = json.load(f)
+    config = record["config"]
+    runs, results = {}, {}
+    for name in config["runs"]:
+        directories = [study.run_dir(raw_dir, name, seed) for seed in config["seeds"]]
+        runs[name] = [_read_config(d) for d in directories]
+        results[name] = [metrics_lib.read_metrics(d) for d in directories]
+        if not all(results[name]):
+            raise FileNotFoundError(f"{raw_dir}: run {name!r} lacks a metrics.jsonl")
+    scores = None
+    if "evaluations" in config:
+        scores = length_study.read_scores(
+            config["evaluations"], runs, raw_dir, lengths=config["eval_lengths"],
+            max_tokens=config["eval_tokens"],
+        )  # fmt: skip
+    return RawStudy(os.path.basename(os.path.normpath(raw_dir)), record, runs, results, scores)
+
+
+def _read_config(directory: str) -> ExperimentConfig:
+    with open(os.path.join(directory, "config.json"), encoding="utf-8") as f:
+        return experiment_config_from_dict(json.load(f))

@@ -1,0 +1,111 @@
+"""Tests for roformer_jax/results_page.py: docs/results.md is what its raw files give.
+
+The page's numbers are checked against a regeneration in memory (no file written, no figure
+drawn); a raw value changed in a copy must show up as a difference; stale marks follow the
+commit map they are given and never make the check fail.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+from absl.testing import absltest, parameterized
+
+from roformer_jax import results_page
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PAGE = os.path.join(_ROOT, "docs", "results.md")
+_RAW = os.path.join(_ROOT, "docs", "results", "raw")
+_RUN = os.path.join("causal_wikitext2", "softmax_+_RoPE", "seed0")  # the causal baseline run
+
+
+def _read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _unknown(commit):
+    return None  # no git needed: differences() leaves stale marks out anyway
+
+
+def _change_final_valid_loss(raw):
+    path = os.path.join(raw, _RUN, "metrics.jsonl")
+    records = [json.loads(line) for line in _read(path).splitlines()]
+    records[-1]["valid/loss_128"] += 0.01
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+
+
+def _change_length_score(raw):
+    path = os.path.join(raw, "length_warpeace", "RoPE", "seed1", "length_eval", "RoPE_+_YaRN.json")
+    record = json.loads(_read(path))
+    record["scores"]["2048"]["loss"] -= 0.02
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(record, f)
+
+
+class ResultsPageTest(parameterized.TestCase):
+    def test_page_is_what_the_raw_files_give(self):
+        page = _read(_PAGE)
+        regenerated = results_page.render(page, _RAW, changed=_unknown)
+        diff = results_page.differences(page, regenerated)
+        self.assertEqual(diff, "", "run `python experiments/results_page.py`:\n" + diff[:3000])
+        self.assertGreater(page.count("<!-- generated: "), 40)  # the markers are really there
+
+    @parameterized.named_parameters(
+        ("final_validation_loss", _change_final_valid_loss, "| softmax + RoPE | 3 |"),
+        ("length_score", _change_length_score, "| RoPE + YaRN | 3 |"),
+    )
+    def test_a_changed_raw_value_fails_the_check(self, change, changed_row):
+        raw = os.path.join(tempfile.mkdtemp(), "raw")
+        shutil.copytree(_RAW, raw)
+        change(raw)
+        page = _read(_PAGE)
+        diff = results_page.differences(page, results_page.render(page, raw, changed=_unknown))
+        removed = [line for line in diff.splitlines() if line.startswith("-| ")]
+        self.assertTrue(any(line.startswith(f"-{changed_row}") for line in removed), diff)
+
+    def test_a_missing_length_score_is_an_error(self):
+        raw = tempfile.mkdtemp()
+        shutil.copytree(os.path.join(_RAW, "multilength_wikitext2"), f"{raw}/multilength_wikitext2")
+        os.remove(f"{raw}/multilength_wikitext2/256_only/seed2/length_eval/256_only.json")
+        text = "<!-- generated: multilength_wikitext2 length_table() --><!-- end generated -->"
+        with self.assertRaisesRegex(ValueError, "no scores of evaluation '256 only'"):
+            results_page.render(text, raw)
+
+    @parameterized.named_parameters(
+        ("changed", True, "**Stale:** roformer_jax/ or configs/ changed since 9acdbbe."),
+        ("unchanged", False, "The code is as at 9acdbbe."),
+        ("unknown", None, "(commit unknown: cannot tell whether the code changed since)"),
+    )
+    def test_stale_mark_follows_the_commit_map(self, changed, expected):
+        commits = {"9acdbbe55002bbf1f7e15a94d72a35e7ec0b90fc": changed}
+        text = "<!-- generated: causal_wikitext2 stale() -->old<!-- end generated -->"
+        page = results_page.render(text, _RAW, changed=commits.get)
+        self.assertEqual(page, text.replace("old", expected))
+        self.assertEqual(results_page.differences(text, page), "")  # HEAD moving is no failure
+
+    @absltest.skipUnless(os.path.exists(os.path.join(_ROOT, ".git")), "not a git checkout")
+    def test_code_changed_asks_git(self):
+        head = subprocess.run(["git", "-C", _ROOT, "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()  # fmt: skip
+        self.assertFalse(results_page.code_changed(head))
+        self.assertIsNone(results_page.code_changed("0" * 40))  # not a commit of this repo
+
+    @parameterized.named_parameters(
+        ("unknown_kind", "causal_wikitext2 median() --><!-- end generated -->", "kind 'median'"),
+        ("unknown_study", "causal_x unigram() --><!-- end generated -->", "no study 'causal_x'"),
+        ("no_end", "causal_wikitext2 unigram() -->6.774", "lacks its '<!-- end generated -->'"),
+    )
+    def test_a_bad_marker_is_an_error(self, marker, message):
+        text = f"<!-- generated: {marker}\n<!-- generated: raw wall_time_table() -->\n" + (
+            "<!-- end generated -->"
+        )
+        with self.assertRaisesRegex(ValueError, message):
+            results_page.render(text, _RAW)
+
+
+if __name__ == "__main__":
+    absltest.main()
