@@ -15,7 +15,8 @@ dtype. Common keyword arguments:
                 kinds never see positions themselves, so any encoding that rotates q and k
                 (scaled RoPE, xPos, ...) needs no keyword here.
 Softmax attention also takes `bias` [B or 1, N, L, M], added to the scores (ALiBi); the
-linear kinds cannot, since they never form the scores.
+linear kinds cannot, since they never form the scores. Linear attention's feature maps φ
+(elu + 1, ..., FAVOR+'s random features) are the table of `feature_maps.py`.
 
 The linear kinds (`linear_attention`, `cosine_attention`) never form the L x M matrix: their
 memory is O(L) with or without `causal`. The causal form splits the sequence into chunks of
@@ -30,15 +31,9 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from roformer_jax import _attention_cpu, _threefry
+from roformer_jax import _attention_cpu, _threefry, feature_maps
 from roformer_jax.rope import Rotation
 
-FEATURE_MAPS: dict[str, Callable[[jax.Array], jax.Array]] = {
-    # elu(x) + 1 > 0: the map of Katharopoulos et al. 2020 and of the RoFormer paper, sec. 3.3.
-    "elu": _attention_cpu.elu_plus_one,
-    "relu": jax.nn.relu,
-    "softplus": jax.nn.softplus,
-}
 # Where linear attention applies the rotation (see `linear_attention`).
 PLACEMENTS = ("numerator", "both", "before_feature_map")
 
@@ -199,21 +194,24 @@ def _feature_sums(qf, key_sums):
 
 
 def _numerator_rope(q, k, v, *, phi, mask, eps, rotation):
-    """Eq. (19), not causal: q [B, L, N, H], k, v [B, M, N, H] -> [B, N, L, H].
+    """Eq. (19), not causal: q [B, L, N, H], k, v [B, M, N, H] -> (out [B, N, L, H], the
+    denominators [B, N, L, 1]); phi: (φ of queries, φ of keys).
 
     Keys first: S = Σ_j φ(k_j) and the state Σ_j R_jφ(k_j) v_jᵀ; then each query's
     [R_iφ(q_i)]ᵀ state / guard(φ(q_i)ᵀ S). The queries wait for the state
     (`_attention_cpu.after` says why).
     """
-    kf = phi(k)
+    phi_q, phi_k = phi
+    kf = phi_k(k)
     if mask is not None:  # where, not *: a NaN in the padding must not leak
         kf = jnp.where(mask[:, :, None, None], kf, 0.0)
         v = jnp.where(mask[:, :, None, None], v, 0.0)
     key_sums = jnp.sum(kf, axis=1)  # [B, N, F]
     state = jnp.einsum("BNMF,BNME->BNFE", _heads(rotation.k(kf)), _heads(v))  # [B, N, F, H]
-    qf = phi(_attention_cpu.after(q, state))
+    qf = phi_q(_attention_cpu.after(q, state))
     num = jnp.einsum("BNLF,BNFE->BNLE", _heads(rotation.q(qf)), state)
-    return num / _guard(_feature_sums(qf, key_sums), eps)
+    den = _feature_sums(qf, key_sums)
+    return num / _guard(den, eps), den
 
 
 def _kernel_attention(qn, kn, v, *, den_features=None, mask, causal, eps, chunk_size, state=None):
@@ -221,12 +219,12 @@ def _kernel_attention(qn, kn, v, *, den_features=None, mask, causal, eps, chunk_
 
     den_features=(qd, kd) when the denominator has its own features (eq. 19); otherwise it is
     Σ_j qn_i·kn_j, read off a column of ones appended to v in the same products.
-    Returns [B, N, L, H].
+    Returns (out [B, N, L, H], the denominators before the guard [B, N, L, 1], None).
 
     With `state` (the sums over tokens seen before these, one per term, as in
-    `attention_step.KernelState`), the queries also see those tokens, and the result is
-    (out, the sums with these keys added): the
-    recurrent form of the causal sums, one block of new tokens at a time.
+    `attention_step.KernelState`), the queries also see those tokens, and the last item is
+    the sums with these keys added: the recurrent form of the causal sums, one block of new
+    tokens at a time.
     """
 
     def keys(x):  # padded keys -> 0; where, not *: a NaN in the padding must not leak
@@ -248,16 +246,29 @@ def _kernel_attention(qn, kn, v, *, den_features=None, mask, causal, eps, chunk_
             after.append(seen + jnp.einsum("BNMF,BNME->BNFE", kx, values))
         sums.append(total)
     num, den = (sums[0][..., :-1], sums[0][..., -1:]) if den_features is None else sums
-    out = num / _guard(den, eps)
-    return out if state is None else (out, tuple(after))
+    return num / _guard(den, eps), den, None if state is None else tuple(after)
+
+
+def _min_abs_denominator(den, mask):
+    """The smallest |denominator| of the real queries, a float32 scalar held constant under
+    differentiation (a metric: how near eq. 18's guard comes to binding).
+
+    den [B, N, L, 1]; mask [B, M] marks the real queries too when L == M (self-attention);
+    otherwise every query counts.
+    """
+    size = jnp.abs(den).astype(jnp.float32)
+    if mask is not None and mask.shape[1] == den.shape[2]:
+        size = jnp.where(mask[:, None, :, None], size, jnp.inf)
+    return jax.lax.stop_gradient(jnp.min(size))
 
 
 def _linear_features(q, k, *, phi, rotation, placement):
-    """Linear attention's (qn, kn, den_features), heads-major [B, N, L, F] (see below)."""
+    """Linear attention's (qn, kn, den_features), heads-major [B, N, L, F] (see below);
+    phi: (φ of queries, φ of keys)."""
     rotate = rotation is not None
     if rotate and placement == "before_feature_map":
         q, k = rotation.q(q), rotation.k(k)
-    qf, kf = phi(q), phi(k)  # [B, L, N, F], [B, M, N, F]
+    qf, kf = phi[0](q), phi[1](k)  # [B, L, N, F], [B, M, N, F]
     den_features = (_heads(qf), _heads(kf)) if rotate and placement == "numerator" else None
     if rotate and placement != "before_feature_map":
         # Fused into the rotation, φ is evaluated up to three times per feature (RoPE reads
@@ -268,9 +279,8 @@ def _linear_features(q, k, *, phi, rotation, placement):
     return _heads(qf), _heads(kf), den_features
 
 
-def _check_linear_options(feature_map, placement):
-    if feature_map not in FEATURE_MAPS:
-        raise ValueError(f"feature_map={feature_map!r}; expected one of {sorted(FEATURE_MAPS)}")
+def _check_linear_options(feature_map, placement, projection, head_dim):
+    feature_maps.check(feature_map, projection, head_dim)
     if placement not in PLACEMENTS:
         raise ValueError(f"placement={placement!r}; expected one of {PLACEMENTS}")
 
@@ -285,8 +295,10 @@ def linear_attention(
     rotation: Rotation | None = None,
     placement="numerator",
     feature_map="elu",
+    projection=None,
     eps=1e-6,
     chunk_size=64,
+    return_min_denominator=False,
 ):
     """Linear attention Σ_j sim(i, j) v_j / Σ_j sim'(i, j) with a feature map φ.
 
@@ -303,22 +315,26 @@ def linear_attention(
 
     Computed as φ(q_i)ᵀ Σ_j φ(k_j) v_jᵀ in float32 (or float64): O(L·F·H) time and O(L) memory;
     `causal` uses chunks of `chunk_size` positions (see `_kernel_sums`).
-    feature_map: one of FEATURE_MAPS ("elu" = elu + 1, "relu", "softplus"). No dropout.
-    Returns [B, L, N, H] in q's dtype.
+    feature_map: a key of feature_maps.FEATURE_MAPS ("elu" = elu + 1, "relu", "softplus",
+    "favor" = FAVOR+'s random features, whose matrix [F, H] is `projection`, drawn by the
+    caller with FEATURE_MAPS["favor"].draw). No dropout.
+    Returns [B, L, N, H] in q's dtype; with return_min_denominator, (that, the smallest
+    |denominator| of a real query before the guard, a float32 scalar).
     """
     _check_shapes(q, k, v, mask, causal)
-    _check_linear_options(feature_map, placement)
-    phi = FEATURE_MAPS[feature_map]
+    _check_linear_options(feature_map, placement, projection, q.shape[-1])
+    phi = feature_maps.query_and_key_maps(feature_map, projection)
     out_dtype, dtype = q.dtype, _compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
 
     if rotation is not None and placement == "numerator" and not causal:
-        out = _numerator_rope(q, k, v, phi=phi, mask=mask, eps=eps, rotation=rotation)
-        return _heads(out).astype(out_dtype)
-    qn, kn, den = _linear_features(q, k, phi=phi, rotation=rotation, placement=placement)
-    kernel = dict(mask=mask, causal=causal, eps=eps, chunk_size=chunk_size)
-    out = _kernel_attention(qn, kn, _heads(v), den_features=den, **kernel)
-    return _heads(out).astype(out_dtype)
+        out, den = _numerator_rope(q, k, v, phi=phi, mask=mask, eps=eps, rotation=rotation)
+    else:
+        qn, kn, den = _linear_features(q, k, phi=phi, rotation=rotation, placement=placement)
+        kernel = dict(mask=mask, causal=causal, eps=eps, chunk_size=chunk_size)
+        out, den, _ = _kernel_attention(qn, kn, _heads(v), den_features=den, **kernel)
+    out = _heads(out).astype(out_dtype)
+    return (out, _min_abs_denominator(den, mask)) if return_min_denominator else out
 
 
 def cosine_attention(
@@ -331,6 +347,7 @@ def cosine_attention(
     rotation: Rotation | None = None,
     eps=1e-6,
     chunk_size=64,
+    return_min_denominator=False,
 ):
     """Normalised-cosine attention: weights (1 + cos(R_i q_i, R_j k_j)) / Σ_j (same).
 
@@ -339,16 +356,18 @@ def cosine_attention(
     does),
     1 + aᵀb = [1, a]ᵀ[1, b]: linear attention with features F = H + 1, O(L) memory, the L x M
     matrix never formed. A zero q or k vector has cosine 0 with everything.
-    Returns [B, L, N, H] in q's dtype.
+    Returns [B, L, N, H] in q's dtype; with return_min_denominator, (that, the smallest
+    denominator of a real query, a float32 scalar), as `linear_attention`.
     """
     _check_shapes(q, k, v, mask, causal)
     out_dtype, dtype = q.dtype, _compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
     qf, kf = _cosine_features(q, k, rotation)
-    out = _kernel_attention(
+    out, den, _ = _kernel_attention(
         qf, kf, _heads(v), mask=mask, causal=causal, eps=eps, chunk_size=chunk_size
     )
-    return _heads(out).astype(out_dtype)
+    out = _heads(out).astype(out_dtype)
+    return (out, _min_abs_denominator(den, mask)) if return_min_denominator else out
 
 
 def _cosine_features(q, k, rotation):

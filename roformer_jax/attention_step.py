@@ -17,8 +17,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from roformer_jax import feature_maps
 from roformer_jax.attention import (
-    FEATURE_MAPS,
     _check_linear_options,
     _compute_dtype,
     _cosine_features,
@@ -127,7 +127,7 @@ def _kernel_step(state, qn, kn, v, *, den_features, mask, eps, chunk_size):
             else jnp.zeros((b, n, den_features[1].shape[-1], 1), kn.dtype),
         )
     carried = tuple(x for x in state if x is not None)
-    out, after = _kernel_attention(
+    out, _, after = _kernel_attention(
         qn, kn, v, den_features=den_features, mask=mask, causal=True, eps=eps,
         chunk_size=chunk_size, state=carried,
     )  # fmt: skip
@@ -144,6 +144,7 @@ def linear_attention_step(
     rotation: Rotation | None = None,
     placement="numerator",
     feature_map="elu",
+    projection=None,
     eps=1e-6,
     chunk_size=64,
 ):
@@ -154,10 +155,10 @@ def linear_attention_step(
     in O(F·H) per token, so a RoFormer with linear attention generates in constant time and
     memory per token. Returns (out [B, T, N, H], state).
     """
-    _check_linear_options(feature_map, placement)
+    _check_linear_options(feature_map, placement, projection, q.shape[-1])
     out_dtype, dtype = q.dtype, _compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
-    phi = FEATURE_MAPS[feature_map]
+    phi = feature_maps.query_and_key_maps(feature_map, projection)
     qn, kn, den = _linear_features(q, k, phi=phi, rotation=rotation, placement=placement)
     out, state = _kernel_step(
         state, qn, kn, _heads(v), den_features=den, mask=mask, eps=eps, chunk_size=chunk_size

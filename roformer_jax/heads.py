@@ -136,7 +136,8 @@ class TaskModel(nn.Module):
     flattened for the encoder, as HF's RoFormerForMultipleChoice flattens [B, C, L] to
     [B·C, L], and restored for the head. Dropout draws from the "dropout" rng stream when
     deterministic=False, each example's masks from that key and its example_ids int [B] (its
-    index in the global batch; default arange(B)). Returns the head's output
+    index in the global batch; default arange(B)). `update` (the optimizer updates done, in
+    training) redraws random attention features as RoFormer's does. Returns the head's output
     (ClassifierOutput or SpanOutput).
     """
 
@@ -153,6 +154,7 @@ class TaskModel(nn.Module):
         token_type_ids=None,
         deterministic=True,
         example_ids=None,
+        update=None,
     ):
         if self.head not in HEADS:
             raise ValueError(f"unknown head {self.head!r}; expected one of {sorted(HEADS)}")
@@ -178,6 +180,7 @@ class TaskModel(nn.Module):
             token_type_ids=flat(token_type_ids, "token_type_ids"),
             deterministic=deterministic,
             example_ids=None if encoder_ids is None else encoder_ids.reshape(-1),
+            update=update,
         )
         hidden = out.hidden_states.reshape(*leading, length, -1)  # [..., L, D]
         head = HEADS[self.head](self.config, self.num_labels, name="head")

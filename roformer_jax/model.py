@@ -34,6 +34,7 @@ import jax.numpy as jnp
 
 from roformer_jax import _threefry, attention_step, rope
 from roformer_jax import attention as attention_lib
+from roformer_jax.feature_maps import FEATURE_MAPS
 from roformer_jax.positions import ENCODINGS, PositionEncoding
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -66,7 +67,14 @@ class ModelConfig:
     dtype: str = "float32"  # compute dtype; parameters are always float32
     position: str = "rope"  # a key of positions.ENCODINGS
     attention: str = "softmax"  # a key of attention.ATTENTION_FUNCTIONS
-    feature_map: str = "elu"  # linear attention's φ
+    feature_map: str = "elu"  # linear attention's φ, a key of feature_maps.FEATURE_MAPS
+    # A random φ (FAVOR+, feature_map="favor"): F features per head (even: RoPE may rotate
+    # them in pairs), redrawn every `feature_redraw` training steps (0: drawn once), from
+    # `feature_seed` (None: the experiment's seed, training.config sets it; 0 for a model
+    # alone), each layer its own draw (`feature_projection`).
+    random_features: int = 256
+    feature_redraw: int = 1000
+    feature_seed: int | None = None
     linear_rope: str = "numerator"  # linear attention's rotation placement (eq. 19): PLACEMENTS
     rope_base: float = 10000.0  # θ_i = base^(-2i/H), paper eq. (15)
     # HF's rope scaling dictionary as JSON (v4 `rope_scaling` or v5 `rope_parameters`), e.g.
@@ -106,13 +114,20 @@ class ModelConfig:
             "dtype": tuple(DTYPES),
             "position": tuple(ENCODINGS),
             "attention": tuple(attention_lib.ATTENTION_FUNCTIONS),
-            "feature_map": tuple(attention_lib.FEATURE_MAPS),
+            "feature_map": tuple(FEATURE_MAPS),
             "linear_rope": attention_lib.PLACEMENTS,
             "hidden_act": tuple(ACTIVATIONS),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}={getattr(self, name)!r} is not one of {allowed}")
+        if self.random_features < 2 or self.random_features % 2:
+            raise ValueError(
+                f"random_features={self.random_features} must be even and positive: RoPE "
+                "rotates features in pairs"
+            )
+        if self.feature_redraw < 0:
+            raise ValueError(f"feature_redraw={self.feature_redraw} must be >= 0 (0: never)")
         if self.rope_scaling is not None:
             self._check_rope_scaling()
         self.encoding.check(self)
@@ -168,6 +183,14 @@ class ModelConfig:
         return ENCODINGS[self.position]
 
     @property
+    def draws_features(self) -> bool:
+        """Whether attention draws random features (FAVOR+): a kind that takes a projection,
+        with a random feature map."""
+        function = attention_lib.ATTENTION_FUNCTIONS[self.attention]
+        takes = "projection" in inspect.signature(function).parameters
+        return takes and FEATURE_MAPS[self.feature_map].draw is not None
+
+    @property
     def max_length(self) -> int | None:
         """The longest sequence the position encoding supports; None = any length."""
         return self.encoding.max_length(self)
@@ -189,6 +212,24 @@ def model_config(size: str, **overrides) -> ModelConfig:
     if unknown:
         raise ValueError(f"unknown ModelConfig fields {unknown}; fields are {sorted(fields)}")
     return ModelConfig(**{**SIZES[size], **overrides})
+
+
+def feature_projection(cfg: ModelConfig, layer: int, update=None) -> jax.Array | None:
+    """The random features of `layer` (FAVOR+'s W [F, H], shared by its heads), or None when
+    the model draws none.
+
+    A function of (feature_seed, layer, redraw period) only, so a run draws the same
+    features on 1 or 8 devices and when resumed. Training update t (int, may be traced: the
+    updates done before it) draws period t // feature_redraw's: resampled periodically, as
+    the Performer paper does. Evaluation and decoding (update None) use period 0's, one
+    fixed draw; so does every update when feature_redraw is 0.
+    """
+    if not cfg.draws_features:
+        return None
+    period = 0 if update is None or not cfg.feature_redraw else update // cfg.feature_redraw
+    key = jax.random.key(0 if cfg.feature_seed is None else cfg.feature_seed)
+    key = jax.random.fold_in(jax.random.fold_in(key, layer), period)
+    return FEATURE_MAPS[cfg.feature_map].draw(key, cfg.random_features, cfg.head_dim)
 
 
 class EncoderOutput(NamedTuple):
@@ -282,12 +323,18 @@ class SelfAttention(nn.Module):
     decode_length: None, or the length of the whole sequence being decoded; then the layer
     keeps its kind's memory of earlier tokens (`attention_step.DECODE_STEPS`) in the "cache"
     collection, and the L tokens of each call come after those of the calls before.
+    projection: the layer's random features (`feature_projection`), or None.
+    In training (not deterministic), a kind that reports its denominators sows the smallest
+    |denominator| into "intermediates" as "min_denominator" (step.py logs it).
     """
 
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x, mask, position_ids, deterministic, decode_length=None, example_ids=None):
+    def __call__(
+        self, x, mask, position_ids, deterministic, decode_length=None, example_ids=None,
+        projection=None,
+    ):  # fmt: skip
         cfg = self.config
         b, length, d = x.shape
         q, k, v = (
@@ -309,15 +356,21 @@ class SelfAttention(nn.Module):
                 cfg,
                 dropout_rng=self.make_rng("dropout") if use_dropout else None,
                 example_ids=example_ids,
+                projection=projection,
+                return_min_denominator=not deterministic,
             )
             out = function(q, k, v, mask=mask, causal=cfg.causal, **where, **options)
+            if options.get("return_min_denominator"):  # eq. (18)'s instability, measured
+                out, smallest = out
+                self.sow("intermediates", "min_denominator", smallest)
         else:  # the kind's step after the memory of the earlier calls, which it updates
             if encoding.bias is not None:  # of key positions that only the cache knows
                 where["bias"] = functools.partial(encoding.bias, cfg)
             step = attention_step.DECODE_STEPS[cfg.attention]
             options = _kind_options(
-                step, cfg, dropout_rng=None, positions=position_ids, capacity=decode_length
-            )
+                step, cfg, dropout_rng=None, positions=position_ids, capacity=decode_length,
+                projection=projection,
+            )  # fmt: skip
             memory = self.get_variable("cache", "memory")  # None at the first call
             out, memory = step(memory, q, k, v, mask=mask, **where, **options)
             self.put_variable("cache", "memory", memory)
@@ -330,7 +383,10 @@ class Layer(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x, mask, position_ids, deterministic, decode_length=None, example_ids=None):
+    def __call__(
+        self, x, mask, position_ids, deterministic, decode_length=None, example_ids=None,
+        projection=None,
+    ):  # fmt: skip
         cfg = self.config
         attention = SelfAttention(cfg, name="attention")
         dropout = functools.partial(
@@ -348,7 +404,9 @@ class Layer(nn.Module):
 
         x = sublayer(
             x,
-            lambda h: attention(h, mask, position_ids, deterministic, decode_length, example_ids),
+            lambda h: attention(
+                h, mask, position_ids, deterministic, decode_length, example_ids, projection
+            ),
             _layer_norm(cfg, "attention_norm"),
         )
         return sublayer(x, feed_forward, _layer_norm(cfg, "output_norm"))
@@ -358,10 +416,14 @@ class Encoder(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x, mask, position_ids, deterministic, decode_length=None, example_ids=None):
+    def __call__(
+        self, x, mask, position_ids, deterministic, decode_length=None, example_ids=None,
+        update=None,
+    ):  # fmt: skip
         for i in range(self.config.num_layers):
             layer = Layer(self.config, name=f"layer_{i}")
-            x = layer(x, mask, position_ids, deterministic, decode_length, example_ids)
+            projection = feature_projection(self.config, i, update)
+            x = layer(x, mask, position_ids, deterministic, decode_length, example_ids, projection)
         if self.config.pre_ln:
             x = _layer_norm(self.config, "final_norm")(x)
         return x
@@ -395,6 +457,9 @@ class RoFormer(nn.Module):
     mlm_positions int [B, P] the MLM head runs only at those positions of each row and logits
     are [B, P, V]:
     BERT's `gather_indexes`, which saves the decoder's P·V·E work at the L - P unmasked positions.
+    update: int (may be traced), the optimizer updates done so far, given by the train step;
+    random attention features (FAVOR+) are redrawn by it (`feature_projection`). None: the
+    fixed draw of evaluation.
 
     Decoding (a causal model; see roformer_jax.decoding): with decode_length, the total length
     of the sequence being generated, each layer keeps what its attention kind needs of
@@ -419,6 +484,7 @@ class RoFormer(nn.Module):
         mlm_positions=None,
         decode_length=None,
         example_ids=None,
+        update=None,
     ) -> EncoderOutput:
         cfg = self.config
         input_ids = jnp.asarray(input_ids)
@@ -462,7 +528,7 @@ class RoFormer(nn.Module):
         if cfg.embed_dim != cfg.hidden_size:
             x = _dense(cfg, cfg.hidden_size, "embeddings_project")(x)  # [B, L, D]
         x = Encoder(cfg, name="encoder")(
-            x, mask, position_ids, deterministic, decode_length, example_ids
+            x, mask, position_ids, deterministic, decode_length, example_ids, update
         )
         logits = None
         if self.with_mlm_head:

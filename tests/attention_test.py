@@ -9,27 +9,44 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax import _attention_cpu, attention, attention_step
+from roformer_jax import _attention_cpu, attention, attention_step, feature_maps
 from roformer_jax.rope import rope_rotation
 from roformer_jax.rope_reference import apply_rope_dense, rotation_matrices
 
 B, L, N, H = 2, 7, 2, 8
 EPS = 1e-6
 LINEAR_ROPES = (None, "numerator", "both", "before_feature_map")
+# FAVOR+'s random matrix [F, H] for the formula tests: any matrix serves there.
+FAVOR_W = np.random.default_rng(99).standard_normal((2 * H, H)).astype(np.float32)
 # Every kind under test as (name, function, keywords); a rotation is added unless the
 # keywords say rotation=None.
 KINDS = (
     [("softmax", attention.softmax_attention, {})]
     + [("linear_None", attention.linear_attention, {"rotation": None})]
     + [(f"linear_{p}", attention.linear_attention, {"placement": p}) for p in LINEAR_ROPES[1:]]
+    + [
+        (
+            "linear_favor",
+            attention.linear_attention,
+            {"feature_map": "favor", "projection": FAVOR_W},
+        )
+    ]  # fmt: skip
     + [("cosine", attention.cosine_attention, {})]
 )
 
-# Written out independently of attention.FEATURE_MAPS.
+# Written out independently of feature_maps.FEATURE_MAPS. FAVOR+ without the stabilizer of
+# its queries: that it cancels is part of what is tested.
 PHI = {
     "elu": lambda x: jnp.where(x > 0, x + 1.0, jnp.exp(x)),
     "relu": lambda x: jnp.maximum(x, 0.0),
     "softplus": lambda x: jnp.log1p(jnp.exp(x)),
+    "favor": lambda x: (
+        jnp.exp(
+            jnp.einsum("...H,FH->...F", x / H**0.25, FAVOR_W)
+            - jnp.sum(x**2, -1, keepdims=True) / (2 * H**0.5)
+        )
+        / jnp.sqrt(FAVOR_W.shape[0])
+    ),
 }
 
 
@@ -117,7 +134,8 @@ def _reference(
                 qp = jnp.broadcast_to(q_positions, q.shape[:2])
                 kp = jnp.broadcast_to(k_positions, k.shape[:2])
                 rel = kp[:, None, :] - qp[:, :, None]
-                rel = rotation_matrices(rel, H, dtype=q.dtype, **rope_kw)  # [B, L, M, H, H]
+                features = phi(q).shape[-1]
+                rel = rotation_matrices(rel, features, dtype=q.dtype, **rope_kw)  # [B, L, M, F, F]
                 sim = jnp.einsum("BLNF,BLMFG,BMNG->BNLM", phi(q), rel, phi(k))
                 if rope == "both":
                     den_sim = sim
@@ -133,7 +151,7 @@ def _reference(
 
 
 class LinearKindsTest(parameterized.TestCase):
-    @parameterized.product(feature_map=("elu", "relu", "softplus"), rope=LINEAR_ROPES)
+    @parameterized.product(feature_map=tuple(PHI), rope=LINEAR_ROPES)
     def test_linear_equals_quadratic_formula(self, feature_map, rope):
         q, k, v = _qkv(0)
         # Mostly positive q, k keep every denominator far from eps: with relu a row with
@@ -141,10 +159,11 @@ class LinearKindsTest(parameterized.TestCase):
         q, k = q + 1.0, k + 1.0
         pos = None if rope is None else _positions(2, L, batched=True)
         kw = dict(mask=_mask(0), feature_map=feature_map, rope=rope, q_positions=pos)
+        drawn = {"projection": FAVOR_W} if feature_map == "favor" else {}
         # chunk 3 does not divide L = 7; chunk 64 > L is a single chunk.
         for causal, chunk_size in ((False, 64), (True, 3), (True, 64)):
             got = _call(attention.linear_attention, q, k, v, causal=causal,
-                        chunk_size=chunk_size, **kw)  # fmt: skip
+                        chunk_size=chunk_size, **kw, **drawn)  # fmt: skip
             want = _reference(q, k, v, kind="linear", causal=causal, **kw)
             chex.assert_trees_all_close(got, want, atol=2e-5)
 
@@ -349,6 +368,43 @@ class AllKindsTest(parameterized.TestCase):
         chex.assert_trees_all_close(out.astype(jnp.float32), want, atol=3e-2)
 
 
+class FavorTest(parameterized.TestCase):
+    """FAVOR+ (feature_maps.favor_features) as linear attention's φ."""
+
+    @parameterized.product(placement=(None, "before_feature_map"), causal=(False, True))
+    def test_approximates_softmax_as_features_grow(self, placement, causal):
+        # E[φ(q)ᵀφ(k)] = exp(qᵀk / √H), and φ(R q)ᵀφ(R k) estimates softmax + RoPE's kernel:
+        # with more random features, linear attention comes closer to softmax attention.
+        q, k, v = (0.5 * x for x in _qkv(17))  # small: the estimate's variance grows with |q||k|
+        mask = _mask(17)
+        rotation = None if placement is None else rope_rotation(jnp.arange(L))
+        want = attention.softmax_attention(q, k, v, mask=mask, causal=causal, rotation=rotation)
+        errors = []
+        for num_features in (8, 128, 2048):
+            w = feature_maps.orthogonal_gaussian(jax.random.key(0), num_features, H)
+            got = attention.linear_attention(
+                q, k, v, mask=mask, causal=causal, rotation=rotation,
+                placement=placement or "numerator", feature_map="favor", projection=w,
+            )  # fmt: skip
+            errors.append(float(jnp.abs(got - want).max()))
+        self.assertEqual(errors, sorted(errors, reverse=True), errors)
+        self.assertLess(errors[-1], 0.03)
+
+    def test_gradients_equal_the_unstabilized_formula(self):
+        # The queries' stabilizer is held constant under differentiation: exact, since it
+        # cancels; the reference has none.
+        q, k, v = _qkv(18)
+        kw = dict(mask=_mask(18), rope="numerator", q_positions=_positions(11, L, batched=False))
+
+        def loss(fn, *args, **extra):
+            return jnp.sum(jnp.sin(fn(*args, **kw, feature_map="favor", **extra)))
+
+        call = functools.partial(_call, attention.linear_attention, projection=FAVOR_W)
+        got = jax.jit(jax.grad(lambda *a: loss(call, *a), (0, 1, 2)))(q, k, v)
+        want = jax.jit(jax.grad(lambda *a: loss(_reference, *a, kind="linear"), (0, 1, 2)))(q, k, v)
+        chex.assert_trees_all_close(got, want, atol=1e-4)
+
+
 class LinearGradientTest(absltest.TestCase):
     def test_causal_gradients_equal_reference_gradients(self):
         q, k, v = _qkv(16)
@@ -438,6 +494,12 @@ class DecodeStepsTest(parameterized.TestCase):
         with jax.enable_x64(True):
             self._check(name, fn, kw, jnp.float64, 1e-12, (3, 1, 1, 2))
 
+    @parameterized.parameters(*LINEAR_ROPES)
+    def test_favor_decodes_as_its_causal_form_in_every_placement(self, placement):
+        kw = {"feature_map": "favor", "projection": FAVOR_W}
+        kw.update({"rotation": None} if placement is None else {"placement": placement})
+        self._check("linear", attention.linear_attention, kw, jnp.float32, 1e-5, (4, 1, 2))
+
     def test_linear_state_is_constant_in_the_length(self):
         q, k, v = _qkv(6)
         _, state = attention_step.linear_attention_step(
@@ -475,6 +537,7 @@ class ErrorsTest(parameterized.TestCase):
             "L == M; got L=7, M=3",
         ),
         ("feature_map", dict(feature_map="tanh"), "feature_map='tanh'"),
+        ("no_projection", dict(feature_map="favor"), "'favor' is random: pass projection"),
         ("placement", dict(placement="sideways"), "placement='sideways'"),
     )
     def test_linear_bad_inputs(self, overrides, message):

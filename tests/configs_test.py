@@ -80,6 +80,7 @@ class ConfigsTest(parameterized.TestCase):
         ("compare", "compare"), ("study_positions", "compare"), ("study_linear", "compare"),
         ("study_causal", "compare"), ("study_length", "length_study"),
         ("study_multilength", "length_study"), ("study_positions_long", "compare"),
+        ("study_linear_long", "compare"),
     )  # fmt: skip
     def test_study_config_builds_every_run(self, name, command):
         doc = importlib.import_module(f"configs.{name}").__doc__
@@ -100,7 +101,7 @@ class ConfigsTest(parameterized.TestCase):
                 for spec in config.evaluations.values():
                     self.assertIn(spec.run, config.runs)
 
-    @parameterized.parameters(("study_positions_long",))
+    @parameterized.parameters("study_positions_long", "study_linear_long")
     def test_long_studies_meet_issue_17(self, name):
         # >= 2,000 steps, a rate that does not anneal to zero, >= 10 points per curve,
         # >= 20,000 held-out targets at length 128 (15% of 126 tokens a row), 3 seeds, both
@@ -116,6 +117,9 @@ class ConfigsTest(parameterized.TestCase):
                 rows = cfg.train.eval_batches * cfg.train.batch_size
                 self.assertGreaterEqual(0.15 * rows * (cfg.data.seq_len - 2), 20_000)
                 self.assertEqual(len(seeds), 3)
+                # FAVOR+'s features follow each seed's own draws.
+                if seeds[0].model.draws_features:
+                    self.assertEqual([c.model.feature_seed for c in seeds], [0, 1, 2])
 
     @parameterized.parameters(*GOLDEN_PARAMS)
     def test_docstring_gives_the_command(self, name):

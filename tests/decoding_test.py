@@ -22,6 +22,13 @@ COMBINATIONS = [
     for a in attention.ATTENTION_FUNCTIONS
 ] + [
     dict(testcase_name="rope_linear_eq18", position="rope", attention="linear", linear_rope="both"),
+    dict(
+        testcase_name="rope_favor",
+        position="rope",
+        attention="linear",
+        feature_map="favor",
+        random_features=16,
+    ),  # fmt: skip
     dict(testcase_name="none_linear", position="none", attention="linear"),
     dict(testcase_name="learned_softmax", position="learned", attention="softmax"),
     dict(testcase_name="xpos_cosine", position="xpos", attention="cosine"),

@@ -59,7 +59,7 @@ def _corpus() -> str:
 def _config(**overrides) -> ExperimentConfig:
     """configs/tiny.py, one layer, on the generated corpus, 3 short steps.
 
-    overrides: section__field=value, e.g. train__steps=8.
+    overrides: section__field=value, e.g. train__steps=8, or a top-level field (seed=1).
     """
     d = tiny.get_config().to_dict()
     d["data"].update(source=_corpus(), seq_len=32, valid_lengths=(64,), max_chars=None)
@@ -70,8 +70,8 @@ def _config(**overrides) -> ExperimentConfig:
         data_cache_dir=os.path.join(_TMP, "data"),
     )  # fmt: skip
     for key, value in overrides.items():
-        section, field = key.split("__")
-        d[section][field] = value
+        section, _, field = key.rpartition("__")
+        (d[section] if section else d)[field] = value
     return experiment_config_from_dict(d)
 
 
@@ -97,16 +97,22 @@ def _traced_once():
     return mock.patch.object(loop, "make_train_step", traced_once)
 
 
-# Overrides that make `_config()` a causal LM.
+# Overrides that make `_config()` a causal LM, or FAVOR+ with RoPE in the numerator (eq. 19)
+# whose random features are redrawn after 2 of the 3 steps.
 _CLM = {"data__objective": "clm", "model__causal": True}
+_FAVOR = {
+    "model__attention": "linear", "model__feature_map": "favor", "model__random_features": 16,
+    "model__feature_redraw": 2, "seed": 3,
+}  # fmt: skip
+_VARIANTS = {"mlm": {}, "clm": _CLM, "favor": _FAVOR}
 
 
 @functools.cache
-def _reference_run(objective: str = "mlm") -> tuple[str, dict]:
-    """The 3-step run of `_config()`, or of its causal-LM form for objective "clm"."""
-    workdir = os.path.join(_TMP, "reference" if objective == "mlm" else f"reference_{objective}")
+def _reference_run(variant: str = "mlm") -> tuple[str, dict]:
+    """The 3-step run of `_config()` with the overrides of `_VARIANTS[variant]`."""
+    workdir = os.path.join(_TMP, "reference" if variant == "mlm" else f"reference_{variant}")
     with _traced_once():
-        final = loop.train_and_evaluate(_config(**(_CLM if objective == "clm" else {})), workdir)
+        final = loop.train_and_evaluate(_config(**_VARIANTS[variant]), workdir)
     return workdir, final
 
 
@@ -131,6 +137,22 @@ class EndToEndTest(parameterized.TestCase):
         (session,) = provenance.read(workdir)["sessions"]  # what made these numbers
         self.assertEqual(session["start_step"], 0)
         self.assertNotEmpty(os.listdir(os.path.join(workdir, metrics_lib.TENSORBOARD_DIR)))
+
+    def test_linear_runs_log_their_smallest_denominator(self):
+        # FAVOR+ with RoPE in the numerator (eq. 19), trained end to end: its draws follow the
+        # run's seed, and each record has the smallest |denominator| since the previous one.
+        self.assertEqual(_config(**_FAVOR).model.feature_seed, 3)
+        workdir, _ = _reference_run("favor")
+        records = metrics_lib.read_metrics(workdir)
+        self.assertEqual([r["step"] for r in records], [1, 2, 3])
+        for record in records:
+            self.assertBetween(record["train/min_denominator"], 1e-30, 1e30)
+            self.assertTrue(np.isfinite(record["train/grad_norm_max"]))
+        # Softmax runs log what they always did, and the largest gradient norm.
+        reference, _ = _reference_run()
+        for record in metrics_lib.read_metrics(reference):
+            self.assertNotIn("train/min_denominator", record)
+            self.assertEqual(record["train/grad_norm_max"], record["train/grad_norm"])  # 1 step
 
     def test_clm_scores_every_next_token(self):
         # eval_batches=2 of 8 rows of 32 bound the held-out text to 480 tokens, rounded up to
@@ -244,9 +266,10 @@ class EndToEndTest(parameterized.TestCase):
                 np.testing.assert_allclose(b[key], a[key], rtol=2e-5, err_msg=key)
 
     def test_eight_devices_match_one_device(self):
-        # MLM and causal LM in one subprocess: one start of Python and JAX for both.
-        runs = {o: os.path.join(_TMP, f"eight_{o}") for o in ("mlm", "clm")}
-        configs = {"mlm": _config_json(), "clm": _config_json(**_CLM)}
+        # MLM, causal LM and FAVOR+ (redrawn at step 2) in one subprocess: one start of
+        # Python and JAX for all.
+        runs = {v: os.path.join(_TMP, f"eight_{v}") for v in _VARIANTS}
+        configs = {v: _config_json(**overrides) for v, overrides in _VARIANTS.items()}
         script = textwrap.dedent(f"""
             import json, jax
             from roformer_jax.training.config import experiment_config_from_dict
@@ -260,8 +283,8 @@ class EndToEndTest(parameterized.TestCase):
         subprocess.run(
             [sys.executable, "-c", script], cwd=_ROOT, env=env, check=True, capture_output=True
         )
-        for objective, eight in runs.items():
-            workdir, _ = _reference_run(objective)
+        for variant, eight in runs.items():
+            workdir, _ = _reference_run(variant)
             self._assert_records_close(_records(eight), _records(workdir))
 
 

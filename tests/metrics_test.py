@@ -26,6 +26,39 @@ class WindowTest(parameterized.TestCase):
         self.assertEqual(record["train/grad_norm"], 2.0)
         self.assertEqual(window["steps"], 2)
 
+    def test_extrema_over_the_window(self):
+        window = metrics.empty_window()
+        step = {"loss": 1.0, "correct": 1.0, "count": 1.0}
+        steps = [
+            {**step, "grad_norm": 1.0, "min_denominator": 0.5},
+            {**step, "grad_norm": 3.0, "min_denominator": 0.01},
+            {**step, "grad_norm": 2.0, "min_denominator": 0.2},
+        ]
+        metrics.accumulate(window, steps, first_step=1)
+        record = metrics.window_record(window, lr=0.1, tokens_per_s=None)
+        self.assertEqual(record["train/grad_norm"], 2.0)
+        self.assertEqual(record["train/grad_norm_max"], 3.0)
+        self.assertEqual(record["train/min_denominator"], 0.01)
+        json.dumps(window)  # it rides in checkpoints
+        # The next window starts afresh.
+        window.update(metrics.empty_window())
+        metrics.accumulate(window, [{**step, "grad_norm": 0.5, "min_denominator": 0.3}], 4)
+        record = metrics.window_record(window, lr=0.1, tokens_per_s=None)
+        self.assertEqual(
+            (record["train/grad_norm_max"], record["train/min_denominator"]), (0.5, 0.3)
+        )
+
+    def test_no_denominator_no_entry(self):
+        # Softmax reports none; a window from a checkpoint written before the extrema existed
+        # has neither key.
+        old = {"loss": 0.0, "correct": 0.0, "count": 0.0, "grad_norm": 0.0, "steps": 0}
+        for window in (metrics.empty_window(), old):
+            metrics.accumulate(window, [{"loss": 1.0, "correct": 0.0, "count": 1.0,
+                                         "grad_norm": 2.0}], first_step=1)  # fmt: skip
+            record = metrics.window_record(window, lr=0.1, tokens_per_s=None)
+            self.assertNotIn("train/min_denominator", record)
+            self.assertEqual(record["train/grad_norm_max"], 2.0)
+
     @parameterized.parameters(("loss", np.nan), ("grad_norm", np.inf), ("loss", -np.inf))
     def test_non_finite_loss_or_gradient_names_the_step(self, key, value):
         good = {"loss": 2.0, "correct": 1.0, "count": 3.0, "grad_norm": 0.5}

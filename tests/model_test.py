@@ -249,6 +249,72 @@ class ModelTest(parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, r"'huge'"):
             model_lib.model_config("huge")
 
+    @parameterized.parameters(0, 7, -2)
+    def test_random_features_come_in_pairs(self, count):
+        with self.assertRaisesRegex(ValueError, f"random_features={count} must be even"):
+            model_lib.model_config("tiny", random_features=count)
+
+
+def _favor(**overrides):
+    return _config(attention="linear", feature_map="favor", random_features=16, **overrides)
+
+
+class RandomFeaturesTest(parameterized.TestCase):
+    """FAVOR+'s random features: drawn per layer from (seed, layer, redraw period)."""
+
+    def test_only_a_random_map_draws(self):
+        self.assertTrue(_favor().draws_features)
+        for config in (_config(attention="linear"), _config(), _config(feature_map="favor")):
+            self.assertFalse(config.draws_features)  # elu; softmax; softmax ignores the map
+            self.assertIsNone(model_lib.feature_projection(config, 0))
+
+    def test_a_function_of_seed_layer_and_period(self):
+        config = _favor(feature_redraw=10)
+        draw = model_lib.feature_projection
+        chex.assert_shape(draw(config, 0), (16, config.head_dim))
+        chex.assert_trees_all_equal(draw(config, 1, update=13), draw(config, 1, update=19))
+        chex.assert_trees_all_equal(draw(config, 1, update=9), draw(config, 1))  # evaluation
+        different = [
+            draw(config, 1, update=20),  # the next period
+            draw(config, 0, update=13),  # another layer
+            draw(dataclasses.replace(config, feature_seed=1), 1, update=13),  # another seed
+        ]
+        for other in different:
+            self.assertGreater(float(jnp.abs(other - draw(config, 1, update=13)).max()), 0.1)
+        never = dataclasses.replace(config, feature_redraw=0)
+        chex.assert_trees_all_equal(draw(never, 1, update=10_000), draw(never, 1))
+        traced = jax.jit(lambda u: draw(config, 1, update=u))(jnp.int32(13))
+        chex.assert_trees_all_close(traced, draw(config, 1, update=13), atol=1e-5)
+
+    def test_the_model_redraws_by_update_and_evaluates_on_one_draw(self):
+        model, variables = _init(_favor(feature_redraw=2))
+        ids, _ = _inputs()
+
+        def logits(update=None):
+            return model.apply(variables, ids, update=update).logits
+
+        chex.assert_trees_all_equal(logits(0), logits(1), logits())
+        self.assertGreater(float(jnp.abs(logits(2) - logits()).max()), 1e-4)
+
+    @parameterized.parameters(
+        ("linear", "elu", True), ("linear", "favor", True), ("cosine", "elu", True),
+        ("softmax", "elu", False),
+    )  # fmt: skip
+    def test_training_sows_the_smallest_denominator(self, attention, feature_map, sown):
+        config = _config(attention=attention, feature_map=feature_map, random_features=16,
+                         linear_rope="both")  # fmt: skip
+        model, variables = _init(config)
+        ids, _ = _inputs()
+        for deterministic in (True, False):
+            _, state = model.apply(
+                variables, ids, deterministic=deterministic, mutable=["intermediates"],
+                rngs={"dropout": jax.random.key(0)},
+            )  # fmt: skip
+            smallest = jax.tree.leaves(state.get("intermediates", {}))
+            self.assertLen(smallest, config.num_layers if sown and not deterministic else 0)
+            for value in smallest:
+                self.assertTrue(0 <= float(value) < np.inf)
+
 
 if __name__ == "__main__":
     absltest.main()

@@ -15,11 +15,11 @@ from roformer_jax.training.config import experiment_config_from_dict
 from roformer_jax.training.step import TrainState, make_eval_step, make_train_step, mlm_sums
 
 
-def _setup(dropout: float, objective: str = "mlm"):
-    """tiny's model (bytes) with the given dropout, its optimizer, a state and a 4 x 64 batch
-    of the objective ("clm": a causal model)."""
+def _setup(dropout: float, objective: str = "mlm", **model):
+    """tiny's model (bytes) with the given dropout (and `model` fields), its optimizer, a
+    state and a 4 x 64 batch of the objective ("clm": a causal model)."""
     d = tiny.get_config().to_dict()
-    d["model"].update(hidden_dropout=dropout, attention_dropout=dropout)
+    d["model"].update(hidden_dropout=dropout, attention_dropout=dropout, **model)
     d["model"]["causal"] = objective == "clm"
     d["data"]["objective"] = objective
     cfg = experiment_config_from_dict(d)
@@ -102,6 +102,46 @@ class NextTokenLossTest(absltest.TestCase):
         np.testing.assert_allclose(metrics["loss"] / metrics["count"], np.mean(xent), rtol=1e-5)
         sums = make_eval_step(model)(state.params, batch)
         np.testing.assert_allclose(sums["loss"] / sums["count"], np.mean(xent), rtol=1e-5)
+
+
+class TrainingMetricsTest(parameterized.TestCase):
+    """The smallest |denominator| of linear attention and the gradient norm, per step."""
+
+    @parameterized.parameters(
+        ({"attention": "softmax"}, False),
+        ({"attention": "linear", "linear_rope": "both"}, True),
+        ({"attention": "linear", "feature_map": "favor", "random_features": 16}, True),
+        ({"attention": "cosine"}, True),
+    )
+    def test_min_denominator_only_where_the_kind_has_one(self, model, reported):
+        model, tx, state, batch = _setup(dropout=0.1, **model)
+        key = jax.random.key(1)
+        _, metrics = jax.jit(make_train_step(model, tx))(state, batch, key)
+        want = {"loss", "correct", "count", "grad_norm"} | (
+            {"min_denominator"} if reported else set()
+        )
+        self.assertEqual(set(metrics), want)  # softmax: the metrics it always had
+        chex.assert_tree_all_finite(metrics)
+        self.assertGreater(float(metrics["grad_norm"]), 0.0)
+        if reported:
+            self.assertGreater(float(metrics["min_denominator"]), 0.0)
+            # The minimum over micro-batches is the minimum over the batch.
+            _, split = jax.jit(make_train_step(model, tx, grad_accum=2))(state, batch, key)
+            self.assertEqual(float(split["min_denominator"]), float(metrics["min_denominator"]))
+        sums = make_eval_step(model)(state.params, batch)
+        self.assertEqual(set(sums), {"loss", "correct", "count"})
+
+    def test_favor_redraws_its_features_by_the_step(self):
+        model, tx, state, batch = _setup(
+            dropout=0.0, attention="linear", feature_map="favor", random_features=16,
+            feature_redraw=2,
+        )  # fmt: skip
+        step = jax.jit(make_train_step(model, tx))
+        key = jax.random.key(1)
+        losses = [float(step(state.replace(step=jnp.int32(t)), batch, key)[1]["loss"]) for t in
+                  (0, 1, 2)]  # fmt: skip
+        self.assertEqual(losses[0], losses[1])  # one redraw period: the same features
+        self.assertNotEqual(losses[0], losses[2])
 
 
 class MlmSumsTest(absltest.TestCase):

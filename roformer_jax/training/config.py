@@ -95,6 +95,9 @@ def experiment_config_from_dict(d: Mapping) -> ExperimentConfig:
 
     Unknown keys are errors. `model.vocab_size` None means "as the tokenizer": data.vocab_size
     for a trained WordPiece, 261 for bytes, the line count of a given vocab.txt.
+    `model.feature_seed` None means "the experiment's seed" for a model that draws random
+    features (FAVOR+), so that each seed of a study draws its own; others keep None, so the
+    configs of runs saved before the field existed still compare equal.
     """
     unknown = sorted(set(d) - set(SECTIONS) - {"seed"})
     if unknown:
@@ -105,12 +108,16 @@ def experiment_config_from_dict(d: Mapping) -> ExperimentConfig:
         model["vocab_size"] = tokenizer_vocab_size(
             data.tokenizer, wordpiece_vocab_size=data.vocab_size
         )
+    seed = int(d.get("seed", 0))
+    model = section_from_dict(ModelConfig, model, "model")
+    if model.draws_features and model.feature_seed is None:
+        model = dataclasses.replace(model, feature_seed=seed)
     return ExperimentConfig(
-        model=section_from_dict(ModelConfig, model, "model"),
+        model=model,
         data=data,
         optim=section_from_dict(OptimConfig, d.get("optim", {}), "optim"),
         train=section_from_dict(TrainConfig, d.get("train", {}), "train"),
-        seed=int(d.get("seed", 0)),
+        seed=seed,
     )
 
 

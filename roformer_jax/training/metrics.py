@@ -2,10 +2,15 @@
 
 One record per logged step, e.g.
   {"step": 200, "train/loss": 5.31, "train/perplexity": 202.3, "train/accuracy": 0.21,
-   "train/lr": 1e-3, "train/grad_norm": 0.9, "train/tokens_per_s": 8123.0, "elapsed_s": 61.2,
+   "train/lr": 1e-3, "train/grad_norm": 0.9, "train/grad_norm_max": 1.4,
+   "train/min_denominator": 0.031, "train/tokens_per_s": 8123.0, "elapsed_s": 61.2,
    "valid/loss_128": 5.40, "valid/perplexity_128": 221.4, "valid/accuracy_128": 0.20,
    "valid/tokens_128": 1843}
 (valid/*_<length> for the training length and each of data.valid_lengths).
+Gradient norms are of the global mean gradient before clipping: the mean and the largest
+over the steps since the previous record. train/min_denominator, only for attention kinds
+with a denominator (linear, cosine), is the smallest |denominator| of any real query, layer
+and step since the previous record: how near eq. (18)'s guard comes to binding, measured.
 Losses and accuracies are sums over target tokens (masked ones for MLM, next tokens for a
 causal LM) divided by their count, the sums taken over every step since the previous record
 and every device (never a mean of means); perplexity is exp of that mean loss.
@@ -75,8 +80,16 @@ class MetricsWriter:
 
 
 def empty_window() -> dict:
-    """Host-side sums over the steps since the last record (JSON: it rides in checkpoints)."""
-    return {"loss": 0.0, "correct": 0.0, "count": 0.0, "grad_norm": 0.0, "steps": 0}
+    """Host-side sums (and extrema; None: no step yet) over the steps since the last record
+    (JSON: it rides in checkpoints)."""
+    return {
+        "loss": 0.0, "correct": 0.0, "count": 0.0, "grad_norm": 0.0, "steps": 0,
+        "grad_norm_max": None, "min_denominator": None,
+    }  # fmt: skip
+
+
+def _extremum(pick, old, new: float) -> float:
+    return new if old is None else pick(old, new)
 
 
 def accumulate(window: dict, fetched: list[dict], first_step: int) -> None:
@@ -95,6 +108,12 @@ def accumulate(window: dict, fetched: list[dict], first_step: int) -> None:
         for key in ("loss", "correct", "count", "grad_norm"):
             window[key] += float(m[key])
         window["steps"] += 1
+        # .get: a window restored from a checkpoint written before these keys existed
+        window["grad_norm_max"] = _extremum(max, window.get("grad_norm_max"), float(m["grad_norm"]))
+        if "min_denominator" in m:
+            window["min_denominator"] = _extremum(
+                min, window.get("min_denominator"), float(m["min_denominator"])
+            )
 
 
 def perplexity(mean_loss: float) -> float:
@@ -104,16 +123,20 @@ def perplexity(mean_loss: float) -> float:
 
 def window_record(window: dict, *, lr: float, tokens_per_s: float | None) -> dict:
     """The train/* entries of a record: target-token loss, perplexity and accuracy, mean
-    grad norm."""
+    and largest grad norm, and the smallest denominator where the attention kind has one."""
     count = max(window["count"], 1.0)
-    return {
+    record = {
         "train/loss": window["loss"] / count,
         "train/perplexity": perplexity(window["loss"] / count),
         "train/accuracy": window["correct"] / count,
         "train/lr": lr,
         "train/grad_norm": window["grad_norm"] / max(window["steps"], 1),
+        "train/grad_norm_max": window.get("grad_norm_max"),
         "train/tokens_per_s": tokens_per_s,
     }
+    if window.get("min_denominator") is not None:
+        record["train/min_denominator"] = window["min_denominator"]
+    return record
 
 
 def log_progress(record: dict, *, total_steps: int, eta_s: float | None = None) -> None:
@@ -125,6 +148,7 @@ def log_progress(record: dict, *, total_steps: int, eta_s: float | None = None) 
         ("train/accuracy", "acc {:.3f}"),
         ("train/lr", "lr {:.2e}"),
         ("train/grad_norm", "|g| {:.3f}"),
+        ("train/min_denominator", "min|den| {:.2e}"),
     ):
         if record.get(key) is not None:
             parts.append(fmt.format(record[key]))

@@ -12,6 +12,9 @@ depend on fold_in(rng, t) and r only (the model's `example_ids`; `_threefry.bern
 counts (r, element)). So the numbers do not depend on which device, host or micro-batch a
 row lands on: 1 or 8 devices, 1 or 2 hosts and any grad_accum draw the same dropout masks.
 
+Random attention features (FAVOR+) are drawn from the update count (`state.step`, passed
+to the model as `update`) and the config, never from a device, so they agree too.
+
 Shapes: b this device's rows, A micro-batches (grad_accum), L sequence length, P MLM
 positions per row, V vocabulary.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 import flax
+import flax.traverse_util
 import jax
 import jax.numpy as jnp
 import optax
@@ -30,6 +34,9 @@ from roformer_jax.data import masking
 from roformer_jax.model import RoFormer
 
 _SUMS = ("loss", "correct", "count")
+# What a sums_fn may report beside its sums: minima over its rows, reduced by min over
+# micro-batches and devices (the smallest |denominator| of linear attention, model.py).
+_MINIMA = ("min_denominator",)
 
 
 @flax.struct.dataclass
@@ -67,7 +74,8 @@ def mlm_apply(model, params, batch, mask_prob, **kwargs) -> dict[str, jax.Array]
 
     Each row's masking.max_targets(L, mask_prob) highest-weight positions are gathered: they
     hold every target that masking.mask_tokens chose at that rate without whole words, so the
-    sums are those of the full head.
+    sums are those of the full head. In training, kinds with a denominator add
+    "min_denominator", its smallest |value| over the layers (see `SelfAttention`).
     """
     targets, weights = batch["targets"], batch["weights"]
     if "head_positions" in batch:  # held-out sets say where (data/length_eval.py)
@@ -78,23 +86,36 @@ def mlm_apply(model, params, batch, mask_prob, **kwargs) -> dict[str, jax.Array]
             jnp.take_along_axis(x, mlm_positions, axis=-1) for x in (targets, weights)
         )  # [B, P]
         kwargs["mlm_positions"] = mlm_positions
-    out = model.apply(
+    out, sown = model.apply(
         {"params": params},
         batch["input_ids"],
         attention_mask=batch["attention_mask"],
         token_type_ids=batch["token_type_ids"],
+        mutable=["intermediates"],
         **kwargs,
     )
-    return mlm_sums(out.logits, targets, weights)
+    return {**mlm_sums(out.logits, targets, weights), **_sown_minima(sown)}
 
 
-def _train_sums(sums_fn, params, batch, rng) -> dict[str, jax.Array]:
+def _sown_minima(sown) -> dict[str, jax.Array]:
+    """{name: the smallest value any layer sowed under it} for the names of _MINIMA."""
+    flat = flax.traverse_util.flatten_dict(dict(sown.get("intermediates", {})))
+    minima = {}
+    for name in _MINIMA:
+        values = [v for path, v in flat.items() if path[-1] == name]
+        if values:
+            minima[name] = jnp.min(jnp.stack(jax.tree.leaves(values)))
+    return minima
+
+
+def _train_sums(sums_fn, params, batch, rng, update) -> dict[str, jax.Array]:
     """`sums_fn` in training mode; each row's dropout masks from `rng` and its index in the
-    global batch, batch["index"] int [b] (see the module doc)."""
+    global batch, batch["index"] int [b] (see the module doc); `update`: the updates done."""
     rows = {k: v for k, v in batch.items() if k != "index"}
     return sums_fn(
-        params, rows, deterministic=False, rngs={"dropout": rng}, example_ids=batch["index"]
-    )
+        params, rows, deterministic=False, rngs={"dropout": rng}, example_ids=batch["index"],
+        update=update,
+    )  # fmt: skip
 
 
 def make_train_step(
@@ -121,18 +142,20 @@ def make_train_step(
 def make_sums_train_step(sums_fn, tx, *, grad_accum: int = 1, axis_name: str | None = None):
     """The pure update `(state, batch, rng) → (state, metrics)` of any summed loss.
 
-    sums_fn(params, batch, *, deterministic, rngs, example_ids) → {"loss", "correct",
-    "count"}: sums over the batch's targets (masked tokens for MLM, examples for a task head),
-    passing example_ids on to the model's dropout. batch: dict of [b, ...] arrays (b divisible
-    by grad_accum) and "index", int [b], each row's index in the global batch (its
-    example_ids). Gradients of the summed loss are accumulated over `grad_accum` micro-batches
-    of b / A rows by a scan, summed over `axis_name` (when pmapped) and divided by the total
-    target count. metrics: summed "loss", "correct", "count" over the global
-    batch, and "grad_norm" of the mean gradient (before clipping).
+    sums_fn(params, batch, *, deterministic, rngs, example_ids, update) → {"loss",
+    "correct", "count"}: sums over the batch's targets (masked tokens for MLM, examples for a
+    task head), passing example_ids on to the model's dropout and update (the updates done so
+    far) to its random features; it may add minima (_MINIMA). batch: dict of [b, ...] arrays
+    (b divisible by grad_accum) and "index", int [b], each row's index in the global batch
+    (its example_ids). Gradients of the summed loss are accumulated over `grad_accum`
+    micro-batches of b / A rows by a scan, summed over `axis_name` (when pmapped) and divided
+    by the total target count. metrics: summed "loss", "correct", "count" over the global
+    batch, "grad_norm" of the mean gradient (before clipping), and the minima over the
+    global batch.
     """
 
-    def loss_fn(params, batch, rng):
-        sums = _train_sums(sums_fn, params, batch, rng)
+    def loss_fn(params, batch, rng, update):
+        sums = _train_sums(sums_fn, params, batch, rng, update)
         return sums["loss"], sums
 
     grad_fn = jax.grad(loss_fn, has_aux=True)
@@ -144,14 +167,18 @@ def make_sums_train_step(sums_fn, tx, *, grad_accum: int = 1, axis_name: str | N
         )  # [A, b / A, L]
 
         def accumulate(carry, micro_batch):
-            grads, sums = grad_fn(state.params, micro_batch, rng)
-            return jax.tree.map(jnp.add, carry, (grads, sums)), None
+            grads, metrics = grad_fn(state.params, micro_batch, rng, state.step)
+            sums = {k: metrics[k] for k in _SUMS}
+            minima = {k: v for k, v in metrics.items() if k in _MINIMA}
+            return jax.tree.map(jnp.add, carry, (grads, sums)), minima  # minima: one per A
 
         zero_sums = {k: jnp.zeros((), jnp.float32) for k in _SUMS}
         init = (jax.tree.map(jnp.zeros_like, state.params), zero_sums)
-        (grads, sums), _ = lax.scan(accumulate, init, micro)
+        (grads, sums), minima = lax.scan(accumulate, init, micro)
+        minima = jax.tree.map(lambda x: jnp.min(x, axis=0), minima)
         if axis_name is not None:
             grads, sums = lax.psum((grads, sums), axis_name)
+            minima = lax.pmin(minima, axis_name)
         grads = jax.tree.map(lambda g: g / jnp.maximum(sums["count"], 1.0), grads)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         state = state.replace(
@@ -159,7 +186,7 @@ def make_sums_train_step(sums_fn, tx, *, grad_accum: int = 1, axis_name: str | N
             params=optax.apply_updates(state.params, updates),
             opt_state=opt_state,
         )
-        return state, {**sums, "grad_norm": optax.tree.norm(grads)}
+        return state, {**sums, **minima, "grad_norm": optax.tree.norm(grads)}
 
     return train_step
 

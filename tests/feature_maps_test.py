@@ -1,0 +1,119 @@
+"""Tests for roformer_jax/feature_maps.py: the table of φ and FAVOR+'s random features."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest, parameterized
+
+from roformer_jax import feature_maps
+
+H = 8
+
+
+def _vectors(seed, n, scale=0.5):
+    return jnp.asarray(np.random.default_rng(seed).normal(size=(n, H)) * scale, jnp.float32)
+
+
+class OrthogonalGaussianTest(parameterized.TestCase):
+    @parameterized.parameters(8, 20, 32)  # whole blocks, a cut last block, several blocks
+    def test_rows_of_a_block_are_orthogonal(self, num_features):
+        w = feature_maps.orthogonal_gaussian(jax.random.key(0), num_features, H)
+        chex.assert_shape(w, (num_features, H))
+        for start in range(0, num_features, H):
+            block = w[start : start + H]
+            gram = block @ block.T  # orthogonal rows: diagonal, with the squared norms on it
+            chex.assert_trees_all_close(gram, jnp.diag(jnp.diag(gram)), atol=1e-4)
+        if num_features > H:  # blocks are drawn independently: not orthogonal to each other
+            self.assertGreater(float(jnp.abs(w[:H] @ w[H : 2 * H].T).max()), 0.1)
+
+    def test_rows_are_standard_gaussian_in_distribution(self):
+        # Each row ~ N(0, I_H): mean 0, covariance I, |w|² ~ chi-squared with mean H.
+        w = np.asarray(feature_maps.orthogonal_gaussian(jax.random.key(1), 64 * 1024, H))
+        np.testing.assert_allclose(w.mean(0), 0.0, atol=0.02)
+        np.testing.assert_allclose(np.cov(w.T), np.eye(H), atol=0.03)
+        np.testing.assert_allclose((w**2).sum(1).mean(), H, rtol=0.01)
+
+    def test_a_function_of_the_key(self):
+        draw = feature_maps.orthogonal_gaussian
+        key = jax.random.key(2)
+        np.testing.assert_array_equal(draw(key, 16, H), draw(key, 16, H))
+        jitted = jax.jit(draw, static_argnums=(1, 2))(key, 16, H)
+        chex.assert_trees_all_close(jitted, draw(key, 16, H), atol=1e-5)  # QR's rounding
+        self.assertFalse(np.array_equal(draw(key, 16, H), draw(jax.random.key(3), 16, H)))
+
+
+class FavorTest(parameterized.TestCase):
+    def test_features_are_positive_and_finite(self):
+        w = feature_maps.orthogonal_gaussian(jax.random.key(0), 64, H)
+        x, far = _vectors(0, 32, scale=2.0), _vectors(0, 32, scale=8.0)
+        for is_query in (False, True):
+            features = feature_maps.favor_features(x, w, is_query)
+            chex.assert_shape(features, (32, 64))
+            self.assertGreater(float(features.min()), 0.0)
+            # Far out, the smallest may round to 0 in float32, but nothing overflows.
+            chex.assert_tree_all_finite(feature_maps.favor_features(far, w, is_query))
+        # Queries lose their largest exponent: at most 1 / √F, reached by one feature each.
+        query = feature_maps.favor_features(x, w, True)
+        np.testing.assert_allclose(query.max(-1), 64**-0.5, rtol=1e-6)
+
+    def test_the_query_stabilizer_is_one_factor_per_query(self):
+        w = feature_maps.orthogonal_gaussian(jax.random.key(1), 32, H)
+        x = _vectors(1, 5, scale=2.0)
+        ratio = feature_maps.favor_features(x, w, True) / feature_maps.favor_features(x, w, False)
+        np.testing.assert_allclose(ratio, ratio[:, :1] * jnp.ones_like(ratio), rtol=1e-5)
+
+    def test_kernel_estimate_is_unbiased(self):
+        # E_W[φ(q)ᵀφ(k)] = exp(qᵀk / √H): over 1000 independent draws of W (64 features
+        # each), the mean estimate is within 4 standard errors of it for every pair.
+        q, k = _vectors(2, 6), _vectors(3, 6)
+        keys = jax.random.split(jax.random.key(4), 1000)
+
+        def estimate(key):
+            w = feature_maps.orthogonal_gaussian(key, 64, H)
+            qf, kf = (feature_maps.favor_features(x, w, False) for x in (q, k))
+            return jnp.sum(qf * kf, axis=-1)  # pairs (q_i, k_i): [6]
+
+        estimates = np.asarray(jax.jit(jax.vmap(estimate))(keys), np.float64)
+        exact = np.exp(np.sum(np.asarray(q) * np.asarray(k), -1) / H**0.5)
+        standard_error = estimates.std(0, ddof=1) / len(keys) ** 0.5
+        np.testing.assert_array_less(np.abs(estimates.mean(0) - exact), 4 * standard_error)
+        np.testing.assert_allclose(estimates.mean(0), exact, rtol=0.03)
+
+    def test_more_features_estimate_better(self):
+        q, k = _vectors(5, 16), _vectors(6, 16)
+        exact = jnp.exp(q @ k.T / H**0.5)
+        errors = []
+        for num_features in (8, 128, 2048):
+            w = feature_maps.orthogonal_gaussian(jax.random.key(7), num_features, H)
+            qf, kf = (feature_maps.favor_features(x, w, False) for x in (q, k))
+            errors.append(float(jnp.abs(qf @ kf.T / exact - 1).mean()))
+        self.assertEqual(errors, sorted(errors, reverse=True))
+        self.assertLess(errors[-1], 0.02)
+
+
+class TableTest(absltest.TestCase):
+    def test_only_favor_draws(self):
+        drawn = {name for name, m in feature_maps.FEATURE_MAPS.items() if m.draw is not None}
+        self.assertEqual(drawn, {"favor"})
+
+    def test_deterministic_maps_treat_queries_and_keys_alike(self):
+        x = _vectors(8, 4, scale=2.0)
+        for name, feature_map in feature_maps.FEATURE_MAPS.items():
+            if feature_map.draw is None:
+                q, k = feature_maps.query_and_key_maps(name, None)
+                np.testing.assert_array_equal(q(x), k(x))
+
+    def test_check_names_what_is_missing(self):
+        with self.assertRaisesRegex(ValueError, "'favor' is random: pass projection="):
+            feature_maps.check("favor", None, H)
+        with self.assertRaisesRegex(ValueError, "'elu' draws nothing"):
+            feature_maps.check("elu", jnp.zeros((4, H)), H)
+        with self.assertRaisesRegex(ValueError, r"shape \(4, 6\); expected \[F, 8\]"):
+            feature_maps.check("favor", jnp.zeros((4, 6)), H)
+        with self.assertRaisesRegex(ValueError, "feature_map='tanh'"):
+            feature_maps.check("tanh", None, H)
+
+
+if __name__ == "__main__":
+    absltest.main()
