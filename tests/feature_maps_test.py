@@ -42,6 +42,12 @@ class OrthogonalGaussianTest(parameterized.TestCase):
         chex.assert_trees_all_close(jitted, draw(key, 16, H), atol=1e-5)  # QR's rounding
         self.assertFalse(np.array_equal(draw(key, 16, H), draw(jax.random.key(3), 16, H)))
 
+    def test_drawn_in_plain_xla_operations(self):
+        # LAPACK's QR, a custom call on XLA's CPU backend, hung the donated train step of a
+        # FAVOR+ model (F = 256, H = 64; see feature_maps._orthonormalize).
+        draw = jax.jit(feature_maps.orthogonal_gaussian, static_argnums=(1, 2))
+        self.assertNotIn("custom_call", draw.lower(jax.random.key(0), 256, 64).as_text())
+
 
 class FavorTest(parameterized.TestCase):
     def test_features_are_positive_and_finite(self):
