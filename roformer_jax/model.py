@@ -235,7 +235,8 @@ class Dropout(nn.Module):
 
 
 class Embeddings(nn.Module):
-    """Word + token type (+ the position encoding's) embeddings of size E, LayerNorm, dropout."""
+    """Word + token type embeddings of size E (× √E where the encoding asks), plus the
+    position encoding's; LayerNorm, dropout."""
 
     config: ModelConfig
 
@@ -250,6 +251,8 @@ class Embeddings(nn.Module):
         )
         x = embed(cfg.vocab_size, name="word_embeddings")(input_ids)  # [B, L, E]
         x = x + embed(cfg.type_vocab_size, name="token_type_embeddings")(token_type_ids)
+        if cfg.encoding.scale_embeddings:  # × √E against a fixed sinusoid (positions.py)
+            x = x * jnp.asarray(cfg.embed_dim**0.5, x.dtype)
         if cfg.encoding.embed is not None:  # absolute encodings; others act in attention
             x = x + cfg.encoding.embed(cfg, position_ids, DTYPES[cfg.dtype])  # [(B,) L, E]
         x = _layer_norm(cfg, "LayerNorm")(x)

@@ -49,6 +49,9 @@ class PositionEncoding:
         Attention kinds that never form the scores (linear, cosine) cannot take it.
       max_length: config -> the longest sequence it supports, or None for any length.
       check: config -> None; raises ValueError for a config it cannot serve.
+      scale_embeddings: multiply the word and token type embeddings by √E before `embed` is
+        added, as Vaswani et al. 2017 (sec. 3.4) do for a fixed sinusoid of amplitude 1:
+        embeddings initialized with std 0.02 (BERT's) would otherwise be swamped by it.
     """
 
     embed: Callable[[ModelConfig, jax.Array, Any], jax.Array] | None = None
@@ -56,6 +59,7 @@ class PositionEncoding:
     bias: Callable[[ModelConfig, jax.Array, jax.Array], jax.Array] | None = None
     max_length: Callable[[ModelConfig], int | None] = lambda config: None
     check: Callable[[ModelConfig], None] = lambda config: None
+    scale_embeddings: bool = False
 
 
 # ---------------------------------------------------------------- absolute: added to embeddings
@@ -154,7 +158,7 @@ def _alibi(config, q_positions, k_positions):
 
 ENCODINGS: dict[str, PositionEncoding] = {
     "learned": PositionEncoding(embed=_learned, max_length=lambda config: config.max_len),
-    "sinusoidal": PositionEncoding(embed=_sinusoidal, check=_even_embedding),
+    "sinusoidal": PositionEncoding(embed=_sinusoidal, check=_even_embedding, scale_embeddings=True),
     "rope": PositionEncoding(rotation=_rope, check=_even_heads),
     "xpos": PositionEncoding(rotation=_xpos, check=_even_heads),
     "alibi": PositionEncoding(bias=_alibi),

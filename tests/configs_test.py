@@ -79,7 +79,7 @@ class ConfigsTest(parameterized.TestCase):
     @parameterized.parameters(
         ("compare", "compare"), ("study_positions", "compare"), ("study_linear", "compare"),
         ("study_causal", "compare"), ("study_length", "length_study"),
-        ("study_multilength", "length_study"),
+        ("study_multilength", "length_study"), ("study_positions_long", "compare"),
     )  # fmt: skip
     def test_study_config_builds_every_run(self, name, command):
         doc = importlib.import_module(f"configs.{name}").__doc__
@@ -99,6 +99,23 @@ class ConfigsTest(parameterized.TestCase):
                 self.assertTrue(set(config.eval_baselines) <= set(config.evaluations))
                 for spec in config.evaluations.values():
                     self.assertIn(spec.run, config.runs)
+
+    @parameterized.parameters(("study_positions_long",))
+    def test_long_studies_meet_issue_17(self, name):
+        # >= 2,000 steps, a rate that does not anneal to zero, >= 10 points per curve,
+        # >= 20,000 held-out targets at length 128 (15% of 126 tokens a row), 3 seeds, both
+        # corpora by the config argument.
+        for corpus, source in (("wikitext2", "wikitext-2"), ("warpeace", "war-and-peace")):
+            config = _load(name, corpus)
+            for seeds in study.study_runs(config).values():
+                cfg = seeds[0]
+                self.assertIn(source, cfg.data.source)
+                self.assertGreaterEqual(cfg.train.steps, 2000)
+                self.assertEqual(cfg.optim.schedule, "constant")
+                self.assertGreaterEqual(cfg.train.steps // cfg.train.eval_every, 10)
+                rows = cfg.train.eval_batches * cfg.train.batch_size
+                self.assertGreaterEqual(0.15 * rows * (cfg.data.seq_len - 2), 20_000)
+                self.assertEqual(len(seeds), 3)
 
     @parameterized.parameters(*GOLDEN_PARAMS)
     def test_docstring_gives_the_command(self, name):

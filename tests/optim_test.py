@@ -43,6 +43,37 @@ class ScheduleTest(parameterized.TestCase):
         lr = optim.learning_rate_schedule(cfg, total_steps=100)
         np.testing.assert_allclose(lr(step), 1e-3 + (1e-4 - 1e-3) * fraction, rtol=1e-5)
 
+    def test_default_is_bert_linear_decay_to_zero(self):
+        # What every config that names no schedule trained with before the table existed.
+        cfg = optim.OptimConfig(learning_rate=1e-3, warmup_steps=10)
+        self.assertEqual((cfg.schedule, cfg.end_learning_rate), ("linear", 0.0))
+        lr = optim.learning_rate_schedule(cfg, total_steps=100)
+        np.testing.assert_allclose(
+            [lr(t) for t in (0, 5, 10, 55, 99, 100)],
+            [0.0, 5e-4, 1e-3, 5e-4, 1e-3 / 90, 0.0],
+            rtol=1e-5, atol=1e-12,
+        )  # fmt: skip
+
+    @parameterized.parameters(
+        # (schedule, lr at the end of warm-up, midway, at the last update) for peak 1e-3 and
+        # end 1e-4: neither non-default schedule anneals to zero.
+        ("constant", 1e-3, 1e-3, 1e-3),
+        ("cosine", 1e-3, 5.5e-4, 1e-4 + 9e-4 * 0.5 * (1 + math.cos(math.pi * 89 / 90))),
+    )
+    def test_schedules_that_do_not_anneal_to_zero(self, kind, at_warmup, middle, last):
+        cfg = optim.OptimConfig(
+            learning_rate=1e-3, end_learning_rate=1e-4, warmup_steps=10, schedule=kind
+        )
+        lr = optim.learning_rate_schedule(cfg, total_steps=100)
+        np.testing.assert_allclose([lr(10), lr(55), lr(99)], [at_warmup, middle, last], rtol=1e-5)
+        self.assertGreaterEqual(float(lr(10_000)), 1e-4 * (1 - 1e-6))  # past the end: the floor
+
+    def test_constant_does_not_depend_on_the_run_length(self):
+        # A run of 200 steps is the first 200 steps of one of 2000: its curve can be extended.
+        cfg = optim.OptimConfig(learning_rate=1e-3, warmup_steps=10, schedule="constant")
+        short, long = (optim.learning_rate_schedule(cfg, n) for n in (200, 2000))
+        np.testing.assert_array_equal([short(t) for t in range(200)], [long(t) for t in range(200)])
+
     def test_no_warmup_starts_at_peak(self):
         cfg = optim.OptimConfig(learning_rate=1e-3, warmup_steps=0)
         np.testing.assert_allclose(optim.learning_rate_schedule(cfg, 10)(0), 1e-3)

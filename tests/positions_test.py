@@ -106,6 +106,30 @@ class TableTest(parameterized.TestCase):
             self.assertEqual(config.max_length, want, name)
             self.assertEqual(encoding.max_length(config), want)
 
+    def test_only_the_sinusoid_scales_the_embeddings(self):
+        scaled = {name for name, e in positions.ENCODINGS.items() if e.scale_embeddings}
+        self.assertEqual(scaled, {"sinusoidal"})
+
+    @parameterized.parameters(("sinusoidal", 64**0.5), ("learned", 1.0), ("rope", 1.0))
+    def test_embeddings_are_scaled_before_the_position_term(self, name, scale):
+        # Vaswani et al. sec. 3.4: (word + type) × √E + PE, then (ours) LayerNorm. Unscaled,
+        # embeddings of std 0.02 are swamped by the sinusoid's amplitude 1.
+        config = model_lib.model_config("tiny", vocab_size=V, max_len=16, position=name)
+        ids, types, pos = _ids(), jnp.ones((B, L), jnp.int32), jnp.arange(L)
+        embeddings = model_lib.Embeddings(config)
+        variables = embeddings.init(jax.random.key(0), ids, types, pos, True)
+        got = embeddings.apply(variables, ids, types, pos, True)
+        p = variables["params"]
+        x = p["word_embeddings"]["embedding"][ids] + p["token_type_embeddings"]["embedding"][types]
+        x = x * scale
+        if name == "sinusoidal":
+            x = x + positions.sinusoidal_embedding(pos, 64)
+        elif name == "learned":
+            x = x + p["position_embeddings"]["embedding"][pos]
+        mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        want = (x - mean) / jnp.sqrt(var + config.layer_norm_eps)  # LayerNorm at its init
+        chex.assert_trees_all_close(got, want, atol=1e-5)
+
     def test_sinusoid_is_vaswani_formula(self):
         pos = np.arange(50)
         got = positions.sinusoidal_embedding(jnp.asarray(pos), 16)

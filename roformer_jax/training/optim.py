@@ -7,8 +7,9 @@ batch (see `step.py`):
   u <- AdamW(g) or LAMB(g), weight decay λ·w on the masked leaves only
   w <- w - lr(t) · u
 
-`lr(t)` rises linearly from 0 to the peak over `warmup_steps`, then decays to
-`end_learning_rate` linearly (BERT) or along a half cosine (Loshchilov & Hutter 2017).
+`lr(t)` rises linearly from 0 to the peak over `warmup_steps`, then follows one of
+`SCHEDULES`: down to `end_learning_rate` linearly (BERT) or along a half cosine (Loshchilov &
+Hutter 2017; a floor end > 0 keeps it from annealing to zero), or held at the peak.
 
 Weight decay follows BERT's `AdamWeightDecayOptimizer`: every parameter decays except biases
 and LayerNorm parameters. In a Flax tree those are exactly the 1-D leaves (biases, LayerNorm
@@ -19,6 +20,7 @@ from the ranks of the leaves and not from their names.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +28,17 @@ import optax
 from absl import logging
 
 OPTIMIZERS = ("adamw", "lamb")
-SCHEDULES = ("linear", "cosine", "constant")
+
+# lr after warm-up: (peak, end, p) -> lr, where p in [0, 1] is the share of the decay done.
+SCHEDULES: dict[str, Callable[[float, float, jax.Array], jax.Array]] = {
+    # BERT (Devlin et al. 2019): a straight line from the peak to `end` at the last step.
+    "linear": lambda peak, end, p: peak + (end - peak) * p,
+    # Half a cosine period from the peak to `end` (Loshchilov & Hutter 2017, no restarts).
+    "cosine": lambda peak, end, p: end + (peak - end) * 0.5 * (1.0 + jnp.cos(jnp.pi * p)),
+    # The peak to the end: no curve ends in an annealed snapshot, and lr(t) does not depend
+    # on the run's length, so a run of N steps is the first N steps of a longer one.
+    "constant": lambda peak, end, p: jnp.full_like(p, peak),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,8 +53,10 @@ class OptimConfig:
 
     optimizer: str = "adamw"  # "adamw" | "lamb" (RoFormerV2)
     learning_rate: float = 5e-4  # peak learning rate, reached at the end of warm-up
-    end_learning_rate: float = 0.0  # learning rate at the last step
-    schedule: str = "linear"  # decay after warm-up: "linear" | "cosine" | "constant"
+    # Learning rate at the last step ("linear"), or the floor of "cosine", e.g. 0.1 x the
+    # peak; "constant" never reaches it.
+    end_learning_rate: float = 0.0
+    schedule: str = "linear"  # after warm-up, a key of SCHEDULES: "linear" | "cosine" | "constant"
     warmup_steps: int = 200  # linear warm-up from 0; clipped to the run's length
     b1: float = 0.9  # Adam's first-moment decay
     b2: float = 0.999  # Adam's second-moment decay
@@ -54,7 +68,7 @@ class OptimConfig:
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
         if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule {self.schedule!r} is not one of {SCHEDULES}")
+            raise ValueError(f"schedule {self.schedule!r} is not one of {tuple(SCHEDULES)}")
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
         if self.warmup_steps < 0:
@@ -70,7 +84,7 @@ def learning_rate_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule
 
     Warm-up: lr(t) = peak · t / W for t < W (so the first update has lr 0, as in BERT);
     W = min(warmup_steps, total_steps), with a warning when the warm-up is clipped.
-    Decay, with p = (t - W) / (T - W) clipped to [0, 1]:
+    Then `SCHEDULES[cfg.schedule]` with p = (t - W) / (T - W) clipped to [0, 1]:
       linear   lr = peak + (end - peak) · p
       cosine   lr = end + (peak - end) · (1 + cos(π p)) / 2
       constant lr = peak
@@ -84,18 +98,13 @@ def learning_rate_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule
         warmup = total_steps
     peak, end = cfg.learning_rate, cfg.end_learning_rate
     decay_steps = max(total_steps - warmup, 1)
+    after_warmup = SCHEDULES[cfg.schedule]
 
     def schedule(count):
         t = jnp.asarray(count, jnp.float32)
         warm = peak * t / max(warmup, 1)
         p = jnp.clip((t - warmup) / decay_steps, 0.0, 1.0)
-        if cfg.schedule == "linear":
-            decayed = peak + (end - peak) * p
-        elif cfg.schedule == "cosine":
-            decayed = end + (peak - end) * 0.5 * (1.0 + jnp.cos(jnp.pi * p))
-        else:
-            decayed = jnp.full_like(p, peak)
-        return jnp.where(t < warmup, warm, decayed)
+        return jnp.where(t < warmup, warm, after_warmup(peak, end, p))
 
     return schedule
 

@@ -1,0 +1,45 @@
+"""Study 1 redone (issue 17, item 3): position encodings through 2,000 steps, 3 seeds.
+
+  python experiments/compare.py --config=configs/study_positions_long.py:wikitext2 \\
+      --workdir=runs/positions_long_wikitext2 \\
+      --raw_dir=docs/results/raw/positions_long_wikitext2
+  (:warpeace for War and Peace, no argument for the builtin corpus; ",runlocal" for a smoke run)
+
+The paper's Fig. 3 (left), softmax attention: learned absolute positions (BERT), RoPE
+(RoFormer), no positions, the sinusoid of Vaswani et al. with the token embeddings scaled by
+√D before it is added, as they do (positions.ENCODINGS["sinusoidal"].scale_embeddings; it
+was a broken competitor without), and ALiBi. The setting is studies.get_long_config's: the
+encoder of configs/studies.py (4 layers x 128, 2 heads of 64, feed-forward 512, vocabulary
+8192, 16 x 128 tokens a step) on a corpus split by documents (studies.LONG_DOCUMENTS), for
+2,000 steps (4.1 M tokens), warm-up 100 steps then a constant rate (why: that function's
+docstring), evaluated every 100 steps (20 points per curve) on the held-out set fixed by
+data.eval_seed for every run and seed: 68 batches of 16 x 126 tokens, 20,565 masked targets
+on WikiText-2 and on War and Peace (valid/tokens_128 in metrics.jsonl).
+
+Budget (estimated, not measured): about 9 min per run at studies.py's ~10,000 tokens/s on
+2 CPU cores (7 training, 1-2 evaluating), 15 runs, about 2.3 h per corpus.
+Expect: not run yet; the page states from the paired intervals whether BERT overtakes
+"none" and whether RoFormer stays below BERT to the end.
+"""
+
+from ml_collections import ConfigDict
+
+from configs import studies
+
+
+def get_config(arg=None):
+    config = studies.get_long_config(arg)
+    config.runs = ConfigDict(
+        {
+            "learned (BERT)": {"model": {"position": "learned", "max_len": 128}},
+            "RoPE (RoFormer)": {"model": {"position": "rope"}},
+            "none": {"model": {"position": "none"}},
+            "sinusoidal": {"model": {"position": "sinusoidal"}},
+            "ALiBi": {"model": {"position": "alibi"}},
+        },
+        sort_keys=False,
+    )
+    config.baseline = "learned (BERT)"
+    config.title = "MLM, softmax attention: position encodings, 2,000 steps"
+    config.plot_keys = ("train/loss", "valid/loss_128")
+    return config
