@@ -17,9 +17,10 @@ keeps of the jax code it came from (inside a fusion: the names of all it fused).
   copies and transposes (layout changes XLA inserts), and the rest.
 
 A fusion that mixes groups counts in the first that matches, in the order above (a matmul
-with its epilogue is a matmul). XLA may run two operations at once on the thread pool, so the
-sum of operation times can exceed the step's wall time; the table shows both. --top lists the
-slowest operations one by one.
+with its epilogue is a matmul; an elementwise fusion that reads a matmul's output is not).
+XLA may run two operations at once on the thread pool, so the sum of operation times can
+exceed the step's wall time; the table shows both, and tracing adds to the wall time.
+--top lists the slowest operations one by one.
 """
 
 import collections
@@ -36,7 +37,7 @@ from absl import app, flags
 from timing import report
 from train_step import MASK_PROB, VOCAB, _train_step
 
-from roformer_jax.model import model_config
+from roformer_jax.model_config import model_config
 
 _STEPS = flags.DEFINE_integer("steps", 5, "Traced steps (after warm-up).")
 _TOP = flags.DEFINE_integer("top", 0, "Also list the slowest operations.")
@@ -74,36 +75,25 @@ def _computations(hlo: str) -> tuple[dict, dict]:
     return instructions, computations
 
 
-def _op_names(name, instructions, computations, seen=None) -> list[str]:
-    """The op_name metadata of an instruction and of everything in the computations it calls."""
-    seen = set() if seen is None else seen
-    text = instructions.get(name, "")
-    names = re.findall(r'op_name="([^"]*)"', text)
-    for callee in re.findall(r"(?:calls|to_apply|body|condition)=%?([\w.\-]+)", text):
-        if callee in seen:
-            continue
-        seen.add(callee)
-        for line in computations.get(callee, []):
-            names += re.findall(r'op_name="([^"]*)"', line)
-            for inner in re.findall(r"(?:calls|to_apply)=%?([\w.\-]+)", line):
-                names += _op_names_of_computation(inner, computations, seen)
-    return names
+def _lines(name, instructions, computations) -> list[str]:
+    """An instruction's HLO line and those of every computation it calls, transitively."""
+    lines, todo, seen = [instructions.get(name, "")], [instructions.get(name, "")], set()
+    while todo:
+        for callee in re.findall(r"(?:calls|to_apply)=%?([\w.\-]+)", todo.pop()):
+            if callee not in seen:
+                seen.add(callee)
+                lines += computations.get(callee, [])
+                todo += computations.get(callee, [])
+    return lines
 
 
-def _op_names_of_computation(name, computations, seen) -> list[str]:
-    if name in seen:
-        return []
-    seen.add(name)
-    names = []
-    for line in computations.get(name, []):
-        names += re.findall(r'op_name="([^"]*)"', line)
-    return names
-
-
-def group(name: str, text: str, op_names: list[str]) -> str:
-    """The group of one operation (see GROUPS), from its HLO text and its op_names."""
-    if re.search(r"\b(copy|transpose)\(", text.split("metadata")[0]) or name.startswith("copy"):
-        if not any("dot_general" in n for n in op_names):
+def group(name: str, lines: list[str]) -> str:
+    """The group of one operation (see GROUPS), from its HLO lines (`_lines`)."""
+    op_names = [n for line in lines for n in re.findall(r'op_name="([^"]*)"', line)]
+    ops = " ".join(line.split("metadata")[0] for line in lines)
+    if not re.search(r"\bdot\(", ops):  # an elementwise fusion that reads a matmul's output
+        op_names = [n for n in op_names if not n.endswith("dot_general")]
+        if re.search(r"\b(copy|transpose)\(", ops) or name.startswith("copy"):
             return "copies, transposes"
     for label, pattern in GROUPS:
         if any(re.search(pattern, n) for n in op_names):
@@ -144,8 +134,7 @@ def main(argv):
     instructions, computations = _computations(compiled.as_text())
     groups, rows = collections.Counter(), []
     for name, ms in durations.items():
-        names = _op_names(name, instructions, computations)
-        label = group(name, instructions.get(name, ""), names)
+        label = group(name, _lines(name, instructions, computations))
         groups[label] += ms
         rows.append((ms, name, label))
     total = sum(groups.values())

@@ -28,11 +28,12 @@ from timing import report
 
 from roformer_jax.data import masking
 from roformer_jax.data.batches import DataConfig
-from roformer_jax.model import ModelConfig, RoFormer, model_config
+from roformer_jax.model import RoFormer
+from roformer_jax.model_config import ModelConfig, model_config
 from roformer_jax.training import optim
 from roformer_jax.training.step import TrainState, make_train_step
 
-_SIZES = flags.DEFINE_list("sizes", ["small", "base"], "Model sizes (roformer_jax.model.SIZES).")
+_SIZES = flags.DEFINE_list("sizes", ["small", "base"], "Model sizes (model_config.SIZES).")
 _ATTENTION = flags.DEFINE_list("attention", ["softmax", "linear"], "Attention kinds.")
 _DTYPES = flags.DEFINE_list("dtypes", ["float32", "bfloat16"], "Compute dtypes.")
 _HEADS = flags.DEFINE_list("mlm_head", ["targets", "all"], "Where the MLM head runs.")

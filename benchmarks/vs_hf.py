@@ -43,9 +43,9 @@ from timing import report
 
 from roformer_jax import hf
 from roformer_jax.data import masking
-from roformer_jax.model import ModelConfig, model_config
+from roformer_jax.model_config import ModelConfig, model_config
 
-_SIZES = flags.DEFINE_list("sizes", ["small", "base"], "Model sizes (roformer_jax.model.SIZES).")
+_SIZES = flags.DEFINE_list("sizes", ["small", "base"], "Model sizes (model_config.SIZES).")
 _SHAPES = flags.DEFINE_list(
     "shapes", [], "size:BATCHxSEQ_LEN overrides, e.g. small:16x128,base:8x512."
 )

@@ -14,13 +14,13 @@ import typing
 
 from ml_collections import ConfigDict, config_dict
 
-from roformer_jax.model import SIZES
+from roformer_jax.model_config import SIZES
 from roformer_jax.training import finetune_config
 from roformer_jax.training.config import SECTIONS, default_experiment_config
 
 
 def get_base_config(size: str = "small") -> ConfigDict:
-    """A RoFormer of the named size (a key of roformer_jax.model.SIZES) on the builtin corpus."""
+    """A RoFormer of the named size (a key of model_config.SIZES) on the builtin corpus."""
     if size not in SIZES:
         raise ValueError(f"unknown model size {size!r}; expected one of {sorted(SIZES)}")
     defaults = default_experiment_config()

@@ -50,7 +50,7 @@ def main(argv):
     png, md = study.write_report(
         results, _WORKDIR.value, title=config.title, plot_keys=config.plot_keys,
         table_keys=config.table_keys, footnote=footnote, baseline=config.get("baseline"),
-        paired_key=f"valid/loss_{exp.data.seq_len}",
+        paired_key=f"valid/loss_{exp.data.seq_len}", floor=unigram,
     )  # fmt: skip
     with open(md, encoding="utf-8") as f:
         print(f.read())

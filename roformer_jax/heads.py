@@ -22,10 +22,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from roformer_jax.model import ACTIVATIONS, Dropout, ModelConfig, RoFormer, _dense
-
+from roformer_jax.model import Dropout, RoFormer, _dense
 
 # NamedTuples, as the encoder's EncoderOutput: fields are HF's output names, read as HF's
+from roformer_jax.model_config import ACTIVATIONS, ModelConfig
+
+
 # `out.logits`; a misspelt field fails instead of returning None; jit returns them as pytrees.
 class ClassifierOutput(NamedTuple):
     logits: jax.Array  # [B, K] sequence, [B, L, K] token, [B, C] multiple choice; float32

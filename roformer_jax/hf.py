@@ -42,9 +42,11 @@ import safetensors.numpy
 from safetensors import safe_open
 
 from roformer_jax import heads
-from roformer_jax.model import ModelConfig, RoFormer
+from roformer_jax.model import RoFormer
 
 # (ModelConfig field, HF RoFormerConfig key, HF default).
+from roformer_jax.model_config import ModelConfig
+
 _CONFIG_FIELDS = (
     ("vocab_size", "vocab_size", 50000),
     ("hidden_size", "hidden_size", 768),

@@ -21,10 +21,8 @@ Parameter tree (names follow HF's where the structure allows; hf.py maps them):
   mlm_head/{dense, LayerNorm, bias}        decoder tied to embeddings/word_embeddings
 """
 
-import dataclasses
 import functools
 import inspect
-import json
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -32,186 +30,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from roformer_jax import _threefry, attention_step, rope
+from roformer_jax import _threefry, attention_step
 from roformer_jax import attention as attention_lib
 from roformer_jax.feature_maps import FEATURE_MAPS
-from roformer_jax.positions import ENCODINGS, PositionEncoding
-
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
-    # HF's "gelu" is the exact erf form (torch.nn.functional.gelu); the tanh form is "gelu_new".
-    "gelu": functools.partial(jax.nn.gelu, approximate=False),
-    "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
-    "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True),
-    "relu": jax.nn.relu,
-    "silu": jax.nn.silu,
-    "swish": jax.nn.silu,
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
-    """Architecture of the encoder; the defaults are BERT-base with RoPE (RoFormer-base)."""
-
-    vocab_size: int = 30522  # V; bert-base-uncased's (experiments follow the tokenizer)
-    hidden_size: int = 768  # D
-    num_layers: int = 12  # encoder blocks
-    num_heads: int = 12  # N; head dim H = D / N
-    intermediate_size: int = 3072  # F
-    hidden_dropout: float = 0.1  # after embeddings and after each sublayer
-    attention_dropout: float = 0.1  # on softmax attention weights (other kinds have none)
-    max_len: int = 512  # rows of the learned position table (and HF max_position_embeddings)
-    type_vocab_size: int = 2  # segment ids (MLM batches use 0 only)
-    layer_norm_eps: float = 1e-12  # BERT's value
-    embedding_size: int | None = None  # E; None means E = D (no factorization)
-    dtype: str = "float32"  # compute dtype; parameters are always float32
-    position: str = "rope"  # a key of positions.ENCODINGS
-    attention: str = "softmax"  # a key of attention.ATTENTION_FUNCTIONS
-    feature_map: str = "elu"  # linear attention's φ, a key of feature_maps.FEATURE_MAPS
-    # A random φ (FAVOR+, feature_map="favor"): F features per head (even: RoPE may rotate
-    # them in pairs), redrawn every `feature_redraw` training steps (0: drawn once), from
-    # `feature_seed` (None: the experiment's seed, training.config sets it; 0 for a model
-    # alone), each layer its own draw (`feature_projection`).
-    random_features: int = 256
-    feature_redraw: int = 1000
-    feature_seed: int | None = None
-    linear_rope: str = "numerator"  # linear attention's rotation placement (eq. 19): PLACEMENTS
-    rope_base: float = 10000.0  # θ_i = base^(-2i/H), paper eq. (15)
-    # HF's rope scaling dictionary as JSON (v4 `rope_scaling` or v5 `rope_parameters`), e.g.
-    # '{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}'; a dict
-    # is accepted and stored as JSON, which stays hashable, overridable and checkpointable.
-    rope_scaling: str | None = None
-    rotary_value: bool = False  # also rotate v, as HF RoFormer's `rotary_value`
-    pre_ln: bool = False  # LayerNorm before each sublayer (and once at the end) instead of after
-    # Token i attends to tokens j <= i only: a decoder (HF's `is_decoder`), for next-token
-    # prediction and generation (roformer_jax.decoding); every attention kind has a causal form.
-    causal: bool = False
-    initializer_range: float = 0.02  # std of the normal initializer (BERT)
-    hidden_act: str = "gelu"  # a key of ACTIVATIONS
-
-    def __post_init__(self):
-        for name in (
-            "vocab_size",
-            "hidden_size",
-            "num_layers",
-            "num_heads",
-            "intermediate_size",
-            "max_len",
-            "type_vocab_size",
-        ):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
-        if self.embedding_size is not None and self.embedding_size < 1:
-            raise ValueError(f"embedding_size={self.embedding_size} must be positive or None")
-        for name in ("hidden_dropout", "attention_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name}={getattr(self, name)} is not in [0, 1)")
-        if self.hidden_size % self.num_heads:
-            raise ValueError(
-                f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}"
-            )
-        choices = {
-            "dtype": tuple(DTYPES),
-            "position": tuple(ENCODINGS),
-            "attention": tuple(attention_lib.ATTENTION_FUNCTIONS),
-            "feature_map": tuple(FEATURE_MAPS),
-            "linear_rope": attention_lib.PLACEMENTS,
-            "hidden_act": tuple(ACTIVATIONS),
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name}={getattr(self, name)!r} is not one of {allowed}")
-        if self.random_features < 2 or self.random_features % 2:
-            raise ValueError(
-                f"random_features={self.random_features} must be even and positive: RoPE "
-                "rotates features in pairs"
-            )
-        if self.feature_redraw < 0:
-            raise ValueError(f"feature_redraw={self.feature_redraw} must be >= 0 (0: never)")
-        if self.rope_scaling is not None:
-            self._check_rope_scaling()
-        self.encoding.check(self)
-        if self.rotary_value and self.encoding.rotation is None:
-            raise ValueError(
-                f"rotary_value=True rotates v as q and k are rotated, but position="
-                f"{self.position!r} rotates nothing; use position='rope'"
-            )
-        attention = attention_lib.ATTENTION_FUNCTIONS[self.attention]
-        if self.encoding.bias is not None and "bias" not in inspect.signature(attention).parameters:
-            raise ValueError(
-                f"position={self.position!r} adds a bias to the attention scores, but "
-                f"{self.attention!r} attention never forms the L x M score matrix (that is "
-                "what makes it linear); RoPE rotates q and k instead, which linear attention "
-                "can use: set position='rope', or attention='softmax'"
-            )
-
-    def _check_rope_scaling(self):
-        if self.encoding.rotation is None:
-            raise ValueError(
-                f"rope_scaling={self.rope_scaling} scales RoPE's frequencies, but position="
-                f"{self.position!r} rotates nothing; use position='rope'"
-            )
-        parsed = self.rope_scaling
-        if isinstance(parsed, str):
-            try:
-                parsed = json.loads(parsed)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"rope_scaling={parsed!r} is not JSON: {error}") from None
-        if not isinstance(parsed, dict):
-            raise ValueError(f"rope_scaling={self.rope_scaling!r} is not a JSON object")
-        # Canonical JSON (sorted keys), so that equal dictionaries give equal configs however
-        # they were written, and a resumed run is not refused for the order of its keys.
-        object.__setattr__(self, "rope_scaling", json.dumps(parsed, sort_keys=True))
-        # Fails now, with HF's key names, rather than at the first forward pass.
-        rope.scaled_frequencies(self.head_dim, base=self.rope_base, scaling=parsed)
-
-    @property
-    def rope_scaling_dict(self) -> dict | None:
-        """`rope_scaling` parsed, for `rope.apply_rope(scaling=...)`."""
-        return None if self.rope_scaling is None else json.loads(self.rope_scaling)
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-    @property
-    def embed_dim(self) -> int:
-        return self.hidden_size if self.embedding_size is None else self.embedding_size
-
-    @property
-    def encoding(self) -> PositionEncoding:
-        return ENCODINGS[self.position]
-
-    @property
-    def draws_features(self) -> bool:
-        """Whether attention draws random features (FAVOR+): a kind that takes a projection,
-        with a random feature map."""
-        function = attention_lib.ATTENTION_FUNCTIONS[self.attention]
-        takes = "projection" in inspect.signature(function).parameters
-        return takes and FEATURE_MAPS[self.feature_map].draw is not None
-
-    @property
-    def max_length(self) -> int | None:
-        """The longest sequence the position encoding supports; None = any length."""
-        return self.encoding.max_length(self)
-
-
-SIZES: dict[str, dict] = {
-    "tiny": dict(num_layers=2, hidden_size=64, num_heads=4, intermediate_size=256),
-    "small": dict(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024),
-    "base": dict(num_layers=12, hidden_size=768, num_heads=12, intermediate_size=3072),
-}
-
-
-def model_config(size: str, **overrides) -> ModelConfig:
-    """The named size with `overrides` (any ModelConfig field, e.g. vocab_size=8192)."""
-    if size not in SIZES:
-        raise ValueError(f"unknown model size {size!r}; expected one of {sorted(SIZES)}")
-    fields = {f.name for f in dataclasses.fields(ModelConfig)}
-    unknown = sorted(set(overrides) - fields)
-    if unknown:
-        raise ValueError(f"unknown ModelConfig fields {unknown}; fields are {sorted(fields)}")
-    return ModelConfig(**{**SIZES[size], **overrides})
+from roformer_jax.model_config import ACTIVATIONS, DTYPES, ModelConfig
 
 
 def feature_projection(cfg: ModelConfig, layer: int, update=None) -> jax.Array | None:

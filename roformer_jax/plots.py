@@ -46,9 +46,13 @@ def plot_curves(
     title: str,
     metrics: Sequence[str] = ("train_loss", "valid_loss"),
     footnote: str = "",
+    floor: float | None = None,
+    paired: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
+    paired_label: str = "",
 ) -> str:
     """Draws one panel per metric, one line per run name, ±1 sample std (ddof 1) of the seeds
-    as a band (none for one seed).
+    as a band (none for one seed); then, with `paired`, a panel of each run's difference from
+    a baseline with its 95% t-interval as the band (`study.paired_curves`).
 
     Args:
       curves: run name -> list (one per seed) of {"step": [T], metric: [T], ...}. Seeds of one
@@ -56,8 +60,12 @@ def plot_curves(
       path: output PNG.
       metrics: keys to draw, one panel each.
       footnote: corpus, model, steps and hardware, printed under the panels.
+      floor: the unigram cross-entropy, a dashed line in the panels of losses.
+      paired: run name -> {"step", "mean", "low", "high": [T], "n": seeds}; paired_label
+        names the difference (e.g. "valid/loss_128 − BERT").
     """
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4), squeeze=False)
+    panels = len(metrics) + (paired is not None)
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4), squeeze=False)
     colors = {name: f"C{i % 10}" for i, name in enumerate(curves)}  # a run's color in every panel
     for ax, metric in zip(axes[0], metrics):
         missing = []
@@ -73,13 +81,28 @@ def plot_curves(
                 ax.fill_between(steps, mean - std, mean + std, color=color, alpha=0.2)
         if missing:  # e.g. learned positions evaluated past their table
             ax.set_title(f"no values: {', '.join(missing)}", fontsize=8)
+        if floor is not None and "loss" in metric:
+            ax.axhline(floor, color="black", linestyle="--", linewidth=0.8, label="unigram")
         ax.set_xlabel("step")
         ax.set_ylabel(metric.replace("_", " "))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
+    if paired is not None:
+        ax = axes[0][-1]
+        for name, diff in paired.items():
+            ax.plot(diff["step"], diff["mean"], color=colors[name], label=f"{name} (n={diff['n']})")
+            if diff["n"] > 1:
+                ax.fill_between(diff["step"], diff["low"], diff["high"], color=colors[name],
+                                alpha=0.2)  # fmt: skip
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        ax.set_xlabel("step")
+        ax.set_ylabel(paired_label)
+        ax.set_title("paired by seed; band: 95% t-interval", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
     fig.suptitle(title)
     if footnote:
-        fig.text(0.01, 0.01, textwrap.fill(footnote, 105 * len(metrics)), fontsize=7, va="bottom")
+        fig.text(0.01, 0.01, textwrap.fill(footnote, 105 * panels), fontsize=7, va="bottom")
     return _save(fig, path, bottom=0.09 if footnote else 0.0)
 
 

@@ -13,7 +13,7 @@ can tell it in three places, and says which through the hooks it fills in:
 look encodings up here and never branch on their names. A new encoding is one definition and
 one entry.
 
-Hooks receive the model config (`roformer_jax.model.ModelConfig`) and the position ids
+Hooks receive the model config (`roformer_jax.model_config.ModelConfig`) and the position ids
 (`position_ids`, the indices; `config.position` names the encoding).
 Glossary of shapes: B batch, L query length, M key length, N heads, E embedding size.
 Position ids are int [L] or [B, L].
@@ -31,7 +31,7 @@ import numpy as np
 
 from roformer_jax import _rope_cpu, rope
 
-ModelConfig = Any  # roformer_jax.model.ModelConfig, which imports this module
+ModelConfig = Any  # roformer_jax.model_config.ModelConfig, which imports this module
 
 
 @dataclasses.dataclass(frozen=True)

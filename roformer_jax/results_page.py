@@ -179,16 +179,20 @@ def _figure(raw: RawStudy, *, page: _Page) -> str:
                 reference=config.get("position_reference"),
             )  # fmt: skip
         else:
-            exp = next(iter(raw.runs.values()))[0]
+            exp, baseline = next(iter(raw.runs.values()))[0], config.get("baseline")
+            paired = None
+            if baseline is not None:
+                paired = study.paired_curves(raw.results, baseline, _paired_key(raw))
             plots.plot_curves(
                 study.curves(raw.results, config["plot_keys"]), path, title=config["title"],
                 metrics=config["plot_keys"],
-                footnote=study.footnote(exp, seeds, machine, unigram),
+                footnote=study.footnote(exp, seeds, machine, unigram), floor=unigram,
+                paired=paired, paired_label=f"{_paired_key(raw)} − {baseline}",
             )  # fmt: skip
     spread = (
         "bars: 95% t-interval of the mean"
         if raw.scores is not None
-        else "bands: ±1 sample std (ddof 1)"
+        else "bands: ±1 sample std (ddof 1); differences from the baseline: 95% t-interval"
     )
     n = f"n = {len(seeds)} seeds per line" + (f"; {spread}" if len(seeds) > 1 else "")
     return f"![{raw.name}]({FIGURES}/{raw.name}.png)\n\n*{n}.*"

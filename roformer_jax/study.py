@@ -211,6 +211,31 @@ def curves(results: Mapping[str, Sequence[list[dict]]], keys: Sequence[str]) -> 
     return out
 
 
+def paired_curves(
+    results: Mapping[str, Sequence[list[dict]]], baseline: str, key: str
+) -> dict[str, dict[str, list[float]]]:
+    """Each run's `key` minus the baseline's, seed by seed, through training:
+    {name: {"step", "mean", "low", "high": [T]}}, the 95% t-interval of the mean difference
+    at each step both logged in every seed (low = high = mean for one seed)."""
+    out = {}
+    for name, seeds in results.items():
+        if name == baseline:
+            continue
+        pairs = [
+            ({r["step"]: r[key] for r in run if r.get(key) is not None},
+             {r["step"]: r[key] for r in base if r.get(key) is not None})
+            for run, base in zip(seeds, results[baseline])
+        ]  # fmt: skip
+        steps = sorted(set.intersection(*(set(a) & set(b) for a, b in pairs))) if pairs else []
+        rows = []
+        for step in steps:
+            diffs = [a[step] - b[step] for a, b in pairs]
+            rows.append(t_interval(diffs) if len(diffs) > 1 else (diffs[0],) * 3)
+        mean, low, high = (list(column) for column in zip(*rows)) if rows else ([], [], [])
+        out[name] = {"step": steps, "mean": mean, "low": low, "high": high, "n": len(pairs)}
+    return out
+
+
 def final_values(records: list[dict], key: str) -> float | None:
     """The last value of `key` in a run's records (None if it was never logged)."""
     values = [r[key] for r in records if r.get(key) is not None]
@@ -324,10 +349,13 @@ def write_report(
     footnote: str,
     baseline: str | None = None,
     paired_key: str | None = None,
+    floor: float | None = None,
 ) -> tuple[str, str]:
     """Writes workdir/curves.png and workdir/results.md; returns their paths.
 
-    With a baseline run name, results.md also gets `paired_table` of `paired_key`.
+    With a baseline run name, results.md also gets `paired_table` of `paired_key` and the
+    figure a panel of `paired_curves`; floor (the unigram cross-entropy) is drawn in the
+    loss panels.
     """
     png = plots.plot_curves(
         curves(results, plot_keys),
@@ -335,6 +363,9 @@ def write_report(
         title=title,
         metrics=plot_keys,
         footnote=footnote,
+        floor=floor,
+        paired=None if baseline is None else paired_curves(results, baseline, paired_key),
+        paired_label=f"{paired_key} − {baseline}",
     )
     table = summary_table(results, table_keys)
     if baseline is not None:

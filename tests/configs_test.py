@@ -13,7 +13,8 @@ from ml_collections import config_flags
 
 from configs import base
 from roformer_jax import study
-from roformer_jax.model import SIZES, RoFormer
+from roformer_jax.model import RoFormer
+from roformer_jax.model_config import SIZES
 from roformer_jax.training import finetune_config
 from roformer_jax.training.config import (
     SECTIONS,

@@ -11,6 +11,7 @@ from absl.testing import absltest, parameterized
 
 from roformer_jax import attention, decoding
 from roformer_jax import model as model_lib
+from roformer_jax import model_config as model_config_lib
 
 V, P, T = 64, 5, 4  # vocabulary, prompt length, new tokens
 MASK = np.array([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1], [1, 1, 0, 0, 0]], bool)  # 3 prompts
@@ -40,7 +41,7 @@ COMBINATIONS = [
 def _model(**overrides):
     """A tiny causal model with weights at ten times the init scale (attention far from
     uniform, so that positions matter)."""
-    config = model_lib.model_config(
+    config = model_config_lib.model_config(
         "tiny", **{"vocab_size": V, "max_len": 16, "causal": True, **overrides}
     )
     model = model_lib.RoFormer(config)

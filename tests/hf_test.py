@@ -21,6 +21,7 @@ from absl.testing import absltest, parameterized
 
 from roformer_jax import _rope_cpu, decoding, heads, hf, rope
 from roformer_jax import model as model_lib
+from roformer_jax import model_config as model_config_lib
 
 try:
     import torch
@@ -98,7 +99,7 @@ class GoldenValuesTest(parameterized.TestCase):
 
 
 def _tiny_config(**overrides):
-    return model_lib.ModelConfig(
+    return model_config_lib.ModelConfig(
         **{
             **dict(vocab_size=99, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=37),
             **dict(max_len=64, initializer_range=0.2),

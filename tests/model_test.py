@@ -12,6 +12,7 @@ from absl.testing import absltest, parameterized
 
 from roformer_jax import attention, positions
 from roformer_jax import model as model_lib
+from roformer_jax import model_config as model_config_lib
 
 # Parameters of each named size at the ModelConfig defaults (vocab 30522, rope, MLM head).
 # `base` with position="learned" has 109,514,298: exactly HF BertForMaskedLM (BERT-base).
@@ -29,7 +30,7 @@ B, L, V = 2, 8, 64
 
 
 def _config(**overrides):
-    return model_lib.model_config("tiny", **{"vocab_size": V, "max_len": 16, **overrides})
+    return model_config_lib.model_config("tiny", **{"vocab_size": V, "max_len": 16, **overrides})
 
 
 def _init(config, length=L, seed=0, **kwargs):
@@ -217,15 +218,15 @@ class ModelTest(parameterized.TestCase):
 
     @parameterized.parameters(*GOLDEN_PARAM_COUNTS)
     def test_golden_param_count(self, size):
-        model = model_lib.RoFormer(model_lib.model_config(size))
+        model = model_lib.RoFormer(model_config_lib.model_config(size))
         shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 8), jnp.int32))
         self.assertEqual(_count(shapes), GOLDEN_PARAM_COUNTS[size])
 
     def test_every_size_has_a_golden_count(self):
-        self.assertEqual(set(model_lib.SIZES), set(GOLDEN_PARAM_COUNTS))
+        self.assertEqual(set(model_config_lib.SIZES), set(GOLDEN_PARAM_COUNTS))
 
     def test_base_with_learned_positions_is_bert_base(self):
-        model = model_lib.RoFormer(model_lib.model_config("base", position="learned"))
+        model = model_lib.RoFormer(model_config_lib.model_config("base", position="learned"))
         shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 8), jnp.int32))
         self.assertEqual(_count(shapes), BERT_BASE_MLM_PARAMS)
 
@@ -243,16 +244,16 @@ class ModelTest(parameterized.TestCase):
     )
     def test_bad_config(self, overrides, message):
         with self.assertRaisesRegex(ValueError, message):
-            model_lib.model_config("tiny", **overrides)
+            model_config_lib.model_config("tiny", **overrides)
 
     def test_unknown_size(self):
         with self.assertRaisesRegex(ValueError, r"'huge'"):
-            model_lib.model_config("huge")
+            model_config_lib.model_config("huge")
 
     @parameterized.parameters(0, 7, -2)
     def test_random_features_come_in_pairs(self, count):
         with self.assertRaisesRegex(ValueError, f"random_features={count} must be even"):
-            model_lib.model_config("tiny", random_features=count)
+            model_config_lib.model_config("tiny", random_features=count)
 
 
 def _favor(**overrides):

@@ -13,6 +13,7 @@ from absl.testing import absltest, parameterized
 
 from roformer_jax import hf, rope, rope_scaling
 from roformer_jax import model as model_lib
+from roformer_jax import model_config as model_config_lib
 
 try:
     import transformers
@@ -315,7 +316,7 @@ class XposTest(parameterized.TestCase):
 
 
 def _model_config(scaling, **overrides):
-    return model_lib.model_config("tiny", vocab_size=64, rope_scaling=scaling, **overrides)
+    return model_config_lib.model_config("tiny", vocab_size=64, rope_scaling=scaling, **overrides)
 
 
 class ModelConfigTest(parameterized.TestCase):
@@ -349,7 +350,7 @@ class ModelConfigTest(parameterized.TestCase):
         config = _model_config(dict(YARN))
         self.assertIsInstance(config.rope_scaling, str)
         self.assertEqual(config.rope_scaling_dict, YARN)
-        again = model_lib.ModelConfig(**json.loads(json.dumps(dataclasses.asdict(config))))
+        again = model_config_lib.ModelConfig(**json.loads(json.dumps(dataclasses.asdict(config))))
         self.assertEqual(again, config)
         self.assertEqual(hash(again), hash(config))
         # As a string (a command-line override), in any key order: the same config.

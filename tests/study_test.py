@@ -6,6 +6,7 @@ import os
 import tempfile
 from unittest import mock
 
+import numpy as np
 from absl.testing import absltest
 
 from roformer_jax import study
@@ -183,6 +184,25 @@ class StudyTest(absltest.TestCase):
             text = f.read()
         self.assertIn("data: test", text)
         self.assertIn("| x | +1.000 | 1 | +1.000 |", text)
+
+    def test_paired_curves_through_training(self):
+        def run(*losses):  # evaluations at steps 10, 20 (and 30 where given)
+            return [{"step": 10 * (i + 1), "valid/loss": v} for i, v in enumerate(losses)]
+
+        results = {
+            "base": [run(5.0, 4.0, 3.0), run(6.0, 5.0), run(5.5, 4.5, 3.5)],
+            "new": [run(4.0, 3.0, 2.0), run(4.0, 4.0), run(5.5, 2.5, 1.5)],
+        }
+        curve = study.paired_curves(results, "base", "valid/loss")["new"]
+        self.assertEqual(curve["step"], [10, 20])  # the steps every seed logged
+        self.assertEqual(curve["n"], 3)
+        # step 10: differences -1, -2, 0 -> mean -1, sample std 1, t(0.975, 2) = 4.303.
+        np.testing.assert_allclose(
+            [curve["mean"][0], curve["low"][0], curve["high"][0]],
+            [-1.0, -1.0 - 4.303 / np.sqrt(3), -1.0 + 4.303 / np.sqrt(3)], atol=1e-3,
+        )  # fmt: skip
+        one = study.paired_curves({"base": [run(5.0)], "new": [run(4.5)]}, "base", "valid/loss")
+        self.assertEqual((one["new"]["mean"], one["new"]["low"]), ([-0.5], [-0.5]))
 
     def test_footnote_names_data_size_machine_and_floor(self):
         machine = {"device_count": 1, "backend": "cpu", "cpus": 2, "architecture": "x86_64"}

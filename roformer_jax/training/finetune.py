@@ -38,7 +38,7 @@ from absl import logging
 from roformer_jax import heads, hf
 from roformer_jax.data import tasks
 from roformer_jax.data.tokenizer import ByteTokenizer, WordPieceTokenizer
-from roformer_jax.model import model_config
+from roformer_jax.model_config import model_config
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import optim, runs, runtime
 from roformer_jax.training import task_metrics as tm

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from roformer_jax.data.tasks import FORMATS, TRUNCATIONS
-from roformer_jax.model import SIZES
+from roformer_jax.model_config import SIZES
 from roformer_jax.training.config import section_from_dict
 from roformer_jax.training.optim import OptimConfig
 
@@ -89,7 +89,7 @@ class FinetuneExperiment:
     # A pre-training workdir (train_mlm.py's), or a local HF RoFormer directory with its
     # vocab.txt; None = a randomly initialized encoder of size `random_init_size` on bytes.
     init_from: str | None = None
-    random_init_size: str = "tiny"  # a key of model.SIZES; used only without init_from
+    random_init_size: str = "tiny"  # a key of model_config.SIZES; used only without init_from
     seed: int = 0  # head initialization, dropout and data order
 
     def __post_init__(self):
