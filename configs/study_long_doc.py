@@ -16,10 +16,11 @@ control at 512 with the head and the tail of each side. BERT's longer cells are 
 Also: accuracy by the fraction of B kept at 512, a bag-of-words logistic baseline, paired
 differences with 95% t-intervals and exact McNemar tests (roformer_jax/long_doc_report.py).
 
-Every number here is a setting, not a tuned value; `:runlocal` is a smoke run at a quarter of
-the lengths (a few minutes on 2 cores). Expect, as an estimate from measured step times (the
-README's "Long-document study"): about 16 h on 2 cores shared with another job, about 6 h on
-2 idle ones; 5.5 h of it pre-training (`--config.pretrain_steps` scales that part).
+Every number here is a setting, not a tuned value. `:runlocal` is a smoke run at a quarter
+of the lengths (12 pre-training steps, 1 epoch, 1 seed; estimated 15-20 min on 2 shared
+cores, not timed). Expect, as an estimate from measured step times (the README's
+"Long-document study"): about 16 h on 2 cores shared with another job (5.5 h of it
+pre-training, which `--config.pretrain_steps` scales), about 6 h on 2 idle ones.
 No result yet: the study has not been run.
 """
 
