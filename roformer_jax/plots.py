@@ -205,6 +205,7 @@ def plot_accuracy_lengths(
         ax.axhline(chance, color="black", linestyle="--", linewidth=0.8, label="chance")
     if reference is not None:
         ax.axhline(reference[1], color="gray", linestyle=":", label=reference[0])
+    ax.set_xticks(sorted({n for points in lines.values() for n in points}))
     ax.set_xlabel("maximum input length (tokens)")
     ax.set_ylabel(f"test accuracy (n={max(len(p) for s in lines.values() for p in s.values())} "
                   "seeds)")  # fmt: skip
@@ -212,5 +213,5 @@ def plot_accuracy_lengths(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     if footnote:
-        fig.text(0.01, 0.01, textwrap.fill(footnote, 160), fontsize=7, va="bottom")
-    return _save(fig, path, bottom=0.1 if footnote else 0.0)
+        fig.text(0.01, 0.01, textwrap.fill(footnote, 120), fontsize=7, va="bottom")
+    return _save(fig, path, bottom=0.16 if footnote else 0.0)
