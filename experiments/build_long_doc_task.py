@@ -46,20 +46,12 @@ _SPLITS = flags.DEFINE_list(
 
 def main(argv):
     del argv
-    articles = long_doc_task.read_articles(
-        _SOURCE.value, format=_FORMAT.value, span_words=_SPAN_WORDS.value
-    )
     fractions = None if _SPLITS.value == ["sources"] else [float(f) for f in _SPLITS.value]
-    texts = [" ".join(a.words) for a in articles]
-    measure = long_doc_task.named_measure(_TOKENIZER.value, texts, vocab_size=_VOCAB_SIZE.value)
-    splits, stats = long_doc_task.build_task(
-        articles,
-        measure=measure,
-        window_tokens=_WINDOW_TOKENS.value,
-        seed=_SEED.value,
-        fractions=fractions,
-    )
-    stats["sources"] = _SOURCE.value
+    splits, stats = long_doc_task.build_from_sources(
+        _SOURCE.value, format=_FORMAT.value, tokenizer=_TOKENIZER.value,
+        window_tokens=_WINDOW_TOKENS.value, seed=_SEED.value, fractions=fractions,
+        span_words=_SPAN_WORDS.value, vocab_size=_VOCAB_SIZE.value,
+    )  # fmt: skip
     print(json.dumps(stats, indent=1, sort_keys=True))
     print("wrote", *long_doc_task.write_task(_OUT.value, splits, stats))
 

@@ -185,3 +185,56 @@ def plot_lengths(
     if footnote:
         fig.text(0.01, 0.01, textwrap.fill(footnote, 230), fontsize=7, va="bottom")
     return _save(fig, path, bottom=0.07 if footnote else 0.0)
+
+
+def plot_accuracy_lengths(
+    lines: Mapping[str, Mapping[int, Sequence[float]]],
+    path: str,
+    *,
+    title: str,
+    controls: Mapping[str, tuple[int, Sequence[float]]] | None = None,
+    chance: float | None = None,
+    reference: tuple[str, float] | None = None,
+    footnote: str = "",
+) -> str:
+    """Accuracy against maximum input length: one line per model, the 95% t-interval of the
+    mean over seeds as bars (2 seeds or more).
+
+    Args:
+      lines: name -> {max length: [accuracy per seed]}.
+      controls: name -> (length, [accuracy per seed]), drawn as lone markers.
+      chance, reference: horizontal lines (reference: (label, accuracy)).
+      footnote: data, model and hardware, wrapped under the panel.
+    """
+    from roformer_jax.study import t_interval  # here: roformer_jax.study imports this module
+
+    def mean_error(values):
+        if len(values) < 2:
+            return values[0], 0.0
+        mean, low, _ = t_interval(values)
+        return mean, mean - low
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for i, (name, points) in enumerate(lines.items()):
+        lengths = sorted(points)
+        means, errors = zip(*(mean_error(points[n]) for n in lengths))
+        ax.errorbar(lengths, means, yerr=errors, marker="o", capsize=3, color=f"C{i}", label=name)
+    markers = "sDv^<>"
+    for i, (name, (length, values)) in enumerate((controls or {}).items()):
+        mean, error = mean_error(values)
+        ax.errorbar([length], [mean], yerr=[error], marker=markers[i % len(markers)], capsize=3,
+                    linestyle="none", color=f"C{i}", mfc="white", label=name)  # fmt: skip
+    if chance is not None:
+        ax.axhline(chance, color="black", linestyle="--", linewidth=0.8, label="chance")
+    if reference is not None:
+        ax.axhline(reference[1], color="gray", linestyle=":", label=reference[0])
+    ax.set_xticks(sorted({n for points in lines.values() for n in points}))
+    ax.set_xlabel("maximum input length (tokens)")
+    ax.set_ylabel(f"test accuracy (n={max(len(p) for s in lines.values() for p in s.values())} "
+                  "seeds)")  # fmt: skip
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    if footnote:
+        fig.text(0.01, 0.01, textwrap.fill(footnote, 120), fontsize=7, va="bottom")
+    return _save(fig, path, bottom=0.16 if footnote else 0.0)

@@ -38,7 +38,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from roformer_jax import length_study, plots, study
+from roformer_jax import length_study, long_doc_report, long_doc_study, plots, study
 from roformer_jax.study_record import RawStudy, read_raw
 
 MARKER = re.compile(r"<!-- generated: (\S+) (\w+)\((.*?)\) -->(.*?)<!-- end generated -->", re.S)
@@ -275,6 +275,41 @@ def _wall_time_table(page: _Page) -> str:
     return "\n".join(lines)
 
 
+def _long_doc(raw: RawStudy, page: _Page) -> long_doc_study.Results:
+    """The long-document study's results, from its raw folder (long_doc_study.read_results)."""
+    return long_doc_study.read_results(os.path.join(page.raw_root, raw.name), raw.config)
+
+
+def _long_doc_figure(raw: RawStudy, *, page: _Page) -> str:
+    """long_doc_report.figure, drawn into page.figures_dir when given, with its n."""
+    if page.figures_dir is not None:
+        long_doc_report.figure(
+            _long_doc(raw, page), os.path.join(page.figures_dir, f"{raw.name}.png"),
+            title=raw.config["title"],
+            footnote=long_doc_report.footnote(raw.config, raw.record["machine"]),
+        )  # fmt: skip
+    n = len(raw.config["finetune_seeds"])
+    return f"![{raw.name}]({FIGURES}/{raw.name}.png)\n\n*n = {n} fine-tuning seeds per point" + (
+        "; bars: 95% t-interval of the mean.*" if n > 1 else ".*"
+    )
+
+
+def _long_doc_table(raw: RawStudy, key: str = "test/accuracy", *, page: _Page) -> str:
+    return long_doc_report.accuracy_table(_long_doc(raw, page), key)
+
+
+def _long_doc_paired_table(raw: RawStudy, split: str = "test", *, page: _Page) -> str:
+    return long_doc_report.paired_table(_long_doc(raw, page), split)
+
+
+def _long_doc_survival_table(raw: RawStudy, split: str = "test", *, page: _Page) -> str:
+    return long_doc_report.survival_table(_long_doc(raw, page), split)
+
+
+def _long_doc_bow(raw: RawStudy, *, page: _Page) -> str:
+    return long_doc_report.bow_text(_long_doc(raw, page))
+
+
 def _read_json(path: str) -> dict:
     with open(path, encoding="utf-8") as f:
         return json.load(f)
@@ -302,6 +337,14 @@ KINDS = {
     "unigram": _unigram,
     "targets": lambda raw: f"{_targets(raw):,}",  # _targets, as the footnote prints it
     "wall_time_table": _wall_time_table,
+    # The long-document study (experiments/long_doc_study.py): its tables read the fine-tuning
+    # runs, survival.json and bow.json of the raw folder.
+    "long_doc_figure": _long_doc_figure,
+    "long_doc_table": _long_doc_table,
+    "long_doc_paired_table": _long_doc_paired_table,
+    "long_doc_survival_table": _long_doc_survival_table,
+    "long_doc_bow": _long_doc_bow,
 }
-INLINE = {"stale", "mean", "diff", "unigram", "targets"}
-_USES_PAGE = {"stale", "figure"}
+INLINE = {"stale", "mean", "diff", "unigram", "targets", "long_doc_bow"}
+_USES_PAGE = {"stale", "figure", "long_doc_figure", "long_doc_table", "long_doc_paired_table",
+              "long_doc_survival_table", "long_doc_bow"}  # fmt: skip

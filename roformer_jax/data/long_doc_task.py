@@ -197,17 +197,15 @@ def far_windows(
     return None
 
 
-def tfidf_nearest(texts: Sequence[str]) -> np.ndarray:
-    """For each text, the index of the most similar other text by TF-IDF cosine.
+def tfidf_vectors(texts: Sequence[str]) -> sparse.csr_matrix:
+    """float64 [T, V]: the L2-normalized TF-IDF rows of `texts` over their own vocabulary.
 
-    Terms are lowercased words of 2+ characters; tf = 1 + ln(count) and idf = ln((1 + n) /
-    (1 + df)) + 1, as scikit-learn's TfidfVectorizer(sublinear_tf=True) computes them; rows are
-    L2-normalized. Sublinear tf keeps "the" (hundreds of times in every long article) from
-    drowning the topical words. Ties go to the lowest index. Needs two or more texts.
+    Terms are lowercased words of 2+ characters; tf = 1 + ln(count) and idf = ln((1 + T) /
+    (1 + df)) + 1, as scikit-learn's TfidfVectorizer(sublinear_tf=True) computes them.
+    Sublinear tf keeps "the" (hundreds of times in every long article) from drowning the
+    topical words. A text without terms is a row of zeros.
     """
     n = len(texts)
-    if n < 2:
-        raise ValueError(f"{n} text(s): a nearest other text needs at least 2")
     vocab, rows, cols = {}, [], []
     for i, text in enumerate(texts):
         for term in _TERM.findall(text.lower()):
@@ -221,7 +219,16 @@ def tfidf_nearest(texts: Sequence[str]) -> np.ndarray:
     df = np.bincount(counts.indices, minlength=counts.shape[1])
     x = counts.multiply(np.log((1 + n) / (1 + df)) + 1).tocsr()
     norms = np.sqrt(np.asarray(x.multiply(x).sum(axis=1)).ravel())
-    x = sparse.diags(1 / np.where(norms > 0, norms, 1)) @ x
+    return (sparse.diags(1 / np.where(norms > 0, norms, 1)) @ x).tocsr()
+
+
+def tfidf_nearest(texts: Sequence[str]) -> np.ndarray:
+    """For each text, the index of the most similar other text by TF-IDF cosine
+    (`tfidf_vectors`). Ties go to the lowest index. Needs two or more texts."""
+    n = len(texts)
+    if n < 2:
+        raise ValueError(f"{n} text(s): a nearest other text needs at least 2")
+    x = tfidf_vectors(texts)
     similarity = (x @ x.T).toarray()
     np.fill_diagonal(similarity, -np.inf)
     return np.argmax(similarity, axis=1)  # argmax takes the first of equal maxima
@@ -328,6 +335,40 @@ def build_task(
         }
         out[split] = rows
     return out, stats
+
+
+def build_from_sources(
+    sources: Sequence[str],
+    *,
+    format: str,
+    tokenizer: str = "wordpiece",
+    window_tokens: int = 450,
+    seed: int = 0,
+    fractions: Sequence[float] | None = (0.8, 0.1, 0.1),
+    span_words: int = 3000,
+    vocab_size: int = 8192,
+) -> tuple[dict[str, list[dict]], dict]:
+    """`build_task` on the articles of `sources` (`read_articles`), tokens counted by the
+    `named_measure` of `tokenizer`; the stats also name the sources. What
+    experiments/build_long_doc_task.py and the long-document study build."""
+    articles = read_articles(sources, format=format, span_words=span_words)
+    measure = named_measure(tokenizer, [" ".join(a.words) for a in articles],
+                            vocab_size=vocab_size)  # fmt: skip
+    splits, stats = build_task(
+        articles, measure=measure, window_tokens=window_tokens, seed=seed, fractions=fractions
+    )
+    return splits, {**stats, "sources": list(sources)}
+
+
+def multiple_choice_examples(triplets: Sequence[dict]) -> list[dict]:
+    """The triplets as data/tasks.py's multiple choice: context A, choices [B, C], label 0 for
+    B and 1 for C. The model then scores [CLS] A [SEP] B [SEP] and [CLS] A [SEP] C [SEP], and
+    is right when the true pair scores higher, as the blog's CAIL script scores them."""
+    return [
+        {"id": t["id"], "context": t["A"], "choices": [t["B"], t["C"]],
+         "label": ("B", "C").index(t["label"])}
+        for t in triplets
+    ]  # fmt: skip
 
 
 def _topic_text(article: Article) -> str:

@@ -174,7 +174,7 @@ def truncate(ids: list[int], length: int, strategy: str) -> list[int]:
     return list(ids[: length - tail]) + list(ids[len(ids) - tail :])
 
 
-def _budgets(first: int, second: int, room: int) -> tuple[int, int]:
+def pair_budgets(first: int, second: int, room: int) -> tuple[int, int]:
     """Lengths of a pair that fit `room`: the longer text gives up tokens first (HF's
     "longest_first")."""
     while first + second > room:
@@ -210,7 +210,7 @@ def encode_classification(
         room = max_length - (3 if has_pair else 2)
         if room < 2:
             raise ValueError(f"max_length {max_length} leaves no room for text")
-        na, nb = _budgets(len(a), len(b) if has_pair else 0, room)
+        na, nb = pair_budgets(len(a), len(b) if has_pair else 0, room)
         row = [tok.cls_id, *truncate(a, na, truncation), tok.sep_id]
         types = [0] * len(row)
         if has_pair:
@@ -231,7 +231,7 @@ def encode_multiple_choice(
     pieces = []
     for e, context in zip(examples, contexts):
         for choice in tok.encode_batch(e["choices"]):
-            na, nb = _budgets(len(context), len(choice), max_length - 3)
+            na, nb = pair_budgets(len(context), len(choice), max_length - 3)
             first = [tok.cls_id, *truncate(context, na, truncation), tok.sep_id]
             second = [*truncate(choice, nb, truncation), tok.sep_id]
             pieces.append((first + second, [0] * len(first) + [1] * len(second)))

@@ -11,7 +11,7 @@ on one device and pmap on several, `Checkpoints` and `MetricsWriter`.
 
 Workdir: config.json, metrics.jsonl, tensorboard/, checkpoints/ (the latest epoch, for
 resume), best/ (the epoch with the best validation metric), data/ (a builtin task's files),
-final_metrics.json.
+predictions.json (classification, multiple choice), final_metrics.json.
 
 Determinism. The rows of step t depend only on (seed, t // steps per epoch): each epoch is a
 permutation drawn from (seed, epoch), the remainder dropped; dropout as in step.py. A run
@@ -48,6 +48,9 @@ from roformer_jax.training.step import TrainState, make_sums_train_step
 
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 FINAL_METRICS_FILE = "final_metrics.json"
+# {split: {"prediction": [N], "label": [N]}} of the best checkpoint (classification and
+# multiple choice): what a paired test of two runs on the same examples reads.
+PREDICTIONS_FILE = "predictions.json"
 
 
 # ---------------------------------------------------------------- the encoder
@@ -298,11 +301,12 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
     )
     state = devices.replicate(state)
 
-    def evaluate(params, split: Split, prefix: str) -> dict:
+    def evaluate(params, split: Split, prefix: str) -> tuple[dict, Any]:
+        """({prefix/metric: value}, the head's outputs on every row)."""
         outputs = _predict(lambda b: devices.unshard(predict(params, devices.shard(b))),
                            split.rows, eval_batch)  # fmt: skip
         scores = kind.scores(outputs, split.rows, split.examples, labels, tok)
-        return {f"{prefix}/{k}": v for k, v in scores.items()}
+        return {f"{prefix}/{k}": v for k, v in scores.items()}, outputs
 
     def save(checkpoints, step):
         meta = {"config": {**cfg_dict, "model": dataclasses.asdict(model_cfg)},
@@ -334,7 +338,7 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
                                                             tokens_per_s=None))  # fmt: skip
                     window.update(metrics_lib.empty_window())
                 if is_epoch:
-                    record.update(evaluate(state.params, splits["valid"], "valid"))
+                    record.update(evaluate(state.params, splits["valid"], "valid")[0])
                     if progress["best"] is None or record[key] > progress["best"][key]:
                         progress["best"] = {"step": done, key: record[key]}
                         if best.latest_step() != done:  # a rerun after a crash between
@@ -367,11 +371,19 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
     finally:
         best.close()
     params = devices.replicate(best_state.params)
-    final = {"best_step": int(best_state.step), **evaluate(params, splits["valid"], "valid")}
-    if "test" in splits:
-        final.update(evaluate(params, splits["test"], "test"))
+    final, predictions = {"best_step": int(best_state.step)}, {}
+    for name in ("valid", "test"):
+        if name in splits:
+            scores, outputs = evaluate(params, splits[name], name)
+            final.update(scores)
+            if kind.targets == ("label",):  # per example, for paired tests between runs
+                predictions[name] = {"prediction": np.argmax(outputs.logits, -1).tolist(),
+                                     "label": splits[name].rows["label"].tolist()}  # fmt: skip
+    if predictions:
+        with open(os.path.join(workdir, PREDICTIONS_FILE), "w", encoding="utf-8") as f:
+            json.dump(predictions, f)
     with open(os.path.join(workdir, FINAL_METRICS_FILE), "w", encoding="utf-8") as f:
-        json.dump(final, f, indent=2)
+        json.dump(final, f, indent=2)  # last: its presence says the run is done
     return final
 
 

@@ -1,0 +1,95 @@
+"""Study: the blog's long-document claim (CAIL2019-SCM, 512 → 1024 tokens) on the offline
+triplet task of data/long_doc_task.py (issue 16, item 4).
+
+  python experiments/long_doc_study.py --config=configs/study_long_doc.py \\
+      --workdir=runs/long_doc --raw_dir=docs/results/raw/long_doc_wikitext2
+
+Pre-trains three encoders of configs/studies.py's size (4 layers x 128, 2 heads of 64) on
+WikiText-2's train.txt for `pretrain_steps`: RoFormer in the blog's six multi-length stages
+at the blog's own lengths (512, 1536, 256, 128, 1536, 512; configs/study_multilength.py's step
+shares and tokens-per-step ratios), RoFormer in the same stages capped at 512 tokens (batches
+grown so each stage keeps its tokens per step), and BERT (learned table of 512) in the capped
+stages. Then fine-tunes each, `finetune_seeds` times, on the WikiText-2 triplets with windows of
+760 tokens (a pair [CLS] A [SEP] B [SEP] is about 1,523 tokens: 512 reads a third of each
+side, 1024 two thirds, 1536 all of it) at every length of `lengths` it can read, plus the
+control at 512 with the head and the tail of each side. BERT's longer cells are "n/a".
+Also: accuracy by the fraction of B kept at 512, a bag-of-words logistic baseline, paired
+differences with 95% t-intervals and exact McNemar tests (roformer_jax/long_doc_report.py).
+
+Every number here is a setting, not a tuned value. `:runlocal` is a smoke run at a quarter
+of the lengths (12 pre-training steps, 1 epoch, 1 seed; estimated 15-20 min on 2 shared
+cores, not timed). Expect, as an estimate from measured step times (the README's
+"Long-document study"): about 16 h on 2 cores shared with another job (5.5 h of it
+pre-training, which `--config.pretrain_steps` scales), about 6 h on 2 idle ones.
+No result yet: the study has not been run.
+"""
+
+from ml_collections import ConfigDict
+
+from configs import base, studies, study_multilength
+
+# study_multilength's stages are the blog's at half its lengths: twice them is the blog's.
+MULTI_LENGTH = tuple((s, 2 * n, b) for s, n, b in study_multilength.STAGES)
+# The same stages with no length past 512: a longer stage reads 512 with a batch grown by the
+# same factor, so every stage keeps its tokens per step and the run its token budget.
+UP_TO_512 = tuple((s, min(n, 512), b * n // min(n, 512)) for s, n, b in MULTI_LENGTH)
+WIKITEXT2 = "../shared/data/wikitext-2"
+
+
+def get_config(arg=None):
+    config = studies.get_config()
+    experiment = config.experiment
+    experiment.data.update(
+        source=f"{WIKITEXT2}/train.txt", doc_separator="article", seq_len=512, valid_lengths=()
+    )  # validation at 512, which every encoder reads
+    experiment.train.update(log_every=10, eval_every=500, checkpoint_every=500)
+    config.runs = ConfigDict(  # in the order the tables show them
+        {
+            "RoFormer multi-length": {"model": {"position": "rope"}},
+            "RoFormer 512 only": {"model": {"position": "rope"}},
+            "BERT": {"model": {"position": "learned", "max_len": 512}},
+        },
+        sort_keys=False,
+    )
+    config.schedules = {"multi-length": MULTI_LENGTH, "512 only": UP_TO_512}  # (steps, len, batch)
+    config.schedule_of = {  # each run's schedule, rescaled to pretrain_steps
+        "RoFormer multi-length": "multi-length",
+        "RoFormer 512 only": "512 only",
+        "BERT": "512 only",
+    }
+    config.pretrain_steps = studies.LONG_STEPS  # every encoder's optimizer updates
+    config.seeds = (0,)  # pre-training seeds; fine-tuning seed i starts from seeds[i % len]
+    config.finetune_seeds = (0, 1, 2)
+    config.lengths = (512, 1024, 1536)  # fine-tuning max lengths, [CLS] and [SEP]s included
+    config.control_truncation = "head+tail"  # the control at the shortest length
+    # Paired across encoders at every length both read (first minus second).
+    config.encoder_pairs = (("RoFormer multi-length", "RoFormer 512 only"),
+                            ("RoFormer 512 only", "BERT"))  # fmt: skip
+    config.survival_edges = (0.0, 0.25, 0.5, 0.75, 1.0)  # bins of the fraction of B kept
+    # The triplets: long_doc_task.build_from_sources's arguments (splits: "sources" puts
+    # source file i in split i, so the valid and test articles were never pre-trained on).
+    config.task = ConfigDict(
+        dict(sources=tuple(f"{WIKITEXT2}/{s}.txt" for s in ("train", "valid", "test")),
+             format="wikitext", splits="sources", window_tokens=760, tokenizer="wordpiece",
+             seed=0)
+    )  # fmt: skip
+    # Fine-tuning (training/finetune_config.py); the task's files, format, max length and
+    # truncation are set per cell by the study.
+    config.finetune = base.get_finetune_base_config()
+    config.finetune.finetune.update(epochs=3, batch_size=8, log_every=10)
+    config.finetune.optim.update(learning_rate=1e-4, warmup_steps=30)
+    config.title = "Long-document triplets: accuracy by maximum length and pre-training"
+    if arg == "runlocal":
+        config.pretrain_steps = 12
+        config.schedules = {k: tuple((s, n // 4, b) for s, n, b in v)
+                            for k, v in config.schedules.items()}  # fmt: skip
+        experiment.data.update(seq_len=128, max_chars=400_000)
+        experiment.train.eval_batches = 2
+        config.runs.BERT.model.max_len = 128
+        config.lengths = (128, 256, 384)
+        config.task.window_tokens = 190
+        config.finetune_seeds = (0,)
+        config.finetune.finetune.epochs = 1
+    elif arg:
+        raise ValueError(f"unknown config argument {arg!r}; the only one is 'runlocal'")
+    return config

@@ -1,0 +1,70 @@
+r"""The long-document study in one command: pre-train, fine-tune at each length, controls.
+
+  python experiments/long_doc_study.py --config=configs/study_long_doc.py \
+      --workdir=runs/long_doc --raw_dir=docs/results/raw/long_doc_wikitext2
+
+Pre-trains the config's encoders as experiments/compare.py trains a study's runs (cached,
+resumable), builds the triplet task into <workdir>/task, fine-tunes every (encoder, length,
+truncation) cell for each fine-tuning seed (cached, resumable), fits the bag-of-words baseline,
+and writes <workdir>/long_doc.md (tables) and <workdir>/long_doc.png (accuracy against
+length). With --raw_dir, copies the small outputs there and writes study.json
+(roformer_jax/study_record.py), from which docs/results.md's section is regenerated.
+"""
+
+import os
+import sys
+import time
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _ROOT)  # config files import `configs.*`
+
+from roformer_jax import long_doc_report, long_doc_study, study, study_record  # noqa: E402
+from roformer_jax.data.batches import load_corpus  # noqa: E402
+from roformer_jax.training import provenance, runtime  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", os.path.join(_ROOT, "configs", "study_long_doc.py"),
+    "Study config: experiment, runs, schedules, pretrain_steps, lengths, task, finetune, ...",
+    lock_config=True,
+)  # fmt: skip
+_WORKDIR = flags.DEFINE_string("workdir", "runs/long_doc", "Every run goes under here.")
+_RAW_DIR = flags.DEFINE_string(
+    "raw_dir", None, "Also copy the small outputs here (e.g. docs/results/raw/...) and write "
+    "study.json (the command, config, commit and machine).",
+)  # fmt: skip
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    started, config, workdir = time.time(), _CONFIG.value, _WORKDIR.value
+    runs = long_doc_study.pretraining_runs(config)
+    study.run_study(runs, workdir)
+    task_dir = long_doc_study.build_task(config.task, workdir)
+    long_doc_study.finetune_cells(config, workdir, task_dir, log=logging.info)
+    long_doc_study.write_survival(config, runs, workdir, task_dir)
+    long_doc_study.write_bow(workdir, task_dir)
+
+    results = long_doc_study.read_results(workdir, config.to_dict())
+    exp = next(iter(runs.values()))[0]
+    unigram = load_corpus(exp.data, os.path.join(workdir, "data")).unigram_cross_entropy()
+    footnote = long_doc_report.footnote(config.to_dict(), provenance.machine())
+    png, md = long_doc_report.write(results, workdir, title=config.title, footnote=footnote)
+    with open(md, encoding="utf-8") as f:
+        print(f.read())
+    logging.info("wrote %s and %s", png, md)
+    if _RAW_DIR.value:
+        record = study_record.make_record(
+            argv=sys.argv, config_file=config_flags.get_config_filename(flags.FLAGS["config"]),
+            config=config, wall_s=time.time() - started, unigram=unigram,
+        )  # fmt: skip
+        count = study_record.export(_RAW_DIR.value, runs, workdir, record)
+        count += long_doc_study.export_raw(config, workdir, _RAW_DIR.value)
+        logging.info("copied %d raw files to %s", count, _RAW_DIR.value)
+
+
+if __name__ == "__main__":
+    runtime.run_main(main)

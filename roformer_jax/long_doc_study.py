@@ -1,0 +1,277 @@
+"""The long-document study: encoders pre-trained with and without long stages, fine-tuned on
+the triplet task (data/long_doc_task.py) at several maximum lengths, with controls.
+
+    runs = pretraining_runs(config)              # {encoder: [ExperimentConfig per seed]}
+    study.run_study(runs, workdir)               # pre-training, cached and resumed
+    task_dir = build_task(config.task, workdir)  # the triplets, as multiple choice files
+    finetune_cells(config, workdir, task_dir)  # every cell x fine-tuning seed, cached
+    results = read_results(workdir, config)      # from a workdir or a raw folder alike
+
+A cell is (encoder, max length, truncation): every encoder at each of `lengths` it can read,
+with "head" truncation, plus the control at the shortest length with `control_truncation`
+(head and tail of each side). An encoder whose position table is shorter than a length gets
+no cell there; the tables say "n/a (learned table of 512)". Fine-tuning seed i starts from
+pre-training seed seeds[i % len(seeds)]. Fine-tuning runs live in
+<workdir>/finetune/<cell>/seed<k>/ (training/finetune.py's workdir); a finished one (its
+final_metrics.json) is not run again, an interrupted one resumes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+import numpy as np
+from ml_collections import ConfigDict
+
+from roformer_jax import bow_baseline, study
+from roformer_jax.data import long_doc_task, tasks
+from roformer_jax.training import finetune as finetune_lib
+from roformer_jax.training import runs as runs_lib
+from roformer_jax.training.config import (
+    ExperimentConfig,
+    config_diff,
+    experiment_config_from_dict,
+)
+from roformer_jax.training.finetune_config import FinetuneExperiment, finetune_experiment_from_dict
+
+FINETUNE_DIR = "finetune"
+TASK_DIR = "task"
+SURVIVAL_FILE = "survival.json"  # {length: {split: [fraction of B's tokens kept] per triplet}}
+BOW_FILE = "bow.json"
+RAW_FILES = ("metrics.jsonl", "config.json", finetune_lib.FINAL_METRICS_FILE,
+             finetune_lib.PREDICTIONS_FILE)  # fmt: skip
+
+
+def scale_stages(stages: Sequence[Sequence[int]], steps: int) -> tuple[tuple[int, int, int], ...]:
+    """(steps, seq_len, batch) stages with the steps rescaled to sum to `steps`, each stage
+    keeping its share (rounded by largest remainders, so the sum is exact; the stages' own
+    steps give them back) and at least 1 step."""
+    if steps < len(stages):
+        raise ValueError(f"{steps} steps cannot hold {len(stages)} stages of at least 1 step")
+    share = np.array([s[0] for s in stages], float)
+    exact = share / share.sum() * steps
+    counts = np.floor(exact).astype(int)
+    counts[np.argsort(counts - exact, kind="stable")[: steps - counts.sum()]] += 1
+    while counts.min() == 0:  # a stage too small for its share: a step from the largest
+        counts[np.argmin(counts)] += 1
+        counts[np.argmax(counts)] -= 1
+    return tuple((int(c), int(s[1]), int(s[2])) for c, s in zip(counts, stages))
+
+
+def pretraining_runs(config: ConfigDict) -> dict[str, list[ExperimentConfig]]:
+    """study.study_runs of `config`, each encoder trained for `pretrain_steps` in the stages of
+    its schedule (config.schedules[config.schedule_of[name]], rescaled by scale_stages)."""
+    runs = study.study_runs(config)
+    for name, seeds in runs.items():
+        stages = scale_stages(config.schedules[config.schedule_of[name]], config.pretrain_steps)
+        runs[name] = [
+            dataclasses.replace(c, train=dataclasses.replace(
+                c.train, steps=config.pretrain_steps, stages=stages))
+            for c in seeds
+        ]  # fmt: skip
+    return runs
+
+
+class Cell(NamedTuple):
+    encoder: str
+    max_length: int
+    truncation: str
+
+    @property
+    def name(self) -> str:
+        suffix = f" {self.truncation}" if self.truncation != "head" else ""
+        return f"{self.encoder} @ {self.max_length}{suffix}"
+
+
+def cells(config: Mapping) -> list[Cell | str]:
+    """Every cell in table order; where an encoder cannot read a length, the reason instead
+    (a str: "n/a (learned table of 512)"). `config`: the study config or its dict (study.json's
+    "config"), so that a raw folder gives the same cells."""
+    if isinstance(config, ConfigDict):
+        config = config.to_dict()  # keeps the runs' order (a ConfigDict built anew sorts them)
+    out = []
+    for encoder, overrides in config["runs"].items():
+        run = ConfigDict(config["experiment"])
+        run.update(overrides)
+        longest = experiment_config_from_dict(run.to_dict()).model.max_length
+        for length in config["lengths"]:
+            if longest is not None and length > longest:
+                out.append(f"n/a (learned table of {longest})")
+            else:
+                out.append(Cell(encoder, length, "head"))
+        out.append(Cell(encoder, min(config["lengths"]), config["control_truncation"]))
+    return out
+
+
+def cell_names(config: Mapping) -> list[str]:
+    """The names of the cells that are fine-tuned, in table order."""
+    return [c.name for c in cells(config) if isinstance(c, Cell)]
+
+
+def build_task(task: ConfigDict, workdir: str) -> str:
+    """<workdir>/task: the triplets (long_doc_task.build_from_sources with `task`'s fields)
+    and choices/{split}.jsonl, the same as multiple choice; built once, then reused."""
+    directory = os.path.join(workdir, TASK_DIR)
+    stats_path = os.path.join(directory, "stats.json")
+    if not os.path.exists(stats_path):
+        fractions = None if task.splits == "sources" else [float(f) for f in task.splits]
+        splits, stats = long_doc_task.build_from_sources(
+            list(task.sources), format=task.format, tokenizer=task.tokenizer,
+            window_tokens=task.window_tokens, seed=task.seed, fractions=fractions,
+        )  # fmt: skip
+        os.makedirs(os.path.join(directory, "choices"), exist_ok=True)
+        for split, rows in splits.items():
+            with open(_choices_path(directory, split), "w", encoding="utf-8") as f:
+                for row in long_doc_task.multiple_choice_examples(rows):
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        long_doc_task.write_task(directory, splits, stats)  # stats.json last: the task is whole
+    return directory
+
+
+def _choices_path(task_dir: str, split: str) -> str:
+    return os.path.join(task_dir, "choices", f"{split}.jsonl")
+
+
+def finetune_config(config, cell: Cell, seed: int, encoder_dir: str, task_dir: str):
+    """The FinetuneExperiment of one cell and fine-tuning seed."""
+    d = config.finetune.to_dict()
+    d["task"].update(
+        train_file=_choices_path(task_dir, "train"), valid_file=_choices_path(task_dir, "valid"),
+        test_file=_choices_path(task_dir, "test"), format="multiple_choice", metric="accuracy",
+        max_length=cell.max_length, truncation=cell.truncation,
+    )  # fmt: skip
+    return finetune_experiment_from_dict({**d, "init_from": encoder_dir, "seed": seed})
+
+
+def finetune_cells(config, workdir: str, task_dir: str, *, log=print) -> None:
+    """Fine-tunes every cell for every seed of config.finetune_seeds that is not finished.
+
+    Raises ValueError where a run directory holds a run of another config.
+    """
+    todo = [c for c in cells(config) if isinstance(c, Cell)]
+    total, done = len(todo) * len(config.finetune_seeds), 0
+    for cell in todo:
+        for i, seed in enumerate(config.finetune_seeds):
+            done += 1
+            pretrain_seed = config.seeds[i % len(config.seeds)]
+            encoder = os.path.abspath(study.run_dir(workdir, cell.encoder, pretrain_seed))
+            cfg = finetune_config(config, cell, seed, encoder, task_dir)
+            directory = study.run_dir(os.path.join(workdir, FINETUNE_DIR), cell.name, seed)
+            _check_same(directory, cfg)
+            if os.path.exists(os.path.join(directory, finetune_lib.FINAL_METRICS_FILE)):
+                log(f"[{done}/{total}] {cell.name} seed {seed}: finished earlier, cached")
+                continue
+            log(f"[{done}/{total}] {cell.name} seed {seed}: fine-tuning in {directory}")
+            finetune_lib.finetune(cfg, directory)
+
+
+def _check_same(directory: str, cfg: FinetuneExperiment) -> None:
+    path = os.path.join(directory, "config.json")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            changed = config_diff(json.load(f), cfg, defaults=FinetuneExperiment())
+        if changed:
+            raise ValueError(
+                f"{directory} holds a fine-tuning run of another config (differs in "
+                f"{', '.join(changed)}); delete it or use another --workdir"
+            )
+
+
+def write_survival(config, runs, workdir: str, task_dir: str) -> str:
+    """<workdir>/survival.json: per triplet of valid and test, the fraction of B's tokens that
+    a pair [CLS] A [SEP] B [SEP] keeps at each length (tasks.pair_budgets, the encoding's own
+    rule), with the first encoder's tokenizer (the runs share one, trained on their corpus)."""
+    first = next(iter(runs.values()))[0]
+    tok = runs_lib.load_run(study.run_dir(workdir, next(iter(runs)), first.seed)).tokenizer
+    survival = {str(length): {} for length in config.lengths}
+    for split in ("valid", "test"):
+        triplets = _triplets(task_dir, split)
+        a = tok.encode_batch([t["A"] for t in triplets])
+        b = tok.encode_batch([t["B"] for t in triplets])
+        for length in config.lengths:
+            kept = [tasks.pair_budgets(len(x), len(y), length - 3)[1] / max(len(y), 1)
+                    for x, y in zip(a, b)]  # fmt: skip
+            survival[str(length)][split] = [round(k, 4) for k in kept]
+    path = os.path.join(workdir, SURVIVAL_FILE)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(survival, f)
+    return path
+
+
+def _triplets(task_dir: str, split: str) -> list[dict]:
+    with open(os.path.join(task_dir, f"{split}.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_bow(workdir: str, task_dir: str) -> dict:
+    """Fits bow_baseline on the training triplets; writes and returns <workdir>/bow.json:
+    accuracy and per-example predictions on valid and test, and the fitted weights."""
+    model = bow_baseline.fit(_triplets(task_dir, "train"))
+    out = {"features": list(bow_baseline.FEATURES), "weights": model.weights.tolist()}
+    for split in ("valid", "test"):
+        triplets = _triplets(task_dir, split)
+        predicted, truth = bow_baseline.predict(model, triplets), bow_baseline.labels(triplets)
+        out[f"{split}/accuracy"] = float(np.mean(predicted == truth))
+        out[split] = {"prediction": predicted.tolist(), "label": truth.tolist()}
+    with open(os.path.join(workdir, BOW_FILE), "w", encoding="utf-8") as f:
+        json.dump(out, f)
+    return out
+
+
+class Results(NamedTuple):
+    """What the tables read, from a workdir or a raw folder alike (read_results).
+
+    config: the study config as a dict; final: {cell name: [final_metrics per fine-tuning
+    seed]}; predictions: {cell name: [predictions.json per seed]}; survival, bow: the files.
+    """
+
+    config: dict
+    final: dict[str, list[dict]]
+    predictions: dict[str, list[dict]]
+    survival: dict
+    bow: dict
+
+
+def read_results(root: str, config: Mapping) -> Results:
+    """Reads every cell's final metrics and predictions, survival.json and bow.json under
+    `root` (a workdir, or --raw_dir); FileNotFoundError names what is missing."""
+    final, predictions = {}, {}
+    for name in cell_names(config):
+        dirs = [study.run_dir(os.path.join(root, FINETUNE_DIR), name, s)
+                for s in config["finetune_seeds"]]  # fmt: skip
+        final[name] = [_read_json(os.path.join(d, finetune_lib.FINAL_METRICS_FILE)) for d in dirs]
+        predictions[name] = [_read_json(os.path.join(d, finetune_lib.PREDICTIONS_FILE))
+                             for d in dirs]  # fmt: skip
+    survival = _read_json(os.path.join(root, SURVIVAL_FILE))
+    return Results(dict(config), final, predictions, survival,
+                   _read_json(os.path.join(root, BOW_FILE)))  # fmt: skip
+
+
+def _read_json(path: str):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def export_raw(config, workdir: str, raw_dir: str) -> int:
+    """Copies every fine-tuning run's RAW_FILES, survival.json, bow.json and the task's
+    stats.json (as task_stats.json) to raw_dir, beside the pre-training runs'
+    (study_record.export); returns the number of files copied."""
+    copied = 0
+    for name in cell_names(config):
+        for seed in config.finetune_seeds:
+            source = study.run_dir(os.path.join(workdir, FINETUNE_DIR), name, seed)
+            target = study.run_dir(os.path.join(raw_dir, FINETUNE_DIR), name, seed)
+            os.makedirs(target, exist_ok=True)
+            for file in RAW_FILES:
+                shutil.copyfile(os.path.join(source, file), os.path.join(target, file))
+                copied += 1
+    for source, name in ((SURVIVAL_FILE, SURVIVAL_FILE), (BOW_FILE, BOW_FILE),
+                         (os.path.join(TASK_DIR, "stats.json"), "task_stats.json")):  # fmt: skip
+        shutil.copyfile(os.path.join(workdir, source), os.path.join(raw_dir, name))
+        copied += 1
+    return copied

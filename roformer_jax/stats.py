@@ -1,0 +1,72 @@
+"""Tests on paired per-example predictions, and accuracy binned by a per-example value.
+
+    only_a, only_b, p = mcnemar_exact(correct_a, correct_b)   # two runs on the same examples
+    bins = binned_accuracy(kept_fraction, correct, edges=(0, 0.25, 0.5, 0.75, 1))
+
+Pure functions over numpy arrays; N is the number of examples. (The t-interval of paired
+differences over seeds is study.t_interval.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+
+class McNemar(NamedTuple):
+    only_a: int  # examples run A gets right and run B wrong
+    only_b: int  # examples run B gets right and run A wrong
+    p: float  # two-sided exact p-value
+
+
+def mcnemar_exact(correct_a, correct_b) -> McNemar:
+    """McNemar's exact test of two classifiers on the same N examples.
+
+    correct_a, correct_b: bool [N], whether each run got example n right. Only the discordant
+    examples carry information: under H0 (equal accuracy) each of the b + c of them is equally
+    likely to favour either run, so min(b, c) ~ Binomial(b + c, 1/2), and
+    p = min(1, 2 · P[X <= min(b, c)]) (McNemar 1947; the exact form of Fagerland et al. 2013).
+    No discordant example: p = 1.
+    """
+    a, b = np.asarray(correct_a, bool), np.asarray(correct_b, bool)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"correct_a {a.shape} and correct_b {b.shape} must be the same [N]")
+    only_a, only_b = int(np.sum(a & ~b)), int(np.sum(~a & b))
+    n, k = only_a + only_b, min(only_a, only_b)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n  # exact: integers until here
+    return McNemar(only_a, only_b, min(1.0, 2.0 * tail))
+
+
+class Bin(NamedTuple):
+    low: float
+    high: float
+    count: int
+    accuracy: float | None  # None for an empty bin
+
+
+def binned_accuracy(values, correct, *, edges: Sequence[float]) -> list[Bin]:
+    """Accuracy of the examples whose value falls in each bin [edges[i], edges[i + 1]).
+
+    values: float [N] (e.g. the fraction of a document that survives truncation); correct:
+    bool [N]. The last bin is closed, [edges[-2], edges[-1]], so a value equal to the top edge
+    (a document kept whole) counts. Values outside the edges are a ValueError.
+    """
+    values, correct = np.asarray(values, float), np.asarray(correct, bool)
+    edges = np.asarray(edges, float)
+    if values.shape != correct.shape or values.ndim != 1:
+        raise ValueError(f"values {values.shape} and correct {correct.shape} must be the same [N]")
+    if edges.ndim != 1 or len(edges) < 2 or np.any(np.diff(edges) <= 0):
+        raise ValueError(f"edges {edges.tolist()} must be 2 or more increasing values")
+    outside = (values < edges[0]) | (values > edges[-1])
+    if np.any(outside):
+        raise ValueError(f"values {values[outside][:5].tolist()} lie outside {edges.tolist()}")
+    index = np.minimum(np.searchsorted(edges, values, side="right") - 1, len(edges) - 2)
+    bins = []
+    for i in range(len(edges) - 1):
+        hits = correct[index == i]
+        accuracy = float(np.mean(hits)) if len(hits) else None
+        bins.append(Bin(float(edges[i]), float(edges[i + 1]), len(hits), accuracy))
+    return bins

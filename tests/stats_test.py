@@ -1,0 +1,67 @@
+"""Tests for roformer_jax/stats.py: McNemar's exact test and binned accuracy."""
+
+import numpy as np
+from absl.testing import absltest, parameterized
+from scipy import stats as scipy_stats
+
+from roformer_jax import stats
+
+
+def _pairs(only_a: int, only_b: int, both: int = 3, neither: int = 2):
+    """(correct_a, correct_b) with the given counts of each agreement pattern."""
+    a = [True] * only_a + [False] * only_b + [True] * both + [False] * neither
+    b = [False] * only_a + [True] * only_b + [True] * both + [False] * neither
+    return np.array(a), np.array(b)
+
+
+class McNemarTest(parameterized.TestCase):
+    @parameterized.parameters(
+        # (b, c, p by hand): p = 2 * sum_{i <= min} C(n, i) / 2^n
+        (1, 9, 2 * (1 + 10) / 2**10),  # 0.021484375
+        (0, 5, 2 / 2**5),  # 0.0625
+        (3, 3, 1.0),  # the tail passes 1/2: capped at 1
+        (0, 0, 1.0),  # no discordant pair
+        (2, 8, 2 * (1 + 10 + 45) / 2**10),  # 0.109375
+    )
+    def test_hand_computed(self, only_a, only_b, p):
+        result = stats.mcnemar_exact(*_pairs(only_a, only_b))
+        self.assertEqual((result.only_a, result.only_b), (only_a, only_b))
+        self.assertAlmostEqual(result.p, p, places=12)
+
+    @parameterized.parameters((4, 15), (10, 11), (0, 30), (25, 7))
+    def test_equals_scipys_two_sided_binomial_test(self, only_a, only_b):
+        expected = scipy_stats.binomtest(only_a, only_a + only_b, 0.5).pvalue
+        self.assertAlmostEqual(stats.mcnemar_exact(*_pairs(only_a, only_b)).p, expected, 12)
+
+    def test_symmetric_and_blind_to_agreement(self):
+        p = stats.mcnemar_exact(*_pairs(2, 9)).p
+        self.assertEqual(stats.mcnemar_exact(*_pairs(9, 2)).p, p)
+        self.assertEqual(stats.mcnemar_exact(*_pairs(2, 9, both=40, neither=17)).p, p)
+
+    def test_shapes_must_match(self):
+        with self.assertRaisesRegex(ValueError, r"must be the same \[N\]"):
+            stats.mcnemar_exact([True, False], [True])
+
+
+class BinnedAccuracyTest(absltest.TestCase):
+    def test_bins_counts_and_accuracies(self):
+        values = [0.1, 0.2, 0.3, 0.6, 0.9, 1.0]
+        correct = [True, False, True, True, False, True]
+        bins = stats.binned_accuracy(values, correct, edges=(0, 0.25, 0.5, 0.75, 1))
+        self.assertEqual([b.count for b in bins], [2, 1, 1, 2])
+        self.assertEqual([b.accuracy for b in bins], [0.5, 1.0, 1.0, 0.5])
+        self.assertEqual((bins[0].low, bins[-1].high), (0.0, 1.0))
+
+    def test_top_edge_is_in_the_last_bin_and_empty_bins_are_none(self):
+        bins = stats.binned_accuracy([1.0, 1.0], [True, False], edges=(0, 0.5, 1))
+        self.assertEqual([(b.count, b.accuracy) for b in bins], [(0, None), (2, 0.5)])
+
+    def test_values_outside_and_bad_edges_are_errors(self):
+        with self.assertRaisesRegex(ValueError, "outside"):
+            stats.binned_accuracy([1.2], [True], edges=(0, 1))
+        with self.assertRaisesRegex(ValueError, "increasing"):
+            stats.binned_accuracy([0.5], [True], edges=(0, 0))
+
+
+if __name__ == "__main__":
+    absltest.main()
