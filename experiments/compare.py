@@ -20,21 +20,16 @@ from ml_collections import config_flags
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)
 
+from experiments import study_flags  # noqa: E402
 from roformer_jax import study, study_record  # noqa: E402
 from roformer_jax.data.batches import load_corpus  # noqa: E402
 from roformer_jax.training import provenance, runtime  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", os.path.join(_ROOT, "configs", "compare.py"),
+_CONFIG, _WORKDIR, _RAW_DIR = study_flags.define(
+    "compare.py",
+    "runs/compare",
     "Study config: an `experiment` every run shares, `runs` (name -> overrides) and `seeds`.",
-    lock_config=True,
-)  # fmt: skip
-_WORKDIR = flags.DEFINE_string("workdir", "runs/compare", "Each run trains in <workdir>/<name>/.")
-_RAW_DIR = flags.DEFINE_string(
-    "raw_dir", None, "Also copy each run's metrics.jsonl and config.json here (e.g. under "
-    "docs/results/raw/), kilobytes per run, to commit beside the page they make, and write "
-    "study.json (the command, config, commit and machine; roformer_jax/study_record.py).",
-)  # fmt: skip
+)
 
 
 def main(argv):

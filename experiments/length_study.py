@@ -22,21 +22,17 @@ from ml_collections import config_flags
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)  # config files import `configs.*`
 
+from experiments import study_flags  # noqa: E402
 from roformer_jax import length_study, plots, study, study_record  # noqa: E402
 from roformer_jax.data.batches import load_corpus  # noqa: E402
 from roformer_jax.training import provenance, runtime  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", os.path.join(_ROOT, "configs", "study_length.py"),
+_CONFIG, _WORKDIR, _RAW_DIR = study_flags.define(
+    "study_length.py",
+    "runs/length",
     "Study config: experiment, runs, seeds, evaluations, eval_lengths, eval_tokens, "
     "eval_baselines.",
-    lock_config=True,
-)  # fmt: skip
-_WORKDIR = flags.DEFINE_string("workdir", "runs/length", "Each run trains in <workdir>/<name>/.")
-_RAW_DIR = flags.DEFINE_string(
-    "raw_dir", None, "Also copy each run's small outputs here (e.g. docs/results/raw/...) and "
-    "write study.json (the command, config, commit and machine).",
-)  # fmt: skip
+)
 
 
 def main(argv):

@@ -21,20 +21,16 @@ from ml_collections import config_flags
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)  # config files import `configs.*`
 
+from experiments import study_flags  # noqa: E402
 from roformer_jax import long_doc_report, long_doc_study, study, study_record  # noqa: E402
 from roformer_jax.data.batches import load_corpus  # noqa: E402
 from roformer_jax.training import provenance, runtime  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", os.path.join(_ROOT, "configs", "study_long_doc.py"),
+_CONFIG, _WORKDIR, _RAW_DIR = study_flags.define(
+    "study_long_doc.py",
+    "runs/long_doc",
     "Study config: experiment, runs, schedules, pretrain_steps, lengths, task, finetune, ...",
-    lock_config=True,
-)  # fmt: skip
-_WORKDIR = flags.DEFINE_string("workdir", "runs/long_doc", "Every run goes under here.")
-_RAW_DIR = flags.DEFINE_string(
-    "raw_dir", None, "Also copy the small outputs here (e.g. docs/results/raw/...) and write "
-    "study.json (the command, config, commit and machine).",
-)  # fmt: skip
+)
 
 
 def main(argv):
