@@ -139,12 +139,12 @@ def _header(raw: RawStudy) -> str:
     if code.get("first_commit"):
         commit = f"{_short(code['first_commit'])}–{commit}"
     dirty = " with uncommitted changes" if code.get("dirty") else ""
-    wall = record["wall_s"]
+    wall = _command_wall_s(raw)
     line = (
         f"Ran at commit {commit}{dirty}, {machine['cpus']} {machine['architecture']} cores, "
         f"JAX {machine['jax']} ({machine['backend']}): {len(raw.runs)} runs × n = "
         f"{len(raw.config['seeds'])} seeds; "
-        + (f"the command took {_minutes(wall)}." if wall else "no single wall time recorded.")
+        + (f"the command took {_minutes(wall)}." if wall else "it ran in pieces, so no single wall time.")
     )
     if record.get("reconstructed"):
         line += " (Its study.json was reconstructed by hand from this page's earlier text.)"
@@ -248,29 +248,46 @@ def _targets(raw: RawStudy) -> int:
     return next(iter(raw.scores.values()))[0][raw.config["eval_lengths"][0]]["targets"]
 
 
+def _training_s(raw: RawStudy) -> float:
+    """The runs' own clocks summed: each run's last `elapsed_s` (pauses excluded)."""
+    return sum(
+        study.final_values(records, "elapsed_s") or 0.0
+        for seeds in raw.results.values()
+        for records in seeds
+    )
+
+
+def _command_wall_s(raw: RawStudy) -> float | None:
+    """The command's wall time, or None where it is unknown or the study ran in pieces: a
+    command that resumed finished runs records only its own part, shorter than its runs'
+    training."""
+    wall = raw.record["wall_s"]
+    return wall if wall and wall >= _training_s(raw) else None
+
+
 def _wall_time_table(page: _Page) -> str:
-    """Every raw study's training time (the runs' own clocks), scoring time and command."""
+    """Every raw study's training time (the runs' own clocks), scoring time, core-hours and
+    command wall time."""
     lines = [
-        "| study | runs × seeds | training, all runs | length scoring | command wall time |",
-        "|---|---|---|---|---|",
+        "| study | runs × seeds | training, all runs | length scoring | core-hours "
+        "| command wall time |",
+        "|---|---|---|---|---|---|",
     ]
     for name in sorted(os.listdir(page.raw_root)):
         if not os.path.isdir(os.path.join(page.raw_root, name)):
             continue
         raw = page.study(name)
-        training = sum(
-            study.final_values(records, "elapsed_s") or 0.0
-            for seeds in raw.results.values()
-            for records in seeds
-        )
+        training = _training_s(raw)
         scoring = sum(
             _read_json(path).get("seconds", 0.0)
             for path in glob.glob(os.path.join(page.raw_root, name, "*", "*", "length_eval", "*"))
         )
-        wall = raw.record["wall_s"]
+        core_hours = raw.record["machine"]["cpus"] * (training + scoring) / 3600
+        wall = _command_wall_s(raw)
         lines.append(
             f"| {name} | {sum(len(s) for s in raw.results.values())} | {_minutes(training)} | "
-            f"{_minutes(scoring) if scoring else 'n/a'} | {_minutes(wall) if wall else 'n/a'} |"
+            f"{_minutes(scoring) if scoring else 'n/a'} | {core_hours:.1f} | "
+            f"{_minutes(wall) if wall else 'n/a'} |"
         )
     return "\n".join(lines)
 

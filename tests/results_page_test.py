@@ -95,6 +95,28 @@ class ResultsPageTest(parameterized.TestCase):
         self.assertIsNone(results_page.code_changed("0" * 40))  # not a commit of this repo
 
     @parameterized.named_parameters(
+        ("whole", 3000.0, "| 50 min 0 s |", "the command took 50 min 0 s."),
+        ("in_pieces", 600.0, "| n/a |", "it ran in pieces, so no single wall time."),
+    )
+    def test_a_command_shorter_than_its_runs_ran_in_pieces(self, wall_s, cell, sentence):
+        # A resumed command records only its own part: 10 min against 44 min of training.
+        raw = tempfile.mkdtemp()
+        shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
+        path = f"{raw}/causal_wikitext2/study.json"
+        record = json.loads(_read(path))
+        record["wall_s"] = wall_s
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(record, f)
+        text = (
+            "<!-- generated: raw wall_time_table() --><!-- end generated -->\n"
+            "<!-- generated: causal_wikitext2 header() --><!-- end generated -->"
+        )
+        page = results_page.render(text, raw)
+        # 2 cores x 44 min 9 s of training = 1.5 core-hours.
+        self.assertIn(f"| causal_wikitext2 | 18 | 44 min 9 s | n/a | 1.5 {cell}", page)
+        self.assertIn(sentence, page)
+
+    @parameterized.named_parameters(
         ("unknown_kind", "causal_wikitext2 median() --><!-- end generated -->", "kind 'median'"),
         ("unknown_study", "causal_x unigram() --><!-- end generated -->", "no study 'causal_x'"),
         ("no_end", "causal_wikitext2 unigram() -->6.774", "lacks its '<!-- end generated -->'"),
