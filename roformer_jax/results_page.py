@@ -8,8 +8,8 @@ The page is prose written by hand, with generated parts between markers:
     <!-- generated: STUDY KIND(ARGS) -->...<!-- end generated -->
 
 STUDY names a folder of the raw root (study_record.read_raw), or is "raw" for all of them;
-KIND is a key of KINDS, called with ARGS, Python literals (`length_paired_table("RoPE")`,
-`diff("RoPE + YaRN", "RoPE", 2048)`). A table or figure sits on lines of its own between its
+KIND is a key of KINDS, called with ARGS, Python literals by position or name
+(`length_paired_table("RoPE")`, `diff("RoPE + YaRN", "RoPE", 2048)`, `diff("none", step=500)`). A table or figure sits on lines of its own between its
 markers; an inline value (INLINE) sits inside a sentence. `render` rewrites the inside of
 every marker pair with the same table and figure functions the study entry points use
 (study, length_study, plots), fed from the raw files, and leaves everything else as written.
@@ -104,7 +104,10 @@ def render(
             raise ValueError(f"{match.group(0)[:80]}: unknown kind {kind!r}; one of {list(KINDS)}")
         target = page if name == ALL else page.study(name)
         extra = {"page": page} if kind in _USES_PAGE else {}
-        inner = KINDS[kind](target, *ast.literal_eval(f"({args},)" if args else "()"), **extra)
+        call = ast.parse(f"f({args})", mode="eval").body  # literals only, by position or name
+        positional = [ast.literal_eval(arg) for arg in call.args]
+        named = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+        inner = KINDS[kind](target, *positional, **named, **extra)
         if kind not in INLINE:
             inner = f"\n{inner}\n"
         return match.group(0)[: match.start(4) - match.start(0)] + inner + "<!-- end generated -->"
@@ -228,15 +231,30 @@ def _mean(raw: RawStudy, evaluation: str, length: int, key: str = "loss") -> str
     return f"{np.mean([s[length][key] for s in raw.scores[evaluation]]):.3f}"
 
 
-def _diff(raw: RawStudy, name: str, baseline: str | None = None, length: int | None = None) -> str:
+def _diff(
+    raw: RawStudy,
+    name: str,
+    baseline: str | None = None,
+    length: int | None = None,
+    step: int | None = None,
+) -> str:
     """Mean [95% t-interval] of a paired difference, seed by seed: an evaluation minus
-    `baseline` at `length` (length studies), or a run's final validation loss minus the
-    study's baseline run's (others)."""
+    `baseline` at `length` (length studies), or a run's validation loss minus `baseline`'s (the
+    study's baseline run by default), final or at `step` (others)."""
     if raw.scores is not None:
         diffs = length_study.paired_diffs(raw.scores, name, baseline, length)
     else:
-        diffs = study.paired_diffs(raw.results, name, raw.config["baseline"], _paired_key(raw))
+        baseline = baseline or raw.config["baseline"]
+        diffs = study.paired_diffs(raw.results, name, baseline, _paired_key(raw), step)
     return study.interval_text(diffs)
+
+
+def _below_from(raw: RawStudy, name: str, baseline: str) -> str:
+    """"step S" from which run `name`'s validation loss stays below `baseline`'s, the 95%
+    interval of the paired difference under zero at every later evaluation; else "never"."""
+    curve = study.paired_curves(raw.results, baseline, _paired_key(raw))[name]
+    step = study.below_from(curve)
+    return "never" if step is None else f"step {step:,}"
 
 
 def _unigram(raw: RawStudy) -> str:
@@ -351,6 +369,7 @@ KINDS = {
     "stage_table": _stage_table,
     "mean": _mean,
     "diff": _diff,
+    "below_from": _below_from,
     "unigram": _unigram,
     "targets": lambda raw: f"{_targets(raw):,}",  # _targets, as the footnote prints it
     "wall_time_table": _wall_time_table,

@@ -282,15 +282,36 @@ def paired_table(results: Mapping[str, Sequence[list[dict]]], baseline: str, key
 
 
 def paired_diffs(
-    results: Mapping[str, Sequence[list[dict]]], name: str, baseline: str, key: str
+    results: Mapping[str, Sequence[list[dict]]],
+    name: str,
+    baseline: str,
+    key: str,
+    step: int | None = None,
 ) -> list[float]:
-    """Run `name`'s final `key` minus the baseline's, seed by seed (seeds where both have it)."""
-    base = [final_values(r, key) for r in results[baseline]]
+    """Run `name`'s `key` minus the baseline's, seed by seed (seeds where both have it): the
+    final values, or those logged at `step`."""
+
+    def value(records):
+        if step is None:
+            return final_values(records, key)
+        return next((r.get(key) for r in records if r["step"] == step), None)
+
+    base = [value(r) for r in results[baseline]]
     return [
         v - b
-        for v, b in zip((final_values(r, key) for r in results[name]), base)
+        for v, b in zip((value(r) for r in results[name]), base)
         if v is not None and b is not None
     ]
+
+
+def below_from(curve: Mapping[str, list[float]]) -> int | None:
+    """The first step from which a paired_curves entry's interval lies below zero at every
+    later step (the run stays ahead of the baseline to the end); None if it does not end
+    below zero."""
+    first = None
+    for step, high in zip(curve["step"], curve["high"]):
+        first = (step if first is None else first) if high < 0 else None
+    return first
 
 
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:

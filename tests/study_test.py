@@ -204,6 +204,25 @@ class StudyTest(absltest.TestCase):
         one = study.paired_curves({"base": [run(5.0)], "new": [run(4.5)]}, "base", "valid/loss")
         self.assertEqual((one["new"]["mean"], one["new"]["low"]), ([-0.5], [-0.5]))
 
+    def test_paired_diffs_at_a_step_and_below_from(self):
+        def run(*losses):  # evaluations at steps 0, 10, 20, 30
+            return [{"step": 10 * i, "valid/loss": v} for i, v in enumerate(losses)]
+
+        results = {
+            "base": [run(5.0, 5.0, 5.0, 5.0), run(5.0, 5.0, 5.0, 5.0), run(5.0, 5.0, 5.0, 5.0)],
+            # Ahead at step 0 and from step 20 on; behind in one seed at step 10.
+            "new": [run(4.0, 4.0, 4.0, 4.1), run(4.2, 5.9, 4.2, 4.0), run(4.1, 4.0, 4.1, 4.2)],
+        }
+        diffs = study.paired_diffs(results, "new", "base", "valid/loss", step=10)
+        np.testing.assert_allclose(diffs, [-1.0, 0.9, -1.0])
+        np.testing.assert_allclose(
+            study.paired_diffs(results, "new", "base", "valid/loss"), [-0.9, -1.0, -0.8]
+        )
+        curve = study.paired_curves(results, "base", "valid/loss")["new"]
+        self.assertEqual(study.below_from(curve), 20)  # not 0: step 10's interval holds zero
+        curve["high"][-1] = 0.01  # not below zero at the end: never settled
+        self.assertIsNone(study.below_from(curve))
+
     def test_footnote_names_data_size_machine_and_floor(self):
         machine = {"device_count": 1, "backend": "cpu", "cpus": 2, "architecture": "x86_64"}
         note = study.footnote(_config(0), (0, 1, 2), machine, 6.7743)
