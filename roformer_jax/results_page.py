@@ -9,10 +9,11 @@ The page is prose written by hand, with generated parts between markers:
 
 STUDY names a folder of the raw root (study_record.read_raw), or is "raw" for all of them;
 KIND is a key of KINDS, called with ARGS, Python literals by position or name
-(`length_paired_table("RoPE")`, `diff("RoPE + YaRN", "RoPE", 2048)`, `diff("none", step=500)`). A table or figure sits on lines of its own between its
-markers; an inline value (INLINE) sits inside a sentence. `render` rewrites the inside of
-every marker pair with the same table and figure functions the study entry points use
-(study, length_study, plots), fed from the raw files, and leaves everything else as written.
+(`length_paired_table("RoPE")`, `diff("RoPE + YaRN", "RoPE", 2048)`, `diff("none", step=500)`).
+A table or figure sits on lines of its own between its markers; an inline value (INLINE)
+sits inside a sentence. `render` rewrites the inside of every marker pair with the same table
+and figure functions the study entry points use (study, length_study, plots), fed from the
+raw files, and leaves everything else as written.
 
 Staleness: `stale()` marks a study whose commit differs from HEAD in roformer_jax/ or configs/
 (`git diff --quiet <commit> HEAD -- roformer_jax configs`), or says "commit unknown" without
@@ -147,7 +148,11 @@ def _header(raw: RawStudy) -> str:
         f"Ran at commit {commit}{dirty}, {machine['cpus']} {machine['architecture']} cores, "
         f"JAX {machine['jax']} ({machine['backend']}): {len(raw.runs)} runs × n = "
         f"{len(raw.config['seeds'])} seeds; "
-        + (f"the command took {_minutes(wall)}." if wall else "it ran in pieces, so no single wall time.")
+        + (
+            f"the command took {_minutes(wall)}."
+            if wall
+            else "it ran in pieces, so no single wall time."
+        )
     )
     if record.get("reconstructed"):
         line += " (Its study.json was reconstructed by hand from this page's earlier text.)"
@@ -250,7 +255,7 @@ def _diff(
 
 
 def _below_from(raw: RawStudy, name: str, baseline: str) -> str:
-    """"step S" from which run `name`'s validation loss stays below `baseline`'s, the 95%
+    """ "step S" from which run `name`'s validation loss stays below `baseline`'s, the 95%
     interval of the paired difference under zero at every later evaluation; else "never"."""
     curve = study.paired_curves(raw.results, baseline, _paired_key(raw))[name]
     step = study.below_from(curve)
@@ -381,6 +386,6 @@ KINDS = {
     "long_doc_survival_table": _long_doc_survival_table,
     "long_doc_bow": _long_doc_bow,
 }
-INLINE = {"stale", "mean", "diff", "unigram", "targets", "long_doc_bow"}
+INLINE = {"stale", "mean", "diff", "below_from", "unigram", "targets", "long_doc_bow"}
 _USES_PAGE = {"stale", "figure", "long_doc_figure", "long_doc_table", "long_doc_paired_table",
               "long_doc_survival_table", "long_doc_bow"}  # fmt: skip
