@@ -116,6 +116,24 @@ class ResultsPageTest(parameterized.TestCase):
         self.assertIn(f"| causal_wikitext2 | 18 | 44 min 9 s | n/a | 1.5 {cell}", page)
         self.assertIn(sentence, page)
 
+    def test_markers_take_named_arguments_and_speak_of_steps(self):
+        text = (
+            '<!-- generated: causal_wikitext2 diff("softmax + learned", step=100) -->'
+            "<!-- end generated -->|"
+            '<!-- generated: causal_wikitext2 diff("softmax + learned", None, None, 100) -->'
+            "<!-- end generated -->|"
+            '<!-- generated: causal_wikitext2 below_from("softmax + RoPE", "softmax + learned")'
+            " --><!-- end generated -->"
+        )
+        named, positional, below = [
+            part.split("-->")[1].split("<!--")[0] for part in results_page.render(
+                text, _RAW, changed=_unknown).split("|")
+        ]  # fmt: skip
+        self.assertEqual(named, positional)
+        # At step 100, not the final step 200 of the paired table (+0.076).
+        self.assertEqual(named, "+0.059 [+0.054, +0.064]")
+        self.assertEqual(below, "step 50")  # RoPE's interval is below learned's at every step
+
     @parameterized.named_parameters(
         ("unknown_kind", "causal_wikitext2 median() --><!-- end generated -->", "kind 'median'"),
         ("unknown_study", "causal_x unigram() --><!-- end generated -->", "no study 'causal_x'"),
