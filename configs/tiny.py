@@ -3,8 +3,9 @@
 Run (40 s on the 2-core CPU of the README, compilation included):
   python experiments/train_mlm.py --config=configs/tiny.py --workdir=/tmp/tiny
 
-Expect at step 1500: valid loss 2.34 (accuracy 0.42) at 64 tokens and 2.19 (0.41) at 128;
-train loss 2.24 over the last 100 steps; from 5.6 = ln(261) at the start.
+Expect at step 1500 (measured at commit 5463437): valid loss 2.34 (accuracy 0.41) at 64 tokens
+and 2.38 (0.39) at 128, on the same 1,189 held-out targets at both lengths; train loss 2.27
+over the last 100 steps; from 5.6 = ln(261) at the start.
 """
 
 from configs import base
