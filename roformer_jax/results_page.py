@@ -16,11 +16,12 @@ and figure functions the study entry points use (study, length_study, plots), fe
 raw files, and leaves everything else as written.
 
 Staleness: `stale()` marks a study whose commit differs from HEAD in roformer_jax/ or configs/
-(`git diff --quiet <commit> HEAD -- roformer_jax configs`), or says "commit unknown" without
-git or the commit. `differences` blanks those marks on both sides before comparing: the check
-asks whether the page's numbers are what the raw files give, which a commit to the code does
-not change; a check that failed on every such commit could only be fixed by rerunning the
-studies, and would teach everyone to ignore it. Writing the page refreshes the marks.
+and counts the files (`git diff --name-only <commit> HEAD -- roformer_jax configs`), or says
+"commit unknown" without git or the commit. `differences` blanks those marks on both sides
+before comparing: the check asks whether the page's numbers are what the raw files give,
+which a commit to the code does not change; a check that failed on every such commit could
+only be fixed by rerunning the studies, and would teach everyone to ignore it. Writing the
+page refreshes the marks.
 """
 
 from __future__ import annotations
@@ -48,24 +49,24 @@ FIGURES = "results"  # figures' folder, relative to the page
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def code_changed(commit: str) -> bool | None:
-    """Whether roformer_jax/ or configs/ differ between `commit` and HEAD; None where git or
-    the commit is unavailable."""
+def code_changed(commit: str) -> list[str] | None:
+    """The files of roformer_jax/ and configs/ that differ between `commit` and HEAD (none: an
+    empty list); None where git or the commit is unavailable."""
     try:
         done = subprocess.run(
-            ["git", "-C", _ROOT, "diff", "--quiet", commit, "HEAD", "--", "roformer_jax",
-             "configs"], capture_output=True, timeout=30, check=False,
+            ["git", "-C", _ROOT, "diff", "--name-only", commit, "HEAD", "--", "roformer_jax",
+             "configs"], capture_output=True, text=True, timeout=30, check=False,
         )  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return None
-    return {0: False, 1: True}.get(done.returncode)  # 128 and others: an unknown commit
+    return done.stdout.split() if done.returncode == 0 else None  # 128: an unknown commit
 
 
 @dataclasses.dataclass
 class _Page:
     raw_root: str
     figures_dir: str | None  # None: figures are named, not drawn
-    changed: Callable[[str], bool | None]
+    changed: Callable[[str], list[str] | None]
     studies: dict[str, RawStudy] = dataclasses.field(default_factory=dict)
 
     def study(self, name: str) -> RawStudy:
@@ -82,12 +83,12 @@ def render(
     raw_root: str,
     *,
     figures_dir: str | None = None,
-    changed: Callable[[str], bool | None] = code_changed,
+    changed: Callable[[str], list[str] | None] = code_changed,
 ) -> str:
     """`text` with the inside of every marker pair regenerated (module doc).
 
     figures_dir: where `figure()` draws its PNG; None draws nothing (a check compares text).
-    changed: commit -> whether the code changed since (None: unknown), for `stale()`.
+    changed: commit -> the code files changed since (None: unknown), for `stale()`.
     Raises ValueError for an unknown kind or study, and for a marker without its end or its
     KIND(ARGS), which would otherwise swallow the text up to the next block's end.
     """
@@ -163,13 +164,18 @@ def _header(raw: RawStudy) -> str:
 
 
 def _stale(raw: RawStudy, *, page: _Page) -> str:
+    """Whether the code changed since the study ran, with how much and the command that lists
+    it, so that a reader can judge whether it touches the study's numbers."""
     commit = raw.record["code"].get("commit")
     changed = page.changed(commit) if commit else None
     if changed is None:
         return "(commit unknown: cannot tell whether the code changed since)"
-    if changed:
-        return f"**Stale:** roformer_jax/ or configs/ changed since {_short(commit)}."
-    return f"The code is as at {_short(commit)}."
+    if not changed:
+        return f"The code is as at {_short(commit)}."
+    return (
+        f"**Stale:** {len(changed)} files of roformer_jax/ and configs/ changed since "
+        f"{_short(commit)} (`git diff --stat {_short(commit)} HEAD -- roformer_jax configs`)."
+    )
 
 
 def _figure(raw: RawStudy, *, page: _Page) -> str:

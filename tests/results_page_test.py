@@ -76,8 +76,13 @@ class ResultsPageTest(parameterized.TestCase):
             results_page.render(text, raw)
 
     @parameterized.named_parameters(
-        ("changed", True, "**Stale:** roformer_jax/ or configs/ changed since 9acdbbe."),
-        ("unchanged", False, "The code is as at 9acdbbe."),
+        (
+            "changed",
+            ["configs/studies.py", "roformer_jax/rope.py"],
+            "**Stale:** 2 files of roformer_jax/ and configs/ changed since 9acdbbe "
+            "(`git diff --stat 9acdbbe HEAD -- roformer_jax configs`).",
+        ),
+        ("unchanged", [], "The code is as at 9acdbbe."),
         ("unknown", None, "(commit unknown: cannot tell whether the code changed since)"),
     )
     def test_stale_mark_follows_the_commit_map(self, changed, expected):
@@ -91,7 +96,14 @@ class ResultsPageTest(parameterized.TestCase):
     def test_code_changed_asks_git(self):
         head = subprocess.run(["git", "-C", _ROOT, "rev-parse", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()  # fmt: skip
-        self.assertFalse(results_page.code_changed(head))
+        self.assertEqual(results_page.code_changed(head), [])
+        first = subprocess.run(
+            ["git", "-C", _ROOT, "rev-list", "--max-parents=0", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()[0]
+        self.assertIn("roformer_jax/rope.py", results_page.code_changed(first))
         self.assertIsNone(results_page.code_changed("0" * 40))  # not a commit of this repo
 
     @parameterized.named_parameters(
