@@ -10,17 +10,18 @@ at the blog's own lengths (512, 1536, 256, 128, 1536, 512; configs/study_multile
 shares and tokens-per-step ratios), RoFormer in the same stages capped at 512 tokens (batches
 grown so each stage keeps its tokens per step), and BERT (learned table of 512) in the capped
 stages. Then fine-tunes each, `finetune_seeds` times, on the WikiText-2 triplets with windows of
-760 tokens (a pair [CLS] A [SEP] B [SEP] is about 1,523 tokens: 512 reads a third of each
-side, 1024 two thirds, 1536 all of it) at every length of `lengths` it can read, plus the
-control at 512 with the head and the tail of each side. BERT's longer cells are "n/a".
+256 to 760 tokens, drawn per article (512 reads 254-255 tokens of each side, so from a third to
+all of B; 1024 two thirds of B or more; 1536 every pair whole: see `config.task`) at every
+length of `lengths` it can read, plus the control at 512 with the head and the tail of each
+side. BERT's longer cells are "n/a".
 Also: accuracy by the fraction of B kept at 512, a bag-of-words logistic baseline, paired
 differences with 95% t-intervals and exact McNemar tests (roformer_jax/long_doc_report.py).
 
 Every number here is a setting, not a tuned value. `:runlocal` is a smoke run at a quarter
 of the lengths (12 pre-training steps, 1 epoch, 1 seed; estimated 15-20 min on 2 shared
 cores, not timed). Expect, as an estimate from measured step times (the README's
-"Long-document study"): about 16 h on 2 cores shared with another job (5.5 h of it
-pre-training, which `--config.pretrain_steps` scales), about 6 h on 2 idle ones.
+"Long-document study"): about 18 h on 2 cores shared with another job (5.5 h of it
+pre-training, which `--config.pretrain_steps` scales), about 7 h on 2 idle ones.
 No result yet: the study has not been run.
 """
 
@@ -68,10 +69,28 @@ def get_config(arg=None):
     config.survival_edges = (0.0, 0.25, 0.5, 0.75, 1.0)  # bins of the fraction of B kept
     # The triplets: long_doc_task.build_from_sources's arguments (splits: "sources" puts
     # source file i in split i, so the valid and test articles were never pre-trained on).
+    # Window budgets: each article's A and B drawn uniformly from [256, 760] tokens, so that
+    # the fraction of B kept at 512 varies across triplets and the survival bins hold more than
+    # one triplet each (fixed 760-token windows kept 0.336 of every B: one bin held all).
+    # Why this range, by tasks.pair_budgets (the longer side gives up tokens first; room =
+    # length - 3 for [CLS], [SEP], [SEP]):
+    # - 1536: room 1533 >= 2 x 760, so every pair is read whole (max must stay <= 766; 760
+    #   leaves a few tokens for the encoder's tokenizer, trained on train.txt only).
+    # - 512: room 509. Both sides hold >= 256 > 509 / 2 tokens, so each is cut to 254 or 255
+    #   whatever the other's length: A is read equally far in every triplet, and the fraction
+    #   of B kept is ~254.5 / len(B), from 0.33 (B of 760) to ~1 (B of 256), a function of B's
+    #   length alone. With lengths uniform in [256, 760]: about 1/2 of triplets in [.25, .5)
+    #   (B > 509), 1/3 in [.5, .75), 1/6 in [.75, 1]; [0, .25) stays empty, as it must while
+    #   1536 reads all (it needs B > 1018). Built: test 21 / 20 / 10 of 51 triplets.
+    # - 1024: room 1021; B keeps min(1, max(1021 - len(A), 510.5) / len(B)), 0.67 to 1, and
+    #   about 2/3 of the pairs are read whole (3/4 of test).
+    # A shorter B is also less text: the 1536 cells, which read every B whole, binned the same
+    # way, show what B's length alone does, so a bin's 512 - 1536 gap is truncation's.
+    # A minimum below 255 would let a short A hand its room to B and mix A's cut into the bins.
     config.task = ConfigDict(
         dict(sources=tuple(f"{WIKITEXT2}/{s}.txt" for s in ("train", "valid", "test")),
-             format="wikitext", splits="sources", window_tokens=760, tokenizer="wordpiece",
-             seed=0)
+             format="wikitext", splits="sources", min_window_tokens=256, window_tokens=760,
+             tokenizer="wordpiece", seed=0)
     )  # fmt: skip
     # Fine-tuning (training/finetune_config.py); the task's files, format, max length and
     # truncation are set per cell by the study.
@@ -87,7 +106,7 @@ def get_config(arg=None):
         experiment.train.eval_batches = 2
         config.runs.BERT.model.max_len = 128
         config.lengths = (128, 256, 384)
-        config.task.window_tokens = 190
+        config.task.update(min_window_tokens=64, window_tokens=190)  # the same reasoning at 1/4
         config.finetune_seeds = (0,)
         config.finetune.finetune.epochs = 1
     elif arg:

@@ -28,8 +28,17 @@ _FORMAT = flags.DEFINE_enum(
 )
 _SPAN_WORDS = flags.DEFINE_integer("span_words", 3000, "Words per span for --format=paragraphs.")
 _OUT = flags.DEFINE_string("out", None, "Output directory.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seeds the article split and the B/C placement.")
+_SEED = flags.DEFINE_integer(
+    "seed", 0, "Seeds the article split, the B/C placement and the window budgets."
+)
 _WINDOW_TOKENS = flags.DEFINE_integer("window_tokens", 450, "Tokens per window, at most.")
+_MIN_WINDOW_TOKENS = flags.DEFINE_integer(
+    "min_window_tokens",
+    None,
+    "If set, each article's A and B budgets are drawn (seeded) from the integers "
+    "[--min_window_tokens, --window_tokens], so window lengths vary; default: --window_tokens "
+    "(every window the same budget).",
+)
 _TOKENIZER = flags.DEFINE_string(
     "tokenizer",
     "wordpiece",
@@ -51,6 +60,7 @@ def main(argv):
         _SOURCE.value, format=_FORMAT.value, tokenizer=_TOKENIZER.value,
         window_tokens=_WINDOW_TOKENS.value, seed=_SEED.value, fractions=fractions,
         span_words=_SPAN_WORDS.value, vocab_size=_VOCAB_SIZE.value,
+        min_window_tokens=_MIN_WINDOW_TOKENS.value,
     )  # fmt: skip
     print(json.dumps(stats, indent=1, sort_keys=True))
     print("wrote", *long_doc_task.write_task(_OUT.value, splits, stats))

@@ -168,11 +168,20 @@ def footnote(config: Mapping, machine: Mapping) -> str:
         f"{model['num_layers']} layers x {model['hidden_size']}, {config['pretrain_steps']} "
         f"steps in stages (steps, length, batch) rescaled from {dict(config['schedules'])}, "
         f"pre-training seeds {tuple(config['seeds'])}; task: {task['format']} triplets of "
-        f"{task['window_tokens']}-token windows; fine-tuning: {ft['finetune']['epochs']} epochs "
+        f"{_windows_text(task)}; fine-tuning: {ft['finetune']['epochs']} epochs "
         f"of batch {ft['finetune']['batch_size']}, lr {ft['optim']['learning_rate']}, seeds "
         f"{tuple(config['finetune_seeds'])}; {machine['device_count']} {machine['backend']} "
         f"device(s), {machine['cpus']} cores ({machine['architecture']})"
     )
+
+
+def _windows_text(task: Mapping) -> str:
+    """The task's windows: "760-token windows", or "windows of 256 to 760 tokens (budgets
+    drawn per article)". A study.json from before min_window_tokens existed had fixed ones."""
+    low, high = task.get("min_window_tokens") or task["window_tokens"], task["window_tokens"]
+    if low == high:
+        return f"{high}-token windows"
+    return f"windows of {low} to {high} tokens (budgets drawn per article)"
 
 
 def report(results: Results, *, title: str, footnote: str, figure_name: str) -> str:

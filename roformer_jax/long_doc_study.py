@@ -123,6 +123,7 @@ def build_task(task: ConfigDict, workdir: str) -> str:
         splits, stats = long_doc_task.build_from_sources(
             list(task.sources), format=task.format, tokenizer=task.tokenizer,
             window_tokens=task.window_tokens, seed=task.seed, fractions=fractions,
+            min_window_tokens=task.min_window_tokens,
         )  # fmt: skip
         os.makedirs(os.path.join(directory, "choices"), exist_ok=True)
         for split, rows in splits.items():

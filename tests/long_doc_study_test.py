@@ -54,6 +54,13 @@ class StagesAndCellsTest(parameterized.TestCase):
         self.assertIn("python experiments/long_doc_study.py --config=configs/study_long_doc.py",
                       study_long_doc.__doc__)  # fmt: skip
         config = study_long_doc.get_config(arg)
+        task, lengths = config.task, config.lengths
+        # The window range of the config's comment: lengths vary (or the survival bins are
+        # one bin), the longest length reads every pair [CLS] A [SEP] B [SEP] whole, and the
+        # shortest cuts both sides to half its room whatever A's length.
+        self.assertLess(task.min_window_tokens, task.window_tokens)
+        self.assertLessEqual(2 * task.window_tokens + 3, max(lengths))
+        self.assertGreater(2 * task.min_window_tokens, min(lengths) - 3)
         runs = long_doc_study.pretraining_runs(config)
         self.assertEqual(list(runs), list(config.runs))
         for seeds in runs.values():
@@ -65,6 +72,18 @@ class StagesAndCellsTest(parameterized.TestCase):
                 cfg = long_doc_study.finetune_config(config, cell, 0, "/encoder", "/task")
                 self.assertEqual((cfg.task.max_length, cfg.task.format),
                                  (cell.max_length, "multiple_choice"))  # fmt: skip
+
+
+class FootnoteTest(absltest.TestCase):
+    def test_footnote_says_the_window_range(self):
+        machine = {"device_count": 1, "backend": "cpu", "cpus": 2, "architecture": "x86_64"}
+        config = study_long_doc.get_config().to_dict()
+        self.assertIn("triplets of windows of 256 to 760 tokens (budgets drawn per article);",
+                      long_doc_report.footnote(config, machine))  # fmt: skip
+        config["task"]["min_window_tokens"] = 760
+        self.assertIn("triplets of 760-token windows;", long_doc_report.footnote(config, machine))
+        del config["task"]["min_window_tokens"]  # a study.json from before the range
+        self.assertIn("triplets of 760-token windows;", long_doc_report.footnote(config, machine))
 
 
 class TripletsAsChoicesTest(absltest.TestCase):
@@ -123,7 +142,8 @@ def get_config(arg=None):
     config.pretrain_steps = 2
     config.runs.BERT.model.max_len = 32
     config.lengths = (32, 64)
-    config.task.update(sources={sources!r}, window_tokens=12, tokenizer="words")
+    config.task.update(sources={sources!r}, min_window_tokens=6, window_tokens=12,
+                       tokenizer="words")
     config.finetune.finetune.update(epochs=1, batch_size=4, log_every=1)
     config.finetune.optim.warmup_steps = 1
     return config
@@ -203,6 +223,10 @@ class CommandTest(absltest.TestCase):
         short, long = np.array(survival["32"]["test"]), np.array(survival["64"]["test"])
         self.assertTrue(np.all((0 < short) & (short <= long) & (long <= 1)))
         self.assertLess(short.max(), 1.0)  # 32 tokens cannot hold two 12-word windows
+        # Windows of 6 to 12 words: B's kept fraction varies over the survival bins (with one
+        # window length, every triplet kept the same fraction and one bin held them all).
+        bins = np.digitize(short, study_long_doc.get_config().survival_edges[1:-1])
+        self.assertGreater(len(set(bins.tolist())), 1, short)
         path = os.path.join(self.raw, "finetune", "BERT_32", "seed0", "predictions.json")
         predictions = json.load(open(path, encoding="utf-8"))["test"]
         self.assertLen(predictions["prediction"], len(short))

@@ -1,6 +1,7 @@
 """Tests for roformer_jax/data/long_doc_task.py on small WikiText-style text the tests write."""
 
 import collections
+import hashlib
 import json
 import os
 import re
@@ -42,7 +43,7 @@ class LongDocTaskTest(parameterized.TestCase):
             f.write(text)
         return path
 
-    def build(self, sources, *, seed=0, window_tokens=30, fractions=None, measure=None):
+    def build(self, sources, *, seed=0, window_tokens=30, fractions=None, measure=None, **kwargs):
         articles = ldt.read_articles(sources, format="wikitext")
         return ldt.build_task(
             articles,
@@ -50,6 +51,7 @@ class LongDocTaskTest(parameterized.TestCase):
             window_tokens=window_tokens,
             seed=seed,
             fractions=fractions,
+            **kwargs,
         )
 
     def sources(self, per_split=(8, 4, 4)):
@@ -143,7 +145,8 @@ class LongDocTaskTest(parameterized.TestCase):
         a, b = ldt.far_windows(ldt.Article("t", (lead, middle, end)), costs, window_tokens=30)
         self.assertEqual((a, b), (list(lead + middle[:10]), list(end)))
 
-    def test_same_inputs_give_the_same_bytes(self):
+    @parameterized.parameters(40, 15)
+    def test_same_inputs_give_the_same_bytes(self, min_window_tokens):
         sources = self.sources()
         outputs = []
         for seed in (0, 0, 1):
@@ -151,8 +154,9 @@ class LongDocTaskTest(parameterized.TestCase):
             texts = [" ".join(a.words) for a in articles]
             measure = ldt.named_measure("wordpiece", texts, vocab_size=200)
             splits, stats = ldt.build_task(
-                articles, measure=measure, window_tokens=40, seed=seed, fractions=(0.5, 0.25, 0.25)
-            )
+                articles, measure=measure, window_tokens=40, seed=seed,
+                fractions=(0.5, 0.25, 0.25), min_window_tokens=min_window_tokens,
+            )  # fmt: skip
             out = os.path.join(self.dir, f"out{len(outputs)}")
             outputs.append(
                 {
@@ -164,6 +168,73 @@ class LongDocTaskTest(parameterized.TestCase):
         self.assertNotEqual(outputs[0], outputs[2])
         row = json.loads(outputs[0]["train.jsonl"].splitlines()[0])
         self.assertEqual(list(row), ["id", "A", "B", "C", "label", "article", "negative_article"])
+
+        def a_of(output):  # each article's A, wherever the seed's split put it
+            rows = [
+                json.loads(line) for s in ldt.SPLITS for line in output[f"{s}.jsonl"].splitlines()
+            ]
+            return {row["article"]: row["A"] for row in rows}
+
+        # Fixed windows do not depend on the seed; drawn budgets do.
+        self.assertEqual(a_of(outputs[0]) == a_of(outputs[2]), min_window_tokens == 40)
+
+    def test_window_lengths_are_the_drawn_budgets(self):
+        # One word is one token, and every section holds 26 words, so every window is exactly
+        # its budget long: A's and B's those of their article, C's the negative article's B.
+        sources = self.sources()
+        splits, stats = self.build(sources, window_tokens=30, min_window_tokens=12)
+        budgets = ldt.window_budgets(16, min_window_tokens=12, window_tokens=30, seed=0)
+        lengths = []
+        for split, rows in splits.items():
+            in_split = []
+            for row in rows:
+                k = int(row["article"].removeprefix("TitleMarker"))  # its index as read
+                j = int(row["negative_article"].removeprefix("TitleMarker"))
+                pos, neg = (row["B"], row["C"]) if row["label"] == "B" else (row["C"], row["B"])
+                got = [len(row["A"].split()), len(pos.split()), len(neg.split())]
+                self.assertEqual(got, [budgets[k, 0], budgets[k, 1], budgets[j, 1]])
+                in_split += got
+            self.assertEqual(stats[split]["window_tokens"]["min"], min(in_split))
+            self.assertEqual(stats[split]["window_tokens"]["max"], max(in_split))
+            lengths += in_split
+        self.assertBetween(min(lengths), 12, 30)
+        self.assertBetween(max(lengths), 12, 30)
+        self.assertGreaterEqual(len(set(lengths)), 8)  # they vary (48 windows, 19 lengths)
+        self.assertEqual((stats["min_window_tokens"], stats["window_tokens"]), (12, 30))
+
+    def test_budgets_are_uniform_integers_keyed_by_article(self):
+        budgets = ldt.window_budgets(400, min_window_tokens=3, window_tokens=7, seed=5)
+        self.assertEqual(budgets.shape, (400, 2))
+        self.assertEqual(set(budgets.ravel().tolist()), {3, 4, 5, 6, 7})  # both ends reachable
+        counts = np.bincount(budgets.ravel())[3:]
+        self.assertLess(counts.max() - counts.min(), 80)  # 160 each expected; sd ~11.3
+        self.assertGreater(np.mean(budgets[:, 0] != budgets[:, 1]), 0.7)  # A, B independent
+        # Article i's budgets do not depend on how many articles there are (or which fit).
+        np.testing.assert_array_equal(
+            ldt.window_budgets(10, min_window_tokens=3, window_tokens=7, seed=5), budgets[:10]
+        )
+        other = ldt.window_budgets(400, min_window_tokens=3, window_tokens=7, seed=6)
+        self.assertFalse(np.array_equal(other, budgets))
+        fixed = ldt.window_budgets(4, min_window_tokens=9, window_tokens=9, seed=5)
+        np.testing.assert_array_equal(fixed, np.full((4, 2), 9))
+
+    @parameterized.parameters(None, 150)
+    def test_equal_bounds_are_the_fixed_windows_of_before(self, min_window_tokens):
+        # The bytes of the triplets that the builder wrote before budgets were drawn (commit
+        # 8123ce0, window_tokens=150 only): min_window_tokens = window_tokens changes nothing.
+        path = self.write("all.txt", wikitext(16))
+        splits, stats = self.build(
+            [path], window_tokens=150, fractions=(0.5, 0.25, 0.25),
+            measure=ldt.word_measure(ByteTokenizer()), min_window_tokens=min_window_tokens,
+        )  # fmt: skip
+        text = "".join(
+            json.dumps(r, ensure_ascii=False) + "\n" for s in ldt.SPLITS for r in splits[s]
+        )
+        self.assertEqual(
+            hashlib.sha256(text.encode()).hexdigest(),
+            "190a407944eb8ded039b3b82aee9420da7058c6a7b15f9ec2a58d047712a44a9",
+        )
+        self.assertEqual(stats["min_window_tokens"], 150)
 
     @parameterized.parameters("wordpiece", "bytes")
     def test_windows_hold_at_most_window_tokens(self, kind):
@@ -221,6 +292,12 @@ class LongDocTaskTest(parameterized.TestCase):
             self.build([os.path.join(self.dir, "missing.txt")])
         with self.assertRaisesRegex(ValueError, "not 3 non-negatives"):
             self.build([path], fractions=[0.5, 0.5])
+        with self.assertRaisesRegex(ValueError, r"min_window_tokens \(0\) <= window_tokens \(30\)"):
+            self.build([path], min_window_tokens=0, fractions=[0.5, 0.25, 0.25])
+        with self.assertRaisesRegex(ValueError, r"budgets \[31, 30\]"):
+            self.build([path], min_window_tokens=31, fractions=[0.5, 0.25, 0.25])
+        with self.assertRaisesRegex(ValueError, "hold two windows of 20 to 500 tokens"):
+            self.build([path], window_tokens=500, min_window_tokens=20, fractions=[0.5, 0.25, 0.25])
 
 
 if __name__ == "__main__":

@@ -6,22 +6,31 @@ CAIL2019-SCM (the RoFormer blog's long-text benchmark) gives triplets of long do
     articles = read_articles(paths, format="wikitext")   # " = Title = ", " = = Section = = "
     articles = read_articles(paths, format="paragraphs", span_words=3000)  # books: spans
     splits, stats = build_task(articles, measure=word_measure(tok), window_tokens=450, seed=0)
+    splits, stats = build_task(..., min_window_tokens=256, window_tokens=760)  # varied lengths
     write_task(out_dir, splits, stats)                   # {train,valid,test}.jsonl, stats.json
 
 A triplet:
-  A  the first window of an article (from its first section on), about `window_tokens` tokens.
+  A  the first window of an article (from its first section on), of about its A budget.
   B  the last window of the same article that starts at a section boundary after A ends: so A
      and B share no section and lie as far apart as the article allows; what links them is the
      article's topic, not shared sentences (as CAIL's cases share facts, not paragraphs).
   C  the window chosen by the same rule as B from the other article of the same split that is
      nearest to A's article by TF-IDF cosine: a hard negative. B and C are both "far" windows,
-     so their position in an article cannot tell them apart.
+     so their position in an article cannot tell them apart. C is that article's own B window,
+     so it has that article's B budget.
 The positive sits in B or C at random (a seeded shuffle of an exactly balanced list), and
 "label" names the field that holds it, as in CAIL. Titles and headings never enter a window.
 
-Windows are runs of whole words whose token count is at most `window_tokens` and more than
-`window_tokens` minus the next word's count. Tokens are counted word by word (`word_measure`):
-exact for WordPiece, whose pre-tokenizer never joins two whitespace-separated words.
+Budgets: each article has an A budget and a B budget, drawn independently and uniformly from the
+integers [min_window_tokens, window_tokens] by a generator keyed by (seed, the article's index in
+the list read), so a budget does not depend on which other articles fit or on the order of work
+(`window_budgets`). min_window_tokens = window_tokens (the default) gives every window the same
+budget, and the RNG is not used. Varied lengths are what let a study bin triplets by how much of
+B a maximum length keeps; with one length every triplet keeps the same fraction.
+
+Windows are runs of whole words whose token count is at most the budget and more than the budget
+minus the next word's count. Tokens are counted word by word (`word_measure`): exact for
+WordPiece, whose pre-tokenizer never joins two whitespace-separated words.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ SPLITS = ("train", "valid", "test")
 _HEADING = corpora.WIKITEXT_HEADING  # "= Title =", "= = Section = =", ...: as "article" splits
 _UNKNOWN = "<unk>"  # WikiText's out-of-vocabulary marker: frequent, and says nothing of a topic
 _TERM = re.compile(r"(?u)\b\w\w+\b")  # TF-IDF terms: words of two or more characters
+_BUDGET_STREAM = 1  # keys the budgets' generators apart from the labels' ([seed, split])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,12 +173,18 @@ def paragraph_spans(
 
 
 def far_windows(
-    article: Article, costs: dict[str, int], *, window_tokens: int, separator: int = 0
+    article: Article,
+    costs: dict[str, int],
+    *,
+    window_tokens: int,
+    far_window_tokens: int | None = None,
+    separator: int = 0,
 ) -> tuple[list[str], list[str]] | None:
     """(A, B): the article's first window and its last window that starts at a section boundary
     after A's last section; None when the article cannot hold both.
 
-    `costs` maps each word to its token count.
+    `costs` maps each word to its token count. A holds at most `window_tokens` tokens, B at most
+    `far_window_tokens` (default: `window_tokens`).
     """
     starts, words = [], []
     for section in article.sections:
@@ -178,23 +194,48 @@ def far_windows(
         return None
     c = np.array([costs[w] + separator for w in words], np.int64)
     ends = np.cumsum(c)  # tokens (each with the separator before it) up to word i included
-    budget = window_tokens + separator  # the first word of a window pays no separator
 
-    def window(start: int) -> list[str] | None:
+    def window(start: int, tokens: int) -> list[str] | None:
+        budget = tokens + separator  # the first word of a window pays no separator
         before = ends[start - 1] if start else 0
         stop = int(np.searchsorted(ends, before + budget, side="right"))
         full = stop < len(words) or ends[-1] - before == budget
         return words[start:stop] if full and stop > start else None
 
-    a = window(0)
+    a = window(0, window_tokens)
     if a is None:
         return None
     a_last_section = int(np.searchsorted(starts, len(a) - 1, side="right")) - 1
     for start in reversed(starts[a_last_section + 1 :]):
-        b = window(start)
+        b = window(start, window_tokens if far_window_tokens is None else far_window_tokens)
         if b is not None:
             return a, b
     return None
+
+
+def window_budgets(
+    n_articles: int, *, min_window_tokens: int, window_tokens: int, seed: int
+) -> np.ndarray:
+    """int64 [n_articles, 2]: article i's (A, B) token budgets, each uniform over the integers
+    [min_window_tokens, window_tokens].
+
+    Row i comes from its own generator, keyed by (seed, i): it is the same whatever the other
+    articles are or in which order they are processed. Equal bounds give that value everywhere
+    (no draw), so fixed-length windows are exactly those of a single `window_tokens`.
+    """
+    if min_window_tokens < 1 or min_window_tokens > window_tokens:
+        raise ValueError(
+            f"window budgets [{min_window_tokens}, {window_tokens}]: need 1 <= "
+            f"min_window_tokens ({min_window_tokens}) <= window_tokens ({window_tokens})"
+        )
+    if min_window_tokens == window_tokens:
+        return np.full((n_articles, 2), window_tokens, np.int64)
+    return np.array(
+        [np.random.default_rng([seed, _BUDGET_STREAM, i]).integers(
+            min_window_tokens, window_tokens, size=2, endpoint=True)
+         for i in range(n_articles)],
+        np.int64,
+    ).reshape(n_articles, 2)  # fmt: skip
 
 
 def tfidf_vectors(texts: Sequence[str]) -> sparse.csr_matrix:
@@ -264,15 +305,26 @@ def build_task(
     window_tokens: int,
     seed: int,
     fractions: Sequence[float] | None = (0.8, 0.1, 0.1),
+    min_window_tokens: int | None = None,
 ) -> tuple[dict[str, list[dict]], dict]:
     """Triplets of each split (one per article that holds two windows) and their statistics.
 
-    Articles too short for two windows are left out (counted in the stats) before splitting.
-    Raises ValueError when a split ends up with fewer than 2 such articles (C needs another
-    article of the same split), naming the longest article so the window size can be chosen.
+    Each article's A and B windows get budgets from `window_budgets` (seeded by `seed`, between
+    `min_window_tokens`, default `window_tokens`, and `window_tokens`); C is the negative
+    article's B, with its budget. Articles too short for their two windows are left out
+    (counted in the stats) before splitting. Raises ValueError for a bad budget range, and when
+    a split ends up with fewer than 2 such articles (C needs another article of the same
+    split), naming the longest article so the window size can be chosen.
     """
     if window_tokens < 1:
         raise ValueError(f"window_tokens {window_tokens} must be at least 1")
+    if min_window_tokens is None:
+        min_window_tokens = window_tokens
+    budgets = window_budgets(
+        len(articles), min_window_tokens=min_window_tokens, window_tokens=window_tokens, seed=seed
+    )
+    sizes = (f"{window_tokens}" if min_window_tokens == window_tokens
+             else f"{min_window_tokens} to {window_tokens}")  # fmt: skip
     if len(articles) < len(SPLITS) * 2:
         raise ValueError(
             f"{len(articles)} article(s) found; 3 splits of at least 2 articles need 6 or more "
@@ -281,15 +333,17 @@ def build_task(
     vocab = sorted({w for a in articles for s in a.sections for w in s})
     costs = dict(zip(vocab, measure.cost(vocab)))
     windows = [
-        far_windows(a, costs, window_tokens=window_tokens, separator=measure.separator)
-        for a in articles
-    ]
+        far_windows(a, costs, window_tokens=int(na), far_window_tokens=int(nb),
+                    separator=measure.separator)
+        for a, (na, nb) in zip(articles, budgets)
+    ]  # fmt: skip
     fit = [i for i, w in enumerate(windows) if w is not None]
     skipped = len(articles) - len(fit)
     splits_of_fit = split_articles([articles[i] for i in fit], fractions=fractions, seed=seed)
     stats = {
         "measure": measure.name,
         "window_tokens": window_tokens,
+        "min_window_tokens": min_window_tokens,
         "seed": seed,
         "articles_read": len(articles),
         "articles_too_short": skipped,
@@ -301,7 +355,7 @@ def build_task(
             longest = max(sum(costs[w] for w in a.words) for a in articles)
             raise ValueError(
                 f"split {split!r} has {len(members)} article(s) that hold two windows of "
-                f"{window_tokens} tokens ({skipped} of {len(articles)} articles are too short; "
+                f"{sizes} tokens ({skipped} of {len(articles)} articles are too short; "
                 f"the longest has {longest} tokens); lower window_tokens or give more text"
             )
         nearest = tfidf_nearest([_topic_text(articles[i]) for i in members])
@@ -347,6 +401,7 @@ def build_from_sources(
     fractions: Sequence[float] | None = (0.8, 0.1, 0.1),
     span_words: int = 3000,
     vocab_size: int = 8192,
+    min_window_tokens: int | None = None,
 ) -> tuple[dict[str, list[dict]], dict]:
     """`build_task` on the articles of `sources` (`read_articles`), tokens counted by the
     `named_measure` of `tokenizer`; the stats also name the sources. What
@@ -355,8 +410,9 @@ def build_from_sources(
     measure = named_measure(tokenizer, [" ".join(a.words) for a in articles],
                             vocab_size=vocab_size)  # fmt: skip
     splits, stats = build_task(
-        articles, measure=measure, window_tokens=window_tokens, seed=seed, fractions=fractions
-    )
+        articles, measure=measure, window_tokens=window_tokens, seed=seed, fractions=fractions,
+        min_window_tokens=min_window_tokens,
+    )  # fmt: skip
     return splits, {**stats, "sources": list(sources)}
 
 
