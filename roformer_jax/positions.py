@@ -77,6 +77,24 @@ def _learned(config, position_ids, dtype):
     return table(position_ids)  # [(B,) L, E]
 
 
+def table_change(initial: np.ndarray, final: np.ndarray) -> dict[str, float]:
+    """What training did to an embedding table [P, E] (a learned position table, or the word
+    table for comparison).
+
+    moved: ||final - initial|| / ||initial|| (Frobenius); row_norm, row_norm_initial: the
+    mean L2 norm of a row; neighbor_cosine: the mean cosine of rows p and p + 1 of `final`,
+    near 0 for a random table and near 1 for the smooth tables that BERT's positions become.
+    """
+    initial, final = np.asarray(initial, np.float64), np.asarray(final, np.float64)
+    rows = final / np.linalg.norm(final, axis=-1, keepdims=True)
+    return {
+        "moved": float(np.linalg.norm(final - initial) / np.linalg.norm(initial)),
+        "row_norm": float(np.linalg.norm(final, axis=-1).mean()),
+        "row_norm_initial": float(np.linalg.norm(initial, axis=-1).mean()),
+        "neighbor_cosine": float((rows[1:] * rows[:-1]).sum(-1).mean()),
+    }
+
+
 def sinusoidal_embedding(positions, dim: int) -> jax.Array:
     """Vaswani et al. 2017, sec. 3.5: PE[m, 2i] = sin(m θ_i), PE[m, 2i+1] = cos(m θ_i).
 

@@ -41,7 +41,7 @@ from collections.abc import Callable
 import numpy as np
 
 from roformer_jax import length_study, long_doc_report, long_doc_study, plots, study
-from roformer_jax.study_record import RawStudy, read_raw
+from roformer_jax.study_record import POSITION_TABLE_FILE, RawStudy, read_raw
 
 MARKER = re.compile(r"<!-- generated: (\S+) (\w+)\((.*?)\) -->(.*?)<!-- end generated -->", re.S)
 ALL = "raw"  # the STUDY of a marker whose kind reads every raw folder
@@ -268,6 +268,29 @@ def _below_from(raw: RawStudy, name: str, baseline: str) -> str:
     return "never" if step is None else f"step {step:,}"
 
 
+def _position_table(raw: RawStudy, run: str, *, page: _Page) -> str:
+    """What training did to run `run`'s learned position table, seed by seed, beside its word
+    table (experiments/position_table.py)."""
+    lines = [
+        "| seed | step | position table: moved | row norm (at init) | neighbor cosine "
+        "| word table: moved | row norm (at init) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for cfg in raw.runs[run]:
+        path = os.path.join(study.run_dir(os.path.join(page.raw_root, raw.name), run, cfg.seed),
+                            POSITION_TABLE_FILE)  # fmt: skip
+        if not os.path.exists(path):
+            raise ValueError(f"no {path}: run experiments/position_table.py with --raw_dir")
+        r = _read_json(path)
+        p, w = r["position"], r["word"]
+        lines.append(
+            f"| {cfg.seed} | {r['step']:,} | {p['moved']:.3f} | {p['row_norm']:.3f} "
+            f"({p['row_norm_initial']:.3f}) | {p['neighbor_cosine']:+.3f} | {w['moved']:.3f} "
+            f"| {w['row_norm']:.3f} ({w['row_norm_initial']:.3f}) |"
+        )
+    return "\n".join(lines)
+
+
 def _unigram(raw: RawStudy) -> str:
     return f"{raw.record['unigram_cross_entropy']:.3f}"
 
@@ -381,6 +404,7 @@ KINDS = {
     "mean": _mean,
     "diff": _diff,
     "below_from": _below_from,
+    "position_table": _position_table,
     "unigram": _unigram,
     "targets": lambda raw: f"{_targets(raw):,}",  # _targets, as the footnote prints it
     "wall_time_table": _wall_time_table,
@@ -393,5 +417,5 @@ KINDS = {
     "long_doc_bow": _long_doc_bow,
 }
 INLINE = {"stale", "mean", "diff", "below_from", "unigram", "targets", "long_doc_bow"}
-_USES_PAGE = {"stale", "figure", "long_doc_figure", "long_doc_table", "long_doc_paired_table",
-              "long_doc_survival_table", "long_doc_bow"}  # fmt: skip
+_USES_PAGE = {"stale", "figure", "position_table", "long_doc_figure", "long_doc_table",
+              "long_doc_paired_table", "long_doc_survival_table", "long_doc_bow"}  # fmt: skip

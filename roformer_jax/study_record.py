@@ -16,7 +16,9 @@
     the command; its code may then name "first_commit", the first of a range of commits over
     which a study ran in pieces.
 Each run's own files (metrics.jsonl, config.json, provenance.json, length_eval/) are under
-`<raw_dir>/<run>/seed<k>/` (study.export_raw).
+`<raw_dir>/<run>/seed<k>/` (study.export_raw); a run with a learned position table may also
+have POSITION_TABLE_FILE there, what training did to that table (experiments/position_table.py,
+from the run's checkpoints).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from roformer_jax.training import provenance
 from roformer_jax.training.config import ExperimentConfig, experiment_config_from_dict
 
 FILE = "study.json"
+POSITION_TABLE_FILE = "position_table.json"  # {"step", "position", "word": table_change}
 
 
 def make_record(

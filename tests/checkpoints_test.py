@@ -50,9 +50,21 @@ class CheckpointsTest(parameterized.TestCase):
         with self.assertRaisesRegex(
             ValueError,
             r"checkpoints/5 was trained with a different model config \(hidden_size: 64 in "
-            r"the checkpoint, 32 now; pre_ln: '<absent>' in the checkpoint, True now\)",
+            r"the checkpoint, 32 now; pre_ln: False in the checkpoint, True now\)",
         ):
             checkpoints.restore(jax.eval_shape(lambda: _state(0)), other)
+        checkpoints.close()
+
+    def test_a_field_added_since_the_save_counts_as_its_default(self):
+        # Checkpoints written before ModelConfig gained a field (random_features, with FAVOR+)
+        # hold none of it; the run trained with what the default stands for.
+        self._save(keep=1, steps=(5,))
+        checkpoints = Checkpoints(self.directory, keep=1)
+        abstract = jax.eval_shape(lambda: _state(0))
+        state, _ = checkpoints.restore(abstract, {**MODEL, "random_features": 256})
+        self.assertEqual(int(state["step"]), 5)
+        with self.assertRaisesRegex(ValueError, "random_features: 256 in the checkpoint, 64 now"):
+            checkpoints.restore(abstract, {**MODEL, "random_features": 64})
         checkpoints.close()
 
     @parameterized.named_parameters(

@@ -372,6 +372,12 @@ def _initial_state(cfg: ExperimentConfig, workdir: str) -> step_lib.TrainState:
     return states[0]
 
 
+def _at(tree, path):
+    for key in path:
+        tree = tree[key]
+    return tree
+
+
 class InitFromTest(absltest.TestCase):
     def test_a_fresh_run_starts_from_the_other_runs_final_params(self):
         source, _ = _reference_run()
@@ -395,6 +401,16 @@ class InitFromTest(absltest.TestCase):
         resumed = _initial_state(cfg, workdir)
         self.assertEqual(int(resumed.step), 2)
         chex.assert_trees_all_equal(resumed.params, own_params)
+
+    def test_run_rngs_redo_a_runs_initial_parameters(self):
+        # What analyses of a finished run compare with (experiments/position_table.py).
+        cfg = _config(train__steps=1, seed=3)
+        started = _initial_state(cfg, os.path.join(_TMP, "run_rngs"))
+        init = loop.model_and_optimizer(cfg)[3]
+        chex.assert_trees_all_equal(jax.jit(init)(loop.run_rngs(3)[0]).params, started.params)
+        other = jax.jit(init)(loop.run_rngs(4)[0]).params  # the seed matters
+        word = ("embeddings", "word_embeddings", "embedding")
+        self.assertFalse(np.array_equal(_at(other, word), _at(started.params, word)))
 
     def test_parameters_of_another_model_are_a_clear_error(self):
         source, _ = _reference_run()

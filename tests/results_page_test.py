@@ -146,6 +146,26 @@ class ResultsPageTest(parameterized.TestCase):
         self.assertEqual(named, "+0.059 [+0.054, +0.064]")
         self.assertEqual(below, "step 50")  # RoPE's interval is below learned's at every step
 
+    def test_position_table_reads_each_seeds_file(self):
+        raw = tempfile.mkdtemp()
+        shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
+        text = (
+            '<!-- generated: causal_wikitext2 position_table("softmax + learned") -->'
+            "<!-- end generated -->"
+        )
+        with self.assertRaisesRegex(ValueError, "run experiments/position_table.py"):
+            results_page.render(text, raw)
+        change = {"moved": 1.3, "row_norm": 0.2, "row_norm_initial": 0.22, "neighbor_cosine": 0.01}
+        for seed in range(3):
+            record = {"step": 200, "position": change, "word": {**change, "moved": 2.9 + seed}}
+            path = f"{raw}/causal_wikitext2/softmax_+_learned/seed{seed}/position_table.json"
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(record, f)
+        rows = results_page.render(text, raw).splitlines()[3:6]
+        self.assertEqual(
+            rows[2], "| 2 | 200 | 1.300 | 0.200 (0.220) | +0.010 | 4.900 | 0.200 (0.220) |"
+        )
+
     @parameterized.named_parameters(
         ("unknown_kind", "causal_wikitext2 median() --><!-- end generated -->", "kind 'median'"),
         ("unknown_study", "causal_x unigram() --><!-- end generated -->", "no study 'causal_x'"),

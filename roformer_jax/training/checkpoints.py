@@ -24,6 +24,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from jax.experimental import multihost_utils
 
+from roformer_jax.model_config import ModelConfig
 from roformer_jax.training.config import config_diff
 
 
@@ -93,7 +94,8 @@ class Checkpoints:
     def _check_same_model(self, step: int, saved: dict, model_config: Any) -> None:
         diffs = [
             f"{key}: {old!r} in the checkpoint, {new!r} now"
-            for key, (old, new) in config_diff(saved, model_config).items()
+            # A field added since the save counts as its default: what the run trained with.
+            for key, (old, new) in config_diff(saved, model_config, defaults=ModelConfig()).items()
         ]
         if diffs:
             raise ValueError(

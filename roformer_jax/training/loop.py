@@ -65,7 +65,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
 
     # --- Model and optimizer; shapes first.
     model, schedule, tx, init = model_and_optimizer(cfg)
-    init_rng, step_rng = jax.random.split(jax.random.key(cfg.seed))
+    init_rng, step_rng = run_rngs(cfg.seed)
     abstract_state = jax.eval_shape(init, init_rng)
     n_params = sum(x.size for x in jax.tree.leaves(abstract_state.params))
     logging.info("%s parameters; %d device(s) on %d host(s)", f"{n_params:,}", jax.device_count(),
@@ -182,6 +182,13 @@ def model_and_optimizer(cfg: ExperimentConfig):
         return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
     return model, schedule, tx, init
+
+
+def run_rngs(seed: int) -> tuple[jax.Array, jax.Array]:
+    """(init_rng, step_rng) of a run of `seed`: its initial parameters are
+    jax.jit(init)(init_rng) (model_and_optimizer), which analyses of a run can redo."""
+    init_rng, step_rng = jax.random.split(jax.random.key(seed))
+    return init_rng, step_rng
 
 
 def params_from(workdir: str, abstract_params):

@@ -1,0 +1,73 @@
+r"""How far the learned position tables (BERT's) of a study's runs moved in training.
+
+  python experiments/position_table.py --workdir=runs/positions_long_wikitext2 \
+      --raw_dir=docs/results/raw/positions_long_wikitext2
+
+For every run under --workdir whose model learns a position table (position="learned"), the
+table of its newest checkpoint is compared with the one the run started from, redone from its
+seed (loop.run_rngs), by positions.table_change; the word table likewise, for scale. Each run
+gets <run>/seed<k>/position_table.json in --workdir and, with --raw_dir, in the study's raw
+folder, where docs/results.md's `position_table()` marker reads it. Needs the checkpoints,
+which are not committed: the raw file is what the page is rebuilt from.
+"""
+
+import glob
+import json
+import os
+import shutil
+import sys
+
+import jax
+from absl import app, flags, logging
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _ROOT)
+
+from roformer_jax import positions  # noqa: E402
+from roformer_jax.study_record import POSITION_TABLE_FILE as FILE  # noqa: E402
+from roformer_jax.training import loop, runs, runtime  # noqa: E402
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "A study's workdir (compare.py --workdir).")
+_RAW_DIR = flags.DEFINE_string("raw_dir", None, "The study's raw folder: copy each file there.")
+_TABLES = {"position": ("embeddings", "position_embeddings", "embedding"),
+           "word": ("embeddings", "word_embeddings", "embedding")}  # fmt: skip
+
+
+def _table(params, path):
+    for key in path:
+        params = params[key]
+    return params
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    found = 0
+    for config_path in sorted(glob.glob(os.path.join(_WORKDIR.value, "*", "seed*", "config.json"))):
+        run = os.path.dirname(config_path)
+        with open(config_path, encoding="utf-8") as f:
+            if json.load(f)["model"]["position"] != "learned":
+                continue
+        cfg, final, step = runs.load_params(run)
+        init = loop.model_and_optimizer(cfg)[3]
+        initial = jax.jit(init)(loop.run_rngs(cfg.seed)[0]).params
+        record = {"step": step} | {
+            name: positions.table_change(_table(initial, path), _table(final, path))
+            for name, path in _TABLES.items()
+        }
+        with open(os.path.join(run, FILE), "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1)
+        if _RAW_DIR.value:
+            target = os.path.join(_RAW_DIR.value, os.path.relpath(run, _WORKDIR.value))
+            os.makedirs(target, exist_ok=True)
+            shutil.copyfile(os.path.join(run, FILE), os.path.join(target, FILE))
+        logging.info("%s at step %d: position table moved %.3f, word table %.3f", run, step,
+                     record["position"]["moved"], record["word"]["moved"])  # fmt: skip
+        found += 1
+    if not found:
+        raise FileNotFoundError(f"no run with a learned position table under {_WORKDIR.value}")
+
+
+if __name__ == "__main__":
+    flags.mark_flag_as_required("workdir")
+    runtime.run_main(main)
