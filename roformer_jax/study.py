@@ -294,7 +294,8 @@ def paired_diffs(
     def value(records):
         if step is None:
             return final_values(records, key)
-        return next((r.get(key) for r in records if r["step"] == step), None)
+        logged = [r[key] for r in records if r["step"] == step and r.get(key) is not None]
+        return logged[-1] if logged else None
 
     base = [value(r) for r in results[baseline]]
     return [
