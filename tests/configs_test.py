@@ -11,7 +11,7 @@ from absl import flags
 from absl.testing import absltest, parameterized
 from ml_collections import config_flags
 
-from configs import base
+from configs import base, studies
 from roformer_jax import study
 from roformer_jax.model import RoFormer
 from roformer_jax.model_config import SIZES
@@ -81,7 +81,7 @@ class ConfigsTest(parameterized.TestCase):
         ("compare", "compare"), ("study_positions", "compare"), ("study_linear", "compare"),
         ("study_causal", "compare"), ("study_length", "length_study"),
         ("study_multilength", "length_study"), ("study_positions_long", "compare"),
-        ("study_linear_long", "compare"),
+        ("study_linear_long", "compare"), ("study_positions_batch", "compare"),
     )  # fmt: skip
     def test_study_config_builds_every_run(self, name, command):
         doc = importlib.import_module(f"configs.{name}").__doc__
@@ -121,6 +121,23 @@ class ConfigsTest(parameterized.TestCase):
                 # FAVOR+'s features follow each seed's own draws.
                 if seeds[0].model.draws_features:
                     self.assertEqual([c.model.feature_seed for c in seeds], [0, 1, 2])
+
+    def test_batch_scale_keeps_tokens_evaluations_and_held_out_set(self):
+        one = _load("study_positions_long", "wikitext2").experiment
+        four = _load("study_positions_batch", "wikitext2").experiment
+        a, b = one.train, four.train
+        self.assertEqual(b.batch_size, 4 * a.batch_size)
+        self.assertEqual(b.steps * b.batch_size, a.steps * a.batch_size)  # the same tokens
+        # Evaluations, warm-up and checkpoints at the same token counts.
+        for field in ("eval_every", "checkpoint_every"):
+            self.assertEqual(getattr(b, field) * b.batch_size, getattr(a, field) * a.batch_size)
+        self.assertEqual(four.optim.warmup_steps * b.batch_size,
+                         one.optim.warmup_steps * a.batch_size)  # fmt: skip
+        # The same held-out rows: eval_batches batches of the unscaled batch size.
+        self.assertIsNone(a.eval_batch_size)  # the cached 2,000-step runs' config
+        self.assertEqual((b.eval_batches, b.eval_batch_size), (a.eval_batches, a.batch_size))
+        with self.assertRaisesRegex(ValueError, "batch_scale 3 must divide 100"):
+            studies.get_long_config("wikitext2", batch_scale=3)
 
     @parameterized.parameters(*GOLDEN_PARAMS)
     def test_docstring_gives_the_command(self, name):
