@@ -22,21 +22,16 @@ quiet cores, 9 runs, 1.5 h per corpus. Not run yet.
 
 from ml_collections import ConfigDict
 
-from configs import studies
+from configs import studies, study_positions_long
 
 BATCH_SCALE = 4
 
 
 def get_config(arg=None):
     config = studies.get_long_config(arg, batch_scale=BATCH_SCALE)
-    config.runs = ConfigDict(
-        {
-            "learned (BERT)": {"model": {"position": "learned", "max_len": 128}},
-            "RoPE (RoFormer)": {"model": {"position": "rope"}},
-            "none": {"model": {"position": "none"}},
-        },
-        sort_keys=False,
-    )
+    runs = ("learned (BERT)", "RoPE (RoFormer)", "none")  # study 1's models, unchanged
+    config.runs = ConfigDict({name: study_positions_long.RUNS[name] for name in runs},
+                             sort_keys=False)  # fmt: skip
     config.baseline = "learned (BERT)"
     config.title = "MLM, softmax attention: positions at 4x the batch (64 x 128), 500 steps"
     config.plot_keys = ("train/loss", "valid/loss_128")

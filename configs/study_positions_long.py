@@ -27,19 +27,18 @@ from ml_collections import ConfigDict
 
 from configs import studies
 
+RUNS = {  # in the order of the tables; configs/study_positions_batch.py reruns some of them
+    "learned (BERT)": {"model": {"position": "learned", "max_len": 128}},
+    "RoPE (RoFormer)": {"model": {"position": "rope"}},
+    "none": {"model": {"position": "none"}},
+    "sinusoidal": {"model": {"position": "sinusoidal"}},
+    "ALiBi": {"model": {"position": "alibi"}},
+}
+
 
 def get_config(arg=None):
     config = studies.get_long_config(arg)
-    config.runs = ConfigDict(
-        {
-            "learned (BERT)": {"model": {"position": "learned", "max_len": 128}},
-            "RoPE (RoFormer)": {"model": {"position": "rope"}},
-            "none": {"model": {"position": "none"}},
-            "sinusoidal": {"model": {"position": "sinusoidal"}},
-            "ALiBi": {"model": {"position": "alibi"}},
-        },
-        sort_keys=False,
-    )
+    config.runs = ConfigDict(RUNS, sort_keys=False)
     config.baseline = "learned (BERT)"
     config.title = "MLM, softmax attention: position encodings, 2,000 steps"
     config.plot_keys = ("train/loss", "valid/loss_128")
