@@ -163,7 +163,7 @@ def finetune_cells(config, workdir: str, task_dir: str, *, log=print) -> None:
             encoder = os.path.abspath(study.run_dir(workdir, cell.encoder, pretrain_seed))
             cfg = finetune_config(config, cell, seed, encoder, task_dir)
             directory = study.run_dir(os.path.join(workdir, FINETUNE_DIR), cell.name, seed)
-            _check_same(directory, cfg)
+            _check_same(directory, cfg, workdir)
             if os.path.exists(os.path.join(directory, finetune_lib.FINAL_METRICS_FILE)):
                 log(f"[{done}/{total}] {cell.name} seed {seed}: finished earlier, cached")
                 continue
@@ -171,11 +171,12 @@ def finetune_cells(config, workdir: str, task_dir: str, *, log=print) -> None:
             finetune_lib.finetune(cfg, directory)
 
 
-def _check_same(directory: str, cfg: FinetuneExperiment) -> None:
+def _check_same(directory: str, cfg: FinetuneExperiment, workdir: str) -> None:
     path = os.path.join(directory, "config.json")
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             changed = config_diff(json.load(f), cfg, defaults=FinetuneExperiment())
+        changed = study.changed_unless_moved(changed, workdir)  # the encoder's and task's paths
         if changed:
             raise ValueError(
                 f"{directory} holds a fine-tuning run of another config (differs in "

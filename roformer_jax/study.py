@@ -59,11 +59,12 @@ def is_finished(directory: str, steps: int) -> bool:
     return bool(records) and records[-1]["step"] >= steps
 
 
-def check_same_config(directory: str, cfg: ExperimentConfig) -> None:
+def check_same_config(directory: str, cfg: ExperimentConfig, workdir: str | None = None) -> None:
     """Raises ValueError when `directory` holds a run of another config than `cfg`.
 
     A cached run is reused by name, so a changed config must not silently reuse it. Where the
-    data cache lives is not part of what a run is.
+    data cache lives is not part of what a run is, nor where the study's `workdir` is
+    (`moved_with_workdir`).
     """
     path = os.path.join(directory, "config.json")
     if not os.path.exists(path):
@@ -74,11 +75,32 @@ def check_same_config(directory: str, cfg: ExperimentConfig) -> None:
     changed = config_diff(
         saved, cfg, defaults=default_experiment_config(), ignore=("train.data_cache_dir",)
     )
+    if workdir is not None:
+        changed = changed_unless_moved(changed, workdir)
     if changed:
         raise ValueError(
             f"{directory} holds a run of another config (differs in {', '.join(changed)}); "
             "delete it or use another --workdir"
         )
+
+
+def moved_with_workdir(saved, current, workdir: str) -> bool:
+    """Whether `saved` (a path as a run's config.json holds it) is `current` in a study whose
+    workdir has moved since: `current` lies inside `workdir`, and `saved` ends with its path
+    relative to `workdir` (e.g. .../<run>/seed0 for "run:<run>", .../task/choices/train.jsonl).
+
+    A study's workdir may be renamed or copied to another disk; its runs then resolve the
+    paths they read under the new workdir, and they are still the runs that were trained.
+    """
+    if not (isinstance(saved, str) and isinstance(current, str) and os.path.isabs(saved)):
+        return False
+    relative = os.path.relpath(os.path.abspath(current), os.path.abspath(workdir))
+    return not relative.startswith(os.pardir) and saved.endswith(os.sep + relative)
+
+
+def changed_unless_moved(changed: Mapping, workdir: str) -> dict:
+    """`config_diff`'s {key: (saved, current)} less the paths that only moved with `workdir`."""
+    return {k: v for k, v in changed.items() if not moved_with_workdir(*v, workdir)}
 
 
 RUN_PREFIX = "run:"  # train.init_from="run:<name>": that run of the study, same seed
@@ -105,7 +127,7 @@ def run_study(runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str) -> d
             done += 1
             directory = run_dir(workdir, name, cfg.seed)
             cfg = resolve_init_from(cfg, workdir)
-            check_same_config(directory, cfg)
+            check_same_config(directory, cfg, workdir)
             if cfg.train.data_cache_dir is None:  # the runs share one tokenizer and token cache
                 train_cfg = dataclasses.replace(
                     cfg.train, data_cache_dir=os.path.join(workdir, "data")
@@ -126,7 +148,8 @@ def resolve_init_from(cfg: ExperimentConfig, workdir: str) -> ExperimentConfig:
     """`cfg` with train.init_from "run:<name>" made the absolute workdir of that run.
 
     Absolute, so that config.json says where the parameters came from and a rerun of the
-    study from the same --workdir resolves to the same config (check_same_config).
+    study from the same --workdir resolves to the same config (check_same_config; from a moved
+    workdir too, by `moved_with_workdir`).
     """
     init_from = cfg.train.init_from
     if init_from is None or not init_from.startswith(RUN_PREFIX):

@@ -181,8 +181,9 @@ class CommandTest(absltest.TestCase):
             raise AssertionError(cls.first.stderr[-3000:])
 
     @classmethod
-    def run_command(cls) -> subprocess.CompletedProcess:
-        return subprocess.run(cls.command, env=cls.env, capture_output=True, text=True,
+    def run_command(cls, workdir: str | None = None) -> subprocess.CompletedProcess:
+        command = cls.command + [f"--workdir={workdir}"] * (workdir is not None)  # the last wins
+        return subprocess.run(command, env=cls.env, capture_output=True, text=True,
                               cwd=cls.dir, timeout=600)  # fmt: skip
 
     @classmethod
@@ -238,8 +239,10 @@ class CommandTest(absltest.TestCase):
         bins = stats.binned_accuracy(kept, np.ones(len(kept), bool), edges=(0, 0.5, 1))
         self.assertEqual(sum(b.count for b in bins), len(kept))
 
-    def test_rerun_is_cached(self):
-        again = self.run_command()
+    def test_rerun_is_cached_even_from_a_moved_workdir(self):
+        moved = os.path.join(self.dir, "moved")  # every path a run's config holds moves too
+        shutil.copytree(self.workdir, moved)
+        again = self.run_command(moved)
         self.assertEqual(again.returncode, 0, again.stderr[-3000:])
         self.assertIn("finished earlier, cached", again.stderr)
         self.assertNotIn("fine-tuning in", again.stderr)

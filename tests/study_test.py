@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import shutil
 import tempfile
 from unittest import mock
 
@@ -102,10 +103,29 @@ class StudyTest(absltest.TestCase):
                     json.dump(dataclasses.asdict(fake.mock_calls[2 + seed].args[0]), f)
             study.run_study(runs, workdir)  # a rerun is the same config: nothing retrained
             self.assertEqual(fake.call_count, 4)
+            moved = os.path.join(workdir, "moved")  # the study's workdir, moved elsewhere
+            shutil.copytree(os.path.join(workdir, "short"), os.path.join(moved, "short"))
+            shutil.copytree(os.path.join(workdir, "long"), os.path.join(moved, "long"))
+            study.run_study(runs, moved)  # still the runs that were trained
+            self.assertEqual(fake.call_count, 4)
+            other = {"other": runs["short"][:1], "long": [_config(0, 2, init_from="run:other")]}
+            with self.assertRaisesRegex(ValueError, r"differs in train.init_from"):
+                study.run_study(other, moved)  # another run of the study is another source
         # Absolute, whatever --workdir was: config.json says where the parameters came from.
         resolved = study.resolve_init_from(_config(1, 2, init_from="run:short"), "relative")
         self.assertEqual(resolved.train.init_from, os.path.abspath("relative/short/seed1"))
         self.assertEqual(study.resolve_init_from(_config(1), "relative"), _config(1))
+
+    def test_moved_with_workdir_is_the_same_path_under_the_new_workdir(self):
+        old, new = "/old/study", "/new/place/study"
+        self.assertTrue(study.moved_with_workdir(f"{old}/a/seed0", f"{new}/a/seed0", new))
+        self.assertTrue(study.moved_with_workdir(f"{old}/task/x.jsonl", f"{new}/task/x.jsonl", new))
+        for saved, current in ((f"{old}/b/seed0", f"{new}/a/seed0"),  # another run
+                               (f"{old}/a/seed0", f"{new}/a/seed1"),  # another seed
+                               (f"{old}/a/seed0", "/elsewhere/a/seed0"),  # outside the workdir
+                               ("a/seed0", f"{new}/a/seed0"),  # not a resolved path
+                               (None, f"{new}/a/seed0"), (3, 4)):  # fmt: skip
+            self.assertFalse(study.moved_with_workdir(saved, current, new), (saved, current))
 
     def test_a_run_named_by_init_from_trains_first_whatever_the_order(self):
         workdir = self.enter_context(tempfile.TemporaryDirectory())
