@@ -95,6 +95,12 @@ class LoadTest(CorpusTestCase):
         self.assertIsInstance(second.train_tokens, np.memmap)
         self.assertEqual(first.path, second.path)
         self.assertEqual(self.load(seq_len=32).path, first.path)  # packing is not cached
+        copy = os.path.join(self.dir, "elsewhere", "corpus.txt")  # moved, touched: same bytes
+        os.makedirs(os.path.dirname(copy))
+        shutil.copy(self.path, copy)
+        os.utime(copy, ns=(1, 1))
+        with mock.patch.object(data, "_build_cache", side_effect=AssertionError("rebuilt")):
+            self.assertEqual(self.load(source=copy).path, first.path)
         with open(self.path, "a") as f:
             f.write("a new line\n")
         self.assertNotEqual(self.load().path, first.path)

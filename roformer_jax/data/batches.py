@@ -8,7 +8,7 @@ Sources (`DataConfig.source`, read by roformer_jax/corpora.py): "builtin" (the P
 library's docstrings and help topics: real prose present wherever Python is, no download), a
 file, directory or glob of UTF-8 text, or "hf:<name>[:<config>]" (HuggingFace `datasets`).
 
-Pipeline, run once per cache key (source, files' sizes and times, tokenizer settings):
+Pipeline, run once per cache key (source, files' contents, tokenizer settings):
 documents → train/valid split by a hash of each document (so duplicates land on the same side)
 → tokenizer trained on the train split → token ids with one [SEP] after every document, saved
 as .npy under `cache_dir` and memory-mapped on later runs. Training sequences are windows of
@@ -133,7 +133,7 @@ def load_corpus(cfg: DataConfig, cache_dir: str) -> Corpus:
     """Reads, splits and tokenizes `cfg.source` once; later calls memory-map the cache.
 
     The cache lives in `cache_dir/corpus-<key>/` (tokenizer/, train.npy, valid.npy, meta.json);
-    the key covers the source (and its files' sizes and modification times), the Python
+    the key covers the source (and its files' contents, not their paths or times), the Python
     version for "builtin", max_chars, doc_separator, min_doc_chars, valid_fraction and the
     tokenizer settings, so editing any of them rebuilds it. seq_len and masking settings are
     applied on the fly.
@@ -161,8 +161,8 @@ def load_corpus(cfg: DataConfig, cache_dir: str) -> Corpus:
 def _cache_key(cfg: DataConfig, files: list[str]) -> tuple[str, dict]:
     identity = {
         "format": _CACHE_FORMAT,
-        "source": cfg.source,
-        "files": [(os.path.abspath(p), os.path.getsize(p), os.stat(p).st_mtime_ns) for p in files],
+        "source": None if files else cfg.source,  # a file source is its files' contents
+        "files": [_content_digest(p) for p in files],
         "max_chars": cfg.max_chars,
         "valid_fraction": cfg.valid_fraction,
         "tokenizer": cfg.tokenizer,
@@ -179,11 +179,22 @@ def _cache_key(cfg: DataConfig, files: list[str]) -> tuple[str, dict]:
     if cfg.tokenizer == "wordpiece":
         identity["vocab_size"] = cfg.vocab_size
     elif cfg.tokenizer != "bytes":
-        vocab = os.path.abspath(cfg.tokenizer)
-        stat = os.stat(vocab) if os.path.exists(vocab) else None
-        identity["vocab"] = [vocab, stat and stat.st_size, stat and stat.st_mtime_ns]
+        identity["vocab"] = (
+            _content_digest(cfg.tokenizer) if os.path.exists(cfg.tokenizer) else None
+        )
     blob = json.dumps(identity, sort_keys=True).encode("utf-8")
     return hashlib.sha256(blob).hexdigest()[:16], identity
+
+
+def _content_digest(path: str) -> str:
+    """SHA-256 of a file's bytes: its identity in the cache key, wherever it lies and whatever
+    its modification time (a copied, moved or re-synced corpus keeps its cache). Reading it
+    costs about a second per GB on each load."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _build_cache(cfg: DataConfig, tok, path: str, identity: dict) -> None:
