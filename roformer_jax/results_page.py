@@ -224,6 +224,11 @@ def _summary_table(raw: RawStudy) -> str:
     return study.summary_table(raw.results, raw.config["table_keys"])
 
 
+def _extremes_table(raw: RawStudy, extremes: dict[str, str]) -> str:
+    """study.extremes_table: `extremes_table({"train/min_denominator": "min"})`."""
+    return study.extremes_table(raw.results, extremes)
+
+
 def _paired_key(raw: RawStudy) -> str:
     """The key compare.py pairs: the validation loss at the runs' training length."""
     return f"valid/loss_{next(iter(raw.runs.values()))[0].data.seq_len}"
@@ -400,6 +405,7 @@ KINDS = {
     "length_paired_table": _length_paired_table,
     "summary_table": _summary_table,
     "paired_table": _paired_table,
+    "extremes_table": _extremes_table,
     "stage_table": _stage_table,
     "mean": _mean,
     "diff": _diff,

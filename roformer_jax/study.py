@@ -281,6 +281,28 @@ def summary_table(results: Mapping[str, Sequence[list[dict]]], keys: Sequence[st
     return "\n".join(lines)
 
 
+def extremes_table(results: Mapping[str, Sequence[list[dict]]], extremes: Mapping[str, str]) -> str:
+    """Markdown table: one row per run, each key's most extreme value over all of training
+    ("min" or "max", as `extremes` says for that key), seed by seed.
+
+    Not a mean over seeds: an instability (a denominator near zero, a gradient spike) is the
+    one seed it happens in. "–" where a run never logged the key (e.g. softmax attention has
+    no denominator to watch).
+    """
+    pick = {"min": min, "max": max}
+    keys = list(extremes)
+    lines = ["| run | seeds | " + " | ".join(f"{extremes[k]} {k} (per seed)" for k in keys) + " |",
+             "|" + "---|" * (len(keys) + 2)]  # fmt: skip
+    for name, seeds in results.items():
+        cells = []
+        for key in keys:
+            per_seed = [[r[key] for r in records if r.get(key) is not None] for records in seeds]
+            cells.append(", ".join(f"{pick[extremes[key]](v):.3g}" if v else "–"
+                                   for v in per_seed))  # fmt: skip
+        lines.append(f"| {name} | {len(seeds)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def paired_table(results: Mapping[str, Sequence[list[dict]]], baseline: str, key: str) -> str:
     """Markdown table: each run's final `key` minus the baseline's, seed by seed.
 

@@ -146,6 +146,14 @@ class ResultsPageTest(parameterized.TestCase):
         self.assertEqual(named, "+0.059 [+0.054, +0.064]")
         self.assertEqual(below, "step 50")  # RoPE's interval is below learned's at every step
 
+    def test_extremes_table_takes_a_dict_of_keys(self):
+        text = ('<!-- generated: causal_wikitext2 extremes_table({"train/grad_norm": "max", '
+                '"train/min_denominator": "min"}) --><!-- end generated -->')  # fmt: skip
+        lines = results_page.render(text, _RAW, changed=_unknown).splitlines()
+        self.assertEqual(lines[1], "| run | seeds | max train/grad_norm (per seed) | "
+                                   "min train/min_denominator (per seed) |")  # fmt: skip
+        self.assertRegex(lines[3], r"^\| \S.* \| 3 \| [\d.]+, [\d.]+, [\d.]+ \| –, –, – \|$")
+
     def test_position_table_reads_each_seeds_file(self):
         raw = tempfile.mkdtemp()
         shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")

@@ -205,6 +205,26 @@ class StudyTest(absltest.TestCase):
         self.assertIn("data: test", text)
         self.assertIn("| x | +1.000 | 1 | +1.000 |", text)
 
+    def test_extremes_table_is_each_seeds_extreme_over_training(self):
+        def run(denominators, grads):
+            return [{"step": i, "train/min_denominator": d, "train/grad_norm_max": g}
+                    for i, (d, g) in enumerate(zip(denominators, grads))]  # fmt: skip
+
+        results = {
+            "eq 18": [run((5.0, 0.002, 3.0), (1.0, 40.0, 2.0)), run((4.0, 2.0, 1.0), (1,) * 3)],
+            "softmax": [[{"step": 0, "train/grad_norm_max": 0.5}]],  # no denominator
+        }
+        table = study.extremes_table(
+            results, {"train/min_denominator": "min", "train/grad_norm_max": "max"}
+        )
+        self.assertEqual(
+            table.splitlines()[2:],
+            [
+                "| eq 18 | 2 | 0.002, 1 | 40, 1 |",  # the spike is the one record it is in
+                "| softmax | 1 | – | 0.5 |",
+            ],  # fmt: skip
+        )
+
     def test_paired_curves_through_training(self):
         def run(*losses):  # evaluations at steps 10, 20 (and 30 where given)
             return [{"step": 10 * (i + 1), "valid/loss": v} for i, v in enumerate(losses)]
