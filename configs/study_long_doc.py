@@ -22,7 +22,9 @@ of the lengths (12 pre-training steps, 1 epoch, 1 seed; estimated 15-20 min on 2
 cores, not timed). Expect, as an estimate from measured step times (the README's
 "Long-document study"): about 18 h on 2 cores shared with another job (5.5 h of it
 pre-training, which `--config.pretrain_steps` scales), about 7 h on 2 idle ones.
-No result yet: the study has not been run.
+No result yet: the study has not been run. Measured before it (the README's "Long-document
+study"): the bag-of-words baseline is right on 49 of 51 test triplets from what 512 tokens read
+(0.961; 0.980 on whole windows), so these triplets test lexical matching, not length.
 """
 
 from ml_collections import ConfigDict

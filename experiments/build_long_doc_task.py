@@ -2,12 +2,13 @@
 
     python experiments/build_long_doc_task.py --format=wikitext --splits=sources \
         --source=DATA/wikitext-2/train.txt,DATA/wikitext-2/valid.txt,DATA/wikitext-2/test.txt \
-        --out=/tmp/long_doc_task_wikitext2
+        --out=/tmp/long_doc_task_wikitext2 --bow_lengths=512,1024,1536
     python experiments/build_long_doc_task.py --format=paragraphs --span_words=3000 \
         --source=DATA/war-and-peace/input.txt --out=/tmp/long_doc_task_war_and_peace
 
 Writes train/valid/test.jsonl ({"id", "A", "B", "C", "label", "article", "negative_article"})
-and stats.json into --out, and prints the stats. The same files and flags give the same bytes.
+and stats.json into --out, and prints the stats (with --bow_lengths, also the bag-of-words
+baseline's accuracies: how lexical the task is). The same files and flags give the same bytes.
 See roformer_jax/data/long_doc_task.py for how triplets are chosen.
 """
 
@@ -15,6 +16,7 @@ import json
 
 from absl import flags
 
+from roformer_jax import long_doc_study
 from roformer_jax.data import long_doc_task
 from roformer_jax.training import runtime
 
@@ -53,10 +55,19 @@ _SPLITS = flags.DEFINE_list(
 )
 
 
+_BOW_LENGTHS = flags.DEFINE_list(
+    "bow_lengths",
+    [],
+    "Also fit and print the bag-of-words baseline (roformer_jax/bow_baseline.py) on the whole "
+    "windows and on what a pair encoder of each of these max lengths reads: how lexical the "
+    "task is, and whether a short input already holds the evidence.",
+)
+
+
 def main(argv):
     del argv
     fractions = None if _SPLITS.value == ["sources"] else [float(f) for f in _SPLITS.value]
-    splits, stats = long_doc_task.build_from_sources(
+    splits, stats, measure = long_doc_task.build_from_sources(
         _SOURCE.value, format=_FORMAT.value, tokenizer=_TOKENIZER.value,
         window_tokens=_WINDOW_TOKENS.value, seed=_SEED.value, fractions=fractions,
         span_words=_SPAN_WORDS.value, vocab_size=_VOCAB_SIZE.value,
@@ -64,6 +75,17 @@ def main(argv):
     )  # fmt: skip
     print(json.dumps(stats, indent=1, sort_keys=True))
     print("wrote", *long_doc_task.write_task(_OUT.value, splits, stats))
+    if _BOW_LENGTHS.value:
+        views = {"whole windows": splits} | {
+            f"what {n} tokens read": {
+                k: long_doc_task.pair_views(v, measure, int(n)) for k, v in splits.items()
+            }
+            for n in _BOW_LENGTHS.value
+        }
+        for name, view in views.items():
+            scores = long_doc_study.bow_scores(view)
+            print(f"bag of words, {name}: valid {scores['valid/accuracy']:.3f}, "
+                  f"test {scores['test/accuracy']:.3f}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -5,10 +5,11 @@ r"""The long-document study in one command: pre-train, fine-tune at each length,
 
 Pre-trains the config's encoders as experiments/compare.py trains a study's runs (cached,
 resumable), builds the triplet task into <workdir>/task, fine-tunes every (encoder, length,
-truncation) cell for each fine-tuning seed (cached, resumable), fits the bag-of-words baseline,
-and writes <workdir>/long_doc.md (tables) and <workdir>/long_doc.png (accuracy against
-length). With --raw_dir, copies the small outputs there and writes study.json
-(roformer_jax/study_record.py), from which docs/results.md's section is regenerated.
+truncation) cell for each fine-tuning seed (cached, resumable), fits the bag-of-words baseline
+(on the whole windows and on what each length reads), and writes <workdir>/long_doc.md
+(tables) and <workdir>/long_doc.png (accuracy against length). With --raw_dir, copies the
+small outputs there and writes study.json (roformer_jax/study_record.py), from which
+docs/results.md's section is regenerated.
 """
 
 import os
@@ -23,6 +24,7 @@ sys.path.insert(0, _ROOT)  # config files import `configs.*`
 
 from experiments import study_flags  # noqa: E402
 from roformer_jax import long_doc_report, long_doc_study, study, study_record  # noqa: E402
+from roformer_jax.data import long_doc_task  # noqa: E402
 from roformer_jax.data.batches import load_corpus  # noqa: E402
 from roformer_jax.training import provenance, runtime  # noqa: E402
 
@@ -42,7 +44,8 @@ def main(argv):
     task_dir = long_doc_study.build_task(config.task, workdir)
     long_doc_study.finetune_cells(config, workdir, task_dir, log=logging.info)
     long_doc_study.write_survival(config, runs, workdir, task_dir)
-    long_doc_study.write_bow(workdir, task_dir)
+    measure = long_doc_task.word_measure(long_doc_study.encoder_tokenizer(runs, workdir))
+    long_doc_study.write_bow(workdir, task_dir, measure=measure, lengths=config.lengths)
 
     results = long_doc_study.read_results(workdir, config.to_dict())
     exp = next(iter(runs.values()))[0]

@@ -39,19 +39,27 @@ def labels(triplets: Sequence[dict]) -> np.ndarray:
 def features(triplets: Sequence[dict]) -> np.ndarray:
     """float [N, F]: FEATURES of (A, C) minus those of (A, B).
 
-    TF-IDF (long_doc_task.tfidf_vectors, idf over the triplets' own 3N texts, no labels read);
-    words for the Jaccard index and the shared count are lowercased whitespace tokens.
+    TF-IDF (long_doc_task.tfidf_vectors, idf over the triplets' own texts, no labels read);
+    words for the Jaccard index and the shared count are lowercased whitespace tokens. A
+    triplet may give A as each pair reads it, "A_for_B" and "A_for_C" (long_doc_task.pair_views:
+    what an encoder of some length reads); else both pairs read "A".
     """
     n = len(triplets)
-    texts = [t[k] for k in ("A", "B", "C") for t in triplets]
+    a_of = {side: [t[f"A_for_{side}"] if f"A_for_{side}" in t else t["A"] for t in triplets]
+            for side in ("B", "C")}  # fmt: skip
+    texts = a_of["B"] + [t[k] for k in ("B", "C") for t in triplets]
+    if a_of["C"] != a_of["B"]:
+        texts += a_of["C"]  # the idf counts each distinct view of A
     x = tfidf_vectors(texts)
-    a, sides = x[:n], (x[n : 2 * n], x[2 * n :])
-    words = [[set(t[k].lower().split()) for t in triplets] for k in ("A", "B", "C")]
+    a = {"B": x[:n], "C": x[3 * n :] if a_of["C"] != a_of["B"] else x[:n]}
     per_side = []
-    for side, side_words in zip(sides, words[1:]):
-        cosine = np.asarray(a.multiply(side).sum(axis=1)).ravel()
-        shared = np.array([len(wa & wx) for wa, wx in zip(words[0], side_words)], float)
-        union = np.array([len(wa | wx) for wa, wx in zip(words[0], side_words)], float)
+    for i, side in enumerate(("B", "C")):
+        other = x[(i + 1) * n : (i + 2) * n]
+        a_words = [set(text.lower().split()) for text in a_of[side]]
+        side_words = [set(t[side].lower().split()) for t in triplets]
+        cosine = np.asarray(a[side].multiply(other).sum(axis=1)).ravel()
+        shared = np.array([len(wa & wx) for wa, wx in zip(a_words, side_words)], float)
+        union = np.array([len(wa | wx) for wa, wx in zip(a_words, side_words)], float)
         per_side.append(np.stack([cosine, shared / np.maximum(union, 1), np.log1p(shared)], -1))
     return per_side[1] - per_side[0]
 

@@ -129,14 +129,18 @@ def survival_summary(results: Results, split: str = "test") -> str:
 
 
 def bow_text(results: Results) -> str:
-    """The bag-of-words baseline's accuracies, and the exact binomial p of its test accuracy
-    against chance (a McNemar-style two-sided test: right vs wrong at p = 1/2)."""
+    """The bag-of-words baseline's accuracies, the exact binomial p of its test accuracy
+    against chance (a McNemar-style two-sided test: right vs wrong at p = 1/2), and its
+    accuracies on what each length reads where bow.json has them."""
     bow = results.bow
     right = _correct(bow["test"])
     p = stats.mcnemar_exact(right, ~right).p  # right vs wrong, each 1/2 under chance
+    views = "; ".join(f"{n}: valid {v['valid/accuracy']:.3f}, test {v['test/accuracy']:.3f}"
+                      for n, v in bow.get("views", {}).items())  # fmt: skip
     return (
         f"valid {bow['valid/accuracy']:.3f}, test {bow['test/accuracy']:.3f} (test against "
         f"chance: {int(right.sum())} of {len(right)} right, p = {p:.2g})"
+        + (f"; on what each length reads, {views}" if views else "")
     )
 
 

@@ -120,7 +120,7 @@ def build_task(task: ConfigDict, workdir: str) -> str:
     stats_path = os.path.join(directory, "stats.json")
     if not os.path.exists(stats_path):
         fractions = None if task.splits == "sources" else [float(f) for f in task.splits]
-        splits, stats = long_doc_task.build_from_sources(
+        splits, stats, _ = long_doc_task.build_from_sources(
             list(task.sources), format=task.format, tokenizer=task.tokenizer,
             window_tokens=task.window_tokens, seed=task.seed, fractions=fractions,
             min_window_tokens=task.min_window_tokens,
@@ -184,12 +184,17 @@ def _check_same(directory: str, cfg: FinetuneExperiment, workdir: str) -> None:
             )
 
 
+def encoder_tokenizer(runs, workdir: str):
+    """The encoders' tokenizer: the first run's (they share one, trained on their corpus)."""
+    first = next(iter(runs.values()))[0]
+    return runs_lib.load_run(study.run_dir(workdir, next(iter(runs)), first.seed)).tokenizer
+
+
 def write_survival(config, runs, workdir: str, task_dir: str) -> str:
     """<workdir>/survival.json: per triplet of valid and test, the fraction of B's tokens that
     a pair [CLS] A [SEP] B [SEP] keeps at each length (tasks.pair_budgets, the encoding's own
     rule), with the first encoder's tokenizer (the runs share one, trained on their corpus)."""
-    first = next(iter(runs.values()))[0]
-    tok = runs_lib.load_run(study.run_dir(workdir, next(iter(runs)), first.seed)).tokenizer
+    tok = encoder_tokenizer(runs, workdir)
     survival = {str(length): {} for length in config.lengths}
     for split in ("valid", "test"):
         triplets = _triplets(task_dir, split)
@@ -210,16 +215,36 @@ def _triplets(task_dir: str, split: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def write_bow(workdir: str, task_dir: str) -> dict:
-    """Fits bow_baseline on the training triplets; writes and returns <workdir>/bow.json:
-    accuracy and per-example predictions on valid and test, and the fitted weights."""
-    model = bow_baseline.fit(_triplets(task_dir, "train"))
+def bow_scores(splits: Mapping[str, Sequence[dict]]) -> dict:
+    """bow_baseline fitted on splits["train"]: its weights, and the accuracy and per-example
+    predictions of valid and test."""
+    model = bow_baseline.fit(splits["train"])
     out = {"features": list(bow_baseline.FEATURES), "weights": model.weights.tolist()}
     for split in ("valid", "test"):
-        triplets = _triplets(task_dir, split)
+        triplets = splits[split]
         predicted, truth = bow_baseline.predict(model, triplets), bow_baseline.labels(triplets)
         out[f"{split}/accuracy"] = float(np.mean(predicted == truth))
         out[split] = {"prediction": predicted.tolist(), "label": truth.tolist()}
+    return out
+
+
+def write_bow(
+    workdir: str, task_dir: str, *, measure: long_doc_task.Measure | None = None,
+    lengths: Sequence[int] = (),
+) -> dict:  # fmt: skip
+    """Writes and returns <workdir>/bow.json: `bow_scores` of the whole windows, and under
+    "views" of what a pair encoder of each of `lengths` reads (long_doc_task.pair_views with
+    `measure`, refitted on the training triplets as cut): whether the text a short input keeps
+    already holds the lexical evidence."""
+    splits = {split: _triplets(task_dir, split) for split in long_doc_task.SPLITS}
+    out = bow_scores(splits)
+    if lengths:
+        out["views"] = {
+            str(n): bow_scores(
+                {k: long_doc_task.pair_views(v, measure, n) for k, v in splits.items()}
+            )  # fmt: skip
+            for n in lengths
+        }
     with open(os.path.join(workdir, BOW_FILE), "w", encoding="utf-8") as f:
         json.dump(out, f)
     return out

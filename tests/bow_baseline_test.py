@@ -46,6 +46,21 @@ class BowBaselineTest(absltest.TestCase):
         )
         self.assertEqual(bow_baseline.features(rows).shape, (6, len(bow_baseline.FEATURES)))
 
+    def test_each_pair_may_read_its_own_a(self):
+        rows = _triplets(6, lexical=True, seed=3)
+        same = [{**r, "A_for_B": r["A"], "A_for_C": r["A"]} for r in rows]
+        np.testing.assert_array_equal(bow_baseline.features(same), bow_baseline.features(rows))
+        views = [{**r, "A_for_B": " ".join(r["A"].split()[:30]), "A_for_C": r["C"]} for r in rows]
+        a_b = [(set(v["A_for_B"].split()), set(v["B"].split())) for v in views]
+        jaccard_b = [len(a & b) / len(a | b) for a, b in a_b]
+        # Column 1 is Jaccard(A, C) - Jaccard(A, B), each with the A its pair reads.
+        np.testing.assert_allclose(bow_baseline.features(views)[:, 1], 1 - np.array(jaccard_b))
+        swapped = [{**v, "B": v["C"], "C": v["B"], "A_for_B": v["A_for_C"],
+                    "A_for_C": v["A_for_B"]} for v in views]  # fmt: skip
+        np.testing.assert_allclose(
+            bow_baseline.features(swapped), -bow_baseline.features(views), atol=1e-12
+        )
+
 
 if __name__ == "__main__":
     absltest.main()

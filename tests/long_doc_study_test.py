@@ -200,6 +200,7 @@ class CommandTest(absltest.TestCase):
         self.assertIn("| BERT | ", report)
         self.assertIn("n/a (learned table of 32)", report)
         self.assertIn("RoFormer multi-length − RoFormer 512 only @ 64", report)
+        self.assertRegex(report, r"on what each length reads, 32: valid [\d.]+, test [\d.]+; 64: ")
         self.assertTrue(os.path.exists(os.path.join(self.workdir, "long_doc.png")))
 
     def test_raw_folder_rebuilds_the_tables_and_renders_on_a_page(self):

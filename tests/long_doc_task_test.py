@@ -253,6 +253,20 @@ class LongDocTaskTest(parameterized.TestCase):
             self.assertEqual(stats[split]["window_tokens"]["max"], max(lengths))
             self.assertEqual(stats[split]["window_tokens"]["min"], min(lengths))
 
+    def test_pair_views_cut_each_pair_as_the_encoding_does(self):
+        words = lambda prefix, n: " ".join(f"{prefix}{i}" for i in range(n))  # noqa: E731
+        row = {"A": words("a", 10), "B": words("b", 4), "C": words("c", 20), "label": "C"}
+        (view,) = ldt.pair_views([row], ldt.word_measure(None), 3 + 12)  # room 12, 1 token/word
+        # The longer side gives up tokens first: (A, B) keeps 8 + 4; (A, C) keeps 6 + 6.
+        self.assertEqual(view, {"label": "C", "A_for_B": words("a", 8), "B": words("b", 4),
+                                "A_for_C": words("a", 6), "C": words("c", 6)})  # fmt: skip
+        two = ldt.Measure(lambda ws: [2] * len(ws))  # 2 tokens a word: a word cut inside goes
+        row = {"A": words("a", 5), "B": words("b", 5), "C": words("c", 5), "label": "B"}
+        (view,) = ldt.pair_views([row], two, 3 + 15)  # 10 + 10 tokens cut to 7 + 8
+        self.assertEqual((view["A_for_B"], view["B"]), (words("a", 3), words("b", 4)))
+        (whole,) = ldt.pair_views([row], two, 3 + 20)
+        self.assertEqual((whole["A_for_C"], whole["C"]), (row["A"], row["C"]))
+
     def test_paragraph_spans_and_far_windows(self):
         paragraphs = [" ".join(f"p{i}w{j}" for j in range(10 + i % 5)) for i in range(40)]
         spans = ldt.paragraph_spans(paragraphs, span_words=100)

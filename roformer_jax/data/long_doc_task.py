@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from scipy import sparse
 
-from roformer_jax.data import corpora
+from roformer_jax.data import corpora, tasks
 from roformer_jax.data.tokenizer import named_tokenizer, train_wordpiece
 
 SPLITS = ("train", "valid", "test")
@@ -402,10 +402,10 @@ def build_from_sources(
     span_words: int = 3000,
     vocab_size: int = 8192,
     min_window_tokens: int | None = None,
-) -> tuple[dict[str, list[dict]], dict]:
+) -> tuple[dict[str, list[dict]], dict, Measure]:
     """`build_task` on the articles of `sources` (`read_articles`), tokens counted by the
-    `named_measure` of `tokenizer`; the stats also name the sources. What
-    experiments/build_long_doc_task.py and the long-document study build."""
+    `named_measure` of `tokenizer`: (splits, stats that also name the sources, that measure).
+    What experiments/build_long_doc_task.py and the long-document study build."""
     articles = read_articles(sources, format=format, span_words=span_words)
     measure = named_measure(tokenizer, [" ".join(a.words) for a in articles],
                             vocab_size=vocab_size)  # fmt: skip
@@ -413,7 +413,40 @@ def build_from_sources(
         articles, measure=measure, window_tokens=window_tokens, seed=seed, fractions=fractions,
         min_window_tokens=min_window_tokens,
     )  # fmt: skip
-    return splits, {**stats, "sources": list(sources)}
+    return splits, {**stats, "sources": list(sources)}, measure
+
+
+def pair_views(triplets: Sequence[dict], measure: Measure, max_length: int) -> list[dict]:
+    """What a pair encoder of `max_length` tokens reads of each triplet, as whole words.
+
+    It reads [CLS] A [SEP] X [SEP] for X = B and X = C, each pair cut to max_length - 3 tokens
+    by tasks.pair_budgets (the longer side gives up its tail first), as the fine-tuning
+    encoding cuts it; a word cut inside is dropped. Rows keep "label" and hold the cut "B"
+    and "C", and A as each pair reads it, "A_for_B" and "A_for_C" (a short partner leaves A
+    more room). `measure` counts tokens, as the task was built (exact for WordPiece).
+    """
+    vocab = sorted({w for t in triplets for k in ("A", "B", "C") for w in t[k].split()})
+    costs = dict(zip(vocab, measure.cost(vocab)))
+
+    def tokens_so_far(text: str) -> tuple[list[str], np.ndarray]:
+        """The words, and the tokens up to each word included (first word: no separator)."""
+        words = text.split()
+        ends = np.cumsum([costs[w] + measure.separator for w in words], dtype=np.int64)
+        return words, ends - measure.separator
+
+    def head(words: list[str], ends: np.ndarray, tokens: int) -> str:
+        return " ".join(words[: int(np.searchsorted(ends, tokens, side="right"))])
+
+    rows = []
+    for t in triplets:
+        (a, a_ends), row = tokens_so_far(t["A"]), {"label": t["label"]}
+        for side in ("B", "C"):
+            x, x_ends = tokens_so_far(t[side])
+            total_a, total_x = (int(e[-1]) if len(e) else 0 for e in (a_ends, x_ends))
+            keep_a, keep_x = tasks.pair_budgets(total_a, total_x, max_length - 3)
+            row[f"A_for_{side}"], row[side] = head(a, a_ends, keep_a), head(x, x_ends, keep_x)
+        rows.append(row)
+    return rows
 
 
 def multiple_choice_examples(triplets: Sequence[dict]) -> list[dict]:
