@@ -34,7 +34,6 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import textwrap
 from collections.abc import Callable
 
@@ -42,24 +41,11 @@ import numpy as np
 
 from roformer_jax import length_study, long_doc_report, long_doc_study, plots, study
 from roformer_jax.study_record import POSITION_TABLE_FILE, RawStudy, read_raw
+from roformer_jax.training.provenance import code_changed
 
 MARKER = re.compile(r"<!-- generated: (\S+) (\w+)\((.*?)\) -->(.*?)<!-- end generated -->", re.S)
 ALL = "raw"  # the STUDY of a marker whose kind reads every raw folder
 FIGURES = "results"  # figures' folder, relative to the page
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def code_changed(commit: str) -> list[str] | None:
-    """The files of roformer_jax/ and configs/ that differ between `commit` and HEAD (none: an
-    empty list); None where git or the commit is unavailable."""
-    try:
-        done = subprocess.run(
-            ["git", "-C", _ROOT, "diff", "--name-only", commit, "HEAD", "--", "roformer_jax",
-             "configs"], capture_output=True, text=True, timeout=30, check=False,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.split() if done.returncode == 0 else None  # 128: an unknown commit
 
 
 @dataclasses.dataclass

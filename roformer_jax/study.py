@@ -22,6 +22,7 @@ from scipy import stats
 
 from roformer_jax import plots
 from roformer_jax.training import metrics as metrics_lib
+from roformer_jax.training import provenance
 from roformer_jax.training.config import (
     ExperimentConfig,
     config_diff,
@@ -120,7 +121,7 @@ def run_study(runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str) -> d
     order = _training_order(runs)
     total = sum(len(seeds) for seeds in runs.values())
     done = 0
-    results = {}
+    results, cached = {}, []
     for name in order:
         results[name] = []
         for cfg in runs[name]:
@@ -136,12 +137,37 @@ def run_study(runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str) -> d
             if is_finished(directory, cfg.train.steps):
                 logging.info("[%d/%d] %s seed %d: finished earlier, cached", done, total, name,
                              cfg.seed)  # fmt: skip
+                cached.append(directory)
             else:
                 logging.info("[%d/%d] %s seed %d: training in %s", done, total, name, cfg.seed,
                              directory)  # fmt: skip
                 train_and_evaluate(cfg, directory)
             results[name].append(metrics_lib.read_metrics(directory))
+    _warn_if_older_code(cached)
     return {name: results[name] for name in runs}
+
+
+def _warn_if_older_code(directories: Sequence[str]) -> None:
+    """One warning for the cached runs whose last session ran code that differs from HEAD's.
+
+    A cached run is reused by its config alone, so a change to the numerics since would
+    otherwise pass unseen until a results page marks the study stale.
+    """
+    older = {}
+    for directory in directories:
+        sessions = (provenance.read(directory) or {}).get("sessions") or [{}]
+        commit = sessions[-1].get("commit")
+        changed = provenance.code_changed(commit) if commit else None
+        if changed:
+            older.setdefault(commit, []).append(directory)
+    if older:
+        where = "; ".join(f"{len(d)} at {c[:7]}: git diff --stat {c[:7]} HEAD"
+                          for c, d in older.items())  # fmt: skip
+        logging.warning(
+            "%d cached run(s) were trained by code that differs from HEAD in roformer_jax/ or "
+            "configs/ (%s); their numbers are that code's: delete a run's directory to retrain it",
+            sum(map(len, older.values())), where,
+        )  # fmt: skip
 
 
 def resolve_init_from(cfg: ExperimentConfig, workdir: str) -> ExperimentConfig:

@@ -24,6 +24,20 @@ class ProvenanceTest(absltest.TestCase):
         self.assertEqual(first["machine"]["cpus"], os.cpu_count())
 
     @absltest.skipUnless(os.path.isdir(os.path.join(_ROOT, ".git")), "not a git checkout")
+    def test_code_changed_asks_git(self):
+        head = subprocess.run(["git", "-C", _ROOT, "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()  # fmt: skip
+        self.assertEqual(provenance.code_changed(head), [])
+        first = subprocess.run(
+            ["git", "-C", _ROOT, "rev-list", "--max-parents=0", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()[0]
+        self.assertIn("roformer_jax/rope.py", provenance.code_changed(first))
+        self.assertIsNone(provenance.code_changed("0" * 40))  # not a commit of this repo
+
+    @absltest.skipUnless(os.path.isdir(os.path.join(_ROOT, ".git")), "not a git checkout")
     def test_commit_is_the_checkouts(self):
         head = subprocess.run(["git", "-C", _ROOT, "rev-parse", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()  # fmt: skip

@@ -58,6 +58,28 @@ class StudyTest(absltest.TestCase):
         self.assertEqual([len(seeds) for seeds in results.values()], [2, 1])
         self.assertNotIn("/", os.path.relpath(study.run_dir(workdir, "b/c", 0), workdir)[:3])
 
+    def test_cached_runs_of_older_code_are_named_in_one_warning(self):
+        workdir = self.enter_context(tempfile.TemporaryDirectory())
+        runs = {"a": [_config(0), _config(1)], "b": [_config(0)], "c": [_config(0)]}
+        commits = {"a": "old" * 8, "b": "new" * 8}  # c: no provenance.json (an older run)
+        with mock.patch.object(study, "train_and_evaluate", side_effect=_fake_training):
+            study.run_study(runs, workdir)
+        for name, commit in commits.items():
+            for cfg in runs[name]:
+                with open(os.path.join(study.run_dir(workdir, name, cfg.seed), "provenance.json"),
+                          "w", encoding="utf-8") as f:  # fmt: skip
+                    json.dump({"sessions": [{"commit": commit}]}, f)
+        changed = {"old" * 8: ["roformer_jax/rope.py"], "new" * 8: []}
+        with (mock.patch.object(study.provenance, "code_changed", side_effect=changed.get),
+              self.assertLogs(level="WARNING") as logs):  # fmt: skip
+            study.run_study(runs, workdir)
+        (warning,) = logs.output
+        self.assertIn("2 cached run(s) were trained by code that differs", warning)
+        self.assertIn("2 at oldoldo: git diff --stat oldoldo HEAD", warning)
+        with mock.patch.object(study.provenance, "code_changed", return_value=[]):
+            with self.assertNoLogs(level="WARNING"):
+                study.run_study(runs, workdir)  # the same code: nothing to say
+
     def test_a_changed_config_is_not_reused(self):
         workdir = self.enter_context(tempfile.TemporaryDirectory())
         directory = study.run_dir(workdir, "a", 0)

@@ -41,6 +41,19 @@ def code_version() -> dict:
     return {"commit": commit, "dirty": dirty}
 
 
+def code_changed(commit: str) -> list[str] | None:
+    """The files of roformer_jax/ and configs/ that differ between `commit` and HEAD (none: an
+    empty list); None where git or the commit is unavailable."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", _ROOT, "diff", "--name-only", commit, "HEAD", "--", "roformer_jax",
+             "configs"], capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.split() if done.returncode == 0 else None  # 128: an unknown commit
+
+
 def machine() -> dict:
     return {
         "cpus": os.cpu_count(),
