@@ -6,10 +6,11 @@
     python experiments/build_long_doc_task.py --format=paragraphs --span_words=3000 \
         --source=DATA/war-and-peace/input.txt --out=/tmp/long_doc_task_war_and_peace
 
-Writes train/valid/test.jsonl ({"id", "A", "B", "C", "label", "article", "negative_article"})
-and stats.json into --out, and prints the stats (with --bow_lengths, also the bag-of-words
-baseline's accuracies: how lexical the task is). The same files and flags give the same bytes.
-See roformer_jax/data/long_doc_task.py for how triplets are chosen.
+Writes train/valid/test.jsonl ({"id", "A", "B", "C", "label", "article", "negative_article"}),
+the same as multiple choice in choices/ (for experiments/finetune.py) and stats.json into
+--out, and prints the stats (with --bow_lengths, also the bag-of-words baseline's accuracies:
+how lexical the task is). The same files and flags give the same bytes. See
+roformer_jax/data/long_doc_task.py for how triplets are chosen.
 """
 
 import json

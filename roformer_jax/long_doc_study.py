@@ -125,26 +125,18 @@ def build_task(task: ConfigDict, workdir: str) -> str:
             window_tokens=task.window_tokens, seed=task.seed, fractions=fractions,
             min_window_tokens=task.min_window_tokens,
         )  # fmt: skip
-        os.makedirs(os.path.join(directory, "choices"), exist_ok=True)
-        for split, rows in splits.items():
-            with open(_choices_path(directory, split), "w", encoding="utf-8") as f:
-                for row in long_doc_task.multiple_choice_examples(rows):
-                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
         long_doc_task.write_task(directory, splits, stats)  # stats.json last: the task is whole
     return directory
-
-
-def _choices_path(task_dir: str, split: str) -> str:
-    return os.path.join(task_dir, "choices", f"{split}.jsonl")
 
 
 def finetune_config(config, cell: Cell, seed: int, encoder_dir: str, task_dir: str):
     """The FinetuneExperiment of one cell and fine-tuning seed."""
     d = config.finetune.to_dict()
+    files = {f"{split}_file": long_doc_task.choices_path(task_dir, split)
+             for split in long_doc_task.SPLITS}  # fmt: skip
     d["task"].update(
-        train_file=_choices_path(task_dir, "train"), valid_file=_choices_path(task_dir, "valid"),
-        test_file=_choices_path(task_dir, "test"), format="multiple_choice", metric="accuracy",
-        max_length=cell.max_length, truncation=cell.truncation,
+        **files, format="multiple_choice", metric="accuracy", max_length=cell.max_length,
+        truncation=cell.truncation,
     )  # fmt: skip
     return finetune_experiment_from_dict({**d, "init_from": encoder_dir, "seed": seed})
 

@@ -160,7 +160,7 @@ class LongDocTaskTest(parameterized.TestCase):
             out = os.path.join(self.dir, f"out{len(outputs)}")
             outputs.append(
                 {
-                    os.path.basename(p): open(p, "rb").read()
+                    os.path.relpath(p, out): open(p, "rb").read()
                     for p in ldt.write_task(out, splits, stats)
                 }
             )
@@ -168,6 +168,10 @@ class LongDocTaskTest(parameterized.TestCase):
         self.assertNotEqual(outputs[0], outputs[2])
         row = json.loads(outputs[0]["train.jsonl"].splitlines()[0])
         self.assertEqual(list(row), ["id", "A", "B", "C", "label", "article", "negative_article"])
+        choice = json.loads(outputs[0][os.path.join("choices", "train.jsonl")].splitlines()[0])
+        expected = {"id": row["id"], "context": row["A"], "choices": [row["B"], row["C"]],
+                    "label": "BC".index(row["label"])}  # fmt: skip
+        self.assertEqual(choice, expected)
 
         def a_of(output):  # each article's A, wherever the seed's split put it
             rows = [

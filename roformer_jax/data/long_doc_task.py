@@ -460,6 +460,11 @@ def multiple_choice_examples(triplets: Sequence[dict]) -> list[dict]:
     ]  # fmt: skip
 
 
+def choices_path(directory: str, split: str) -> str:
+    """Where `write_task` puts a split's triplets as multiple choice."""
+    return os.path.join(directory, "choices", f"{split}.jsonl")
+
+
 def _topic_text(article: Article) -> str:
     return " ".join(w for w in article.words if w != _UNKNOWN)
 
@@ -473,17 +478,22 @@ def _window_cost(words: Sequence[str], costs: dict[str, int], separator: int) ->
 
 
 def write_task(directory: str, splits: dict[str, list[dict]], stats: dict) -> list[str]:
-    """Writes {split}.jsonl (one triplet per line, keys in a fixed order) and stats.json.
+    """Writes {split}.jsonl (one triplet per line, keys in a fixed order), the same triplets
+    as multiple choice in choices/{split}.jsonl (`multiple_choice_examples`: what
+    experiments/finetune.py reads with --config.task.format=multiple_choice), and stats.json
+    last, so a directory with stats.json is whole.
 
     Returns the paths written. The bytes depend only on the arguments.
     """
-    os.makedirs(directory, exist_ok=True)
+    os.makedirs(os.path.join(directory, "choices"), exist_ok=True)
     paths = []
     for split, rows in splits.items():
-        path = os.path.join(directory, f"{split}.jsonl")
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
-            f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-        paths.append(path)
+        choices = multiple_choice_examples(rows)
+        for path, lines in ((os.path.join(directory, f"{split}.jsonl"), rows),
+                            (choices_path(directory, split), choices)):  # fmt: skip
+            with open(path, "w", encoding="utf-8", newline="\n") as f:
+                f.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+            paths.append(path)
     path = os.path.join(directory, "stats.json")
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         f.write(json.dumps(stats, indent=1, sort_keys=True) + "\n")
