@@ -47,11 +47,10 @@ def features(triplets: Sequence[dict]) -> np.ndarray:
     n = len(triplets)
     a_of = {side: [t[f"A_for_{side}"] if f"A_for_{side}" in t else t["A"] for t in triplets]
             for side in ("B", "C")}  # fmt: skip
-    texts = a_of["B"] + [t[k] for k in ("B", "C") for t in triplets]
-    if a_of["C"] != a_of["B"]:
-        texts += a_of["C"]  # the idf counts each distinct view of A
+    one_a = a_of["C"] == a_of["B"]  # else the idf counts each view of A
+    texts = a_of["B"] + [t[k] for k in ("B", "C") for t in triplets] + ([] if one_a else a_of["C"])
     x = tfidf_vectors(texts)
-    a = {"B": x[:n], "C": x[3 * n :] if a_of["C"] != a_of["B"] else x[:n]}
+    a = {"B": x[:n], "C": x[:n] if one_a else x[3 * n :]}
     per_side = []
     for i, side in enumerate(("B", "C")):
         other = x[(i + 1) * n : (i + 2) * n]

@@ -221,22 +221,18 @@ def bow_scores(splits: Mapping[str, Sequence[dict]]) -> dict:
 
 
 def write_bow(
-    workdir: str, task_dir: str, *, measure: long_doc_task.Measure | None = None,
-    lengths: Sequence[int] = (),
-) -> dict:  # fmt: skip
+    workdir: str, task_dir: str, *, measure: long_doc_task.Measure, lengths: Sequence[int]
+) -> dict:
     """Writes and returns <workdir>/bow.json: `bow_scores` of the whole windows, and under
     "views" of what a pair encoder of each of `lengths` reads (long_doc_task.pair_views with
     `measure`, refitted on the training triplets as cut): whether the text a short input keeps
     already holds the lexical evidence."""
     splits = {split: _triplets(task_dir, split) for split in long_doc_task.SPLITS}
     out = bow_scores(splits)
-    if lengths:
-        out["views"] = {
-            str(n): bow_scores(
-                {k: long_doc_task.pair_views(v, measure, n) for k, v in splits.items()}
-            )  # fmt: skip
-            for n in lengths
-        }
+    out["views"] = {
+        str(n): bow_scores({k: long_doc_task.pair_views(v, measure, n) for k, v in splits.items()})
+        for n in lengths
+    }
     with open(os.path.join(workdir, BOW_FILE), "w", encoding="utf-8") as f:
         json.dump(out, f)
     return out

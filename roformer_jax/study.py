@@ -96,7 +96,7 @@ def moved_with_workdir(saved, current, workdir: str) -> bool:
     if not (isinstance(saved, str) and isinstance(current, str) and os.path.isabs(saved)):
         return False
     relative = os.path.relpath(os.path.abspath(current), os.path.abspath(workdir))
-    return not relative.startswith(os.pardir) and saved.endswith(os.sep + relative)
+    return saved.endswith(os.sep + relative)  # outside workdir, relative has ".." and abspath none
 
 
 def changed_unless_moved(changed: Mapping, workdir: str) -> dict:
