@@ -132,10 +132,10 @@ class _ReadsOfDamagedSteps(std_logging.Filter):
     """Drops asyncio's reports of orbax's abandoned reads in a step we have set aside.
 
     When one array of a step cannot be read, orbax raises at once and leaves the reads of the
-    others as asyncio tasks that nobody awaits. Whenever the garbage collector finds them,
-    asyncio logs each failure with a long traceback ("Task exception was never retrieved"),
-    after our one-line warning has said what happened and what we did. Other asyncio errors
-    pass.
+    others as asyncio tasks and futures that nobody awaits. Whenever the garbage collector finds
+    them, asyncio logs each failure with a long traceback ("Task exception was never retrieved",
+    or "Future ..."), after our one-line warning has said what happened and what we did. Other
+    asyncio errors pass.
     """
 
     def __init__(self, directory: str):
@@ -145,9 +145,11 @@ class _ReadsOfDamagedSteps(std_logging.Filter):
     def filter(self, record: std_logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
         return not (
-            record.getMessage().startswith("Task exception was never retrieved")
-            and self._directory in str(error)
+            record.getMessage().startswith(_NEVER_RETRIEVED) and self._directory in str(error)
         )
+
+
+_NEVER_RETRIEVED = ("Task exception was never retrieved", "Future exception was never retrieved")
 
 
 def _unused(path: str) -> str:
