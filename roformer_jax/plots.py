@@ -14,9 +14,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def _save(fig, path: str, *, bottom: float = 0.0) -> str:
+def _save(fig, path: str, *, bottom: float = 0.0, right: float = 1.0) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.tight_layout(rect=(0, bottom, 1, 1))
+    fig.tight_layout(rect=(0, bottom, right, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
@@ -65,7 +65,10 @@ def plot_curves(
         names the difference (e.g. "valid/loss_128 − BERT").
     """
     panels = len(metrics) + (paired is not None)
-    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4), squeeze=False)
+    # One legend beside the panels, not one over each: a run has one color in every panel, and
+    # nine runs' legends would hide the curves they name.
+    width = 5.5 * panels + _LEGEND_WIDTH
+    fig, axes = plt.subplots(1, panels, figsize=(width, 4), squeeze=False)
     colors = {name: f"C{i % 10}" for i, name in enumerate(curves)}  # a run's color in every panel
     for ax, metric in zip(axes[0], metrics):
         missing = []
@@ -86,7 +89,6 @@ def plot_curves(
         ax.set_xlabel("step")
         ax.set_ylabel(metric.replace("_", " "))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
     if paired is not None:
         ax = axes[0][-1]
         for name, diff in paired.items():
@@ -99,11 +101,16 @@ def plot_curves(
         ax.set_ylabel(paired_label)
         ax.set_title("paired by seed; band: 95% t-interval", fontsize=8)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    right = 1 - _LEGEND_WIDTH / width
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(right, 0.5))
     fig.suptitle(title)
     if footnote:
         fig.text(0.01, 0.01, textwrap.fill(footnote, 105 * panels), fontsize=7, va="bottom")
-    return _save(fig, path, bottom=0.09 if footnote else 0.0)
+    return _save(fig, path, bottom=0.09 if footnote else 0.0, right=right)
+
+
+_LEGEND_WIDTH = 3.0  # inches beside the panels of plot_curves
 
 
 def _aligned(seeds, metric):

@@ -215,6 +215,16 @@ def _extremes_table(raw: RawStudy, extremes: dict[str, str]) -> str:
     return study.extremes_table(raw.results, extremes)
 
 
+def _extremes(raw: RawStudy, run: str, key: str, how: str) -> str:
+    """The range over seeds of each seed's extreme (study.seed_extremes) of `key` in `run`, as
+    the extremes table rounds it: `extremes("eq 18", "train/min_denominator", "min")`."""
+    values = [v for v in study.seed_extremes(raw.results[run], key, how) if v is not None]
+    if not values:
+        raise ValueError(f"run {run!r} never logged {key!r}")
+    low, high = min(values), max(values)
+    return f"{low:.3g}" if f"{low:.3g}" == f"{high:.3g}" else f"{low:.3g} to {high:.3g}"
+
+
 def _paired_key(raw: RawStudy) -> str:
     """The key compare.py pairs: the validation loss at the runs' training length."""
     return f"valid/loss_{next(iter(raw.runs.values()))[0].data.seq_len}"
@@ -287,8 +297,12 @@ def _unigram(raw: RawStudy) -> str:
 
 
 def _targets(raw: RawStudy) -> int:
-    """Held-out targets every evaluation scores (the same at every length)."""
-    return next(iter(raw.scores.values()))[0][raw.config["eval_lengths"][0]]["targets"]
+    """Held-out targets every evaluation scores (the same at every length, and for every run
+    of a study on a fixed evaluation set)."""
+    if raw.scores is not None:
+        return next(iter(raw.scores.values()))[0][raw.config["eval_lengths"][0]]["targets"]
+    key = _paired_key(raw).replace("loss", "tokens")
+    return int(study.final_values(next(iter(raw.results.values()))[0], key))
 
 
 def _training_s(raw: RawStudy) -> float:
@@ -392,6 +406,7 @@ KINDS = {
     "summary_table": _summary_table,
     "paired_table": _paired_table,
     "extremes_table": _extremes_table,
+    "extremes": _extremes,
     "stage_table": _stage_table,
     "mean": _mean,
     "diff": _diff,
@@ -408,6 +423,6 @@ KINDS = {
     "long_doc_survival_table": _long_doc_survival_table,
     "long_doc_bow": _long_doc_bow,
 }
-INLINE = {"stale", "mean", "diff", "below_from", "unigram", "targets", "long_doc_bow"}
+INLINE = {"stale", "mean", "diff", "below_from", "unigram", "targets", "long_doc_bow", "extremes"}
 _USES_PAGE = {"stale", "figure", "position_table", "long_doc_figure", "long_doc_table",
               "long_doc_paired_table", "long_doc_survival_table", "long_doc_bow"}  # fmt: skip

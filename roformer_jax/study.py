@@ -315,18 +315,23 @@ def extremes_table(results: Mapping[str, Sequence[list[dict]]], extremes: Mappin
     one seed it happens in. "–" where a run never logged the key (e.g. softmax attention has
     no denominator to watch).
     """
-    pick = {"min": min, "max": max}
     keys = list(extremes)
     lines = ["| run | seeds | " + " | ".join(f"{extremes[k]} {k} (per seed)" for k in keys) + " |",
              "|" + "---|" * (len(keys) + 2)]  # fmt: skip
     for name, seeds in results.items():
-        cells = []
-        for key in keys:
-            per_seed = [[r[key] for r in records if r.get(key) is not None] for records in seeds]
-            cells.append(", ".join(f"{pick[extremes[key]](v):.3g}" if v else "–"
-                                   for v in per_seed))  # fmt: skip
+        cells = [", ".join("–" if v is None else f"{v:.3g}"
+                           for v in seed_extremes(seeds, key, extremes[key]))
+                 for key in keys]  # fmt: skip
         lines.append(f"| {name} | {len(seeds)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def seed_extremes(seeds: Sequence[list[dict]], key: str, how: str) -> list[float | None]:
+    """Each seed's smallest ("min") or largest ("max") `key` over all of its records; None for
+    a seed that never logged it."""
+    pick = {"min": min, "max": max}[how]
+    per_seed = [[r[key] for r in records if r.get(key) is not None] for records in seeds]
+    return [pick(v) if v else None for v in per_seed]
 
 
 def paired_table(results: Mapping[str, Sequence[list[dict]]], baseline: str, key: str) -> str:

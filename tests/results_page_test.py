@@ -139,6 +139,33 @@ class ResultsPageTest(parameterized.TestCase):
                                    "min train/min_denominator (per seed) |")  # fmt: skip
         self.assertRegex(lines[3], r"^\| \S.* \| 3 \| [\d.]+, [\d.]+, [\d.]+ \| –, –, – \|$")
 
+    def test_targets_of_a_study_without_length_scores_are_its_validation_tokens(self):
+        text = "<!-- generated: causal_wikitext2 targets() --><!-- end generated -->"
+        path = os.path.join(_RAW, "causal_wikitext2", "softmax_+_RoPE", "seed0", "metrics.jsonl")
+        with open(path, encoding="utf-8") as f:
+            tokens = [r["valid/tokens_128"] for r in map(json.loads, f) if "valid/tokens_128" in r]
+        rendered = results_page.render(text, _RAW, changed=_unknown)
+        self.assertEqual(rendered.split("-->")[1].split("<!--")[0], f"{tokens[-1]:,}")
+
+    def test_extremes_is_the_range_of_the_tables_per_seed_values(self):
+        table = results_page.render(
+            '<!-- generated: causal_wikitext2 extremes_table({"train/grad_norm": "max"}) -->'
+            "<!-- end generated -->", _RAW, changed=_unknown)  # fmt: skip
+        row = next(line for line in table.splitlines() if line.startswith("| softmax + RoPE |"))
+        per_seed = sorted(row.strip(" |").split(" | ")[2].split(", "), key=float)
+
+        def extremes(how, key="train/grad_norm"):
+            text = (f'<!-- generated: causal_wikitext2 extremes("softmax + RoPE", "{key}", '
+                    f'"{how}") --><!-- end generated -->')  # fmt: skip
+            return (
+                results_page.render(text, _RAW, changed=_unknown).split("-->")[1].split("<!--")[0]
+            )
+
+        self.assertEqual(extremes("max"), f"{per_seed[0]} to {per_seed[-1]}")
+        self.assertNotEqual(extremes("min"), extremes("max"))
+        with self.assertRaisesRegex(ValueError, "never logged 'train/min_denominator'"):
+            extremes("min", "train/min_denominator")
+
     def test_position_table_reads_each_seeds_file(self):
         raw = tempfile.mkdtemp()
         shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
