@@ -15,9 +15,10 @@ sits inside a sentence. `render` rewrites the inside of every marker pair with t
 and figure functions the study entry points use (study, length_study, plots), fed from the
 raw files, and leaves everything else as written.
 
-Staleness: `stale()` marks a study whose commit differs from HEAD in roformer_jax/ or configs/
-and counts the files (`git diff --name-only <commit> HEAD -- roformer_jax configs`), or says
-"commit unknown" without git or the commit. `differences` blanks those marks on both sides
+Staleness: `stale()` marks a study whose oldest commit (of its runs' training sessions, else
+study.json's) differs from HEAD in roformer_jax/ or configs/ and counts the files
+(`git diff --name-only <commit> HEAD -- roformer_jax configs`), or says "commit unknown"
+without git or the commit. `differences` blanks those marks on both sides
 before comparing: the check asks whether the page's numbers are what the raw files give,
 which a commit to the code does not change; a check that failed on every such commit could
 only be fixed by rerunning the studies, and would teach everyone to ignore it. Writing the
@@ -126,13 +127,16 @@ def differences(page: str, regenerated: str, *, name: str = "docs/results.md") -
 def _header(raw: RawStudy) -> str:
     """The commit and machine a study ran on, and its command."""
     record, code, machine = raw.record, raw.record["code"], raw.record["machine"]
-    commit = _short(code.get("commit")) or "unknown"
+    commit = "commit " + (_short(code.get("commit")) or "unknown")
     if code.get("first_commit"):
-        commit = f"{_short(code['first_commit'])}–{commit}"
+        commit = f"commits {_short(code['first_commit'])}–{_short(code.get('commit'))}"
+    if len(raw.commits) > 1:
+        commit = (f"commits {', '.join(map(_short, raw.commits))} (oldest first; each run's "
+                  "provenance.json says which)")  # fmt: skip
     dirty = " with uncommitted changes" if code.get("dirty") else ""
     wall = _command_wall_s(raw)
     line = (
-        f"Ran at commit {commit}{dirty}, {machine['cpus']} {machine['architecture']} cores, "
+        f"Ran at {commit}{dirty}, {machine['cpus']} {machine['architecture']} cores, "
         f"JAX {machine['jax']} ({machine['backend']}): {len(raw.runs)} runs × n = "
         f"{len(raw.config['seeds'])} seeds; "
         + (
@@ -152,7 +156,9 @@ def _header(raw: RawStudy) -> str:
 def _stale(raw: RawStudy, *, page: _Page) -> str:
     """Whether the code changed since the study ran, with how much and the command that lists
     it, so that a reader can judge whether it touches the study's numbers."""
-    commit = raw.record["code"].get("commit")
+    # The oldest code that trained any run: what changed since then may touch some numbers.
+    code = raw.record["code"]
+    commit = raw.commits[0] if raw.commits else code.get("first_commit") or code.get("commit")
     changed = page.changed(commit) if commit else None
     if changed is None:
         return "(commit unknown: cannot tell whether the code changed since)"

@@ -86,7 +86,10 @@ class RawStudy:
     record: study.json (module doc); runs: {run: [ExperimentConfig per seed]} from each run's
     config.json, in the study's order; results: {run: [metrics records per seed]} as
     study.run_study returns them; scores: {evaluation: [scores per seed]} as
-    length_study.evaluate_runs returns them (length studies), else None.
+    length_study.evaluate_runs returns them (length studies), else None; commits: the commits
+    that trained the runs, from their provenance.json sessions, oldest session first (empty
+    for runs from before that file). A study resumed after a commit has more than one, and
+    study.json names only the last command's.
     """
 
     name: str
@@ -94,6 +97,7 @@ class RawStudy:
     runs: dict[str, list[ExperimentConfig]]
     results: dict[str, list[list[dict]]]
     scores: dict[str, list[dict]] | None
+    commits: list[str]
 
     @property
     def config(self) -> dict:
@@ -106,20 +110,24 @@ def read_raw(raw_dir: str) -> RawStudy:
     with open(os.path.join(raw_dir, FILE), encoding="utf-8") as f:
         record = json.load(f)
     config = record["config"]
-    runs, results = {}, {}
+    runs, results, sessions = {}, {}, []
     for name in config["runs"]:
         directories = [study.run_dir(raw_dir, name, seed) for seed in config["seeds"]]
         runs[name] = [_read_config(d) for d in directories]
         results[name] = [metrics_lib.read_metrics(d) for d in directories]
         if not all(results[name]):
             raise FileNotFoundError(f"{raw_dir}: run {name!r} lacks a metrics.jsonl")
+        sessions += [s for d in directories for s in (provenance.read(d) or {}).get("sessions", [])]
+    sessions.sort(key=lambda s: s["started"])
+    commits = list(dict.fromkeys(s["commit"] for s in sessions if s.get("commit")))
     scores = None
     if "evaluations" in config:
         scores = length_study.read_scores(
             config["evaluations"], runs, raw_dir, lengths=config["eval_lengths"],
             max_tokens=config["eval_tokens"],
         )  # fmt: skip
-    return RawStudy(os.path.basename(os.path.normpath(raw_dir)), record, runs, results, scores)
+    name = os.path.basename(os.path.normpath(raw_dir))
+    return RawStudy(name, record, runs, results, scores, commits)
 
 
 def _read_config(directory: str) -> ExperimentConfig:

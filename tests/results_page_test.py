@@ -12,7 +12,7 @@ import tempfile
 
 from absl.testing import absltest, parameterized
 
-from roformer_jax import results_page
+from roformer_jax import results_page, study_record
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PAGE = os.path.join(_ROOT, "docs", "results.md")
@@ -90,6 +90,23 @@ class ResultsPageTest(parameterized.TestCase):
         page = results_page.render(text, _RAW, changed=commits.get)
         self.assertEqual(page, text.replace("old", expected))
         self.assertEqual(results_page.differences(text, page), "")  # HEAD moving is no failure
+
+    def test_a_study_trained_at_two_commits_names_both_and_is_stale_from_the_older(self):
+        # One multi-length run trained at 724d487, the other five at 39eb4e9, which study.json
+        # names: the header names both, and the stale mark counts from the older.
+        commits = study_record.read_raw(os.path.join(_RAW, "multilength_wikitext2")).commits
+        self.assertEqual([c[:7] for c in commits], ["724d487", "39eb4e9"])
+        text = (
+            "<!-- generated: multilength_wikitext2 header() --><!-- end generated -->|"
+            "<!-- generated: multilength_wikitext2 stale() --><!-- end generated -->"
+        )
+        header, stale = results_page.render(
+            text, _RAW, changed={commits[0]: ["roformer_jax/rope.py"], commits[1]: []}.get
+        ).split("|")
+        self.assertIn("Ran at commits 724d487, 39eb4e9 (oldest first;", header)
+        self.assertIn(
+            "**Stale:** 1 files of roformer_jax/ and configs/ changed since 724d487", stale
+        )
 
     @parameterized.named_parameters(
         ("whole", 3000.0, "| 50 min 0 s |", "the command took 50 min 0 s."),
