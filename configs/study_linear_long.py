@@ -9,7 +9,8 @@ The paper's Fig. 3 (right) and its controls, in the setting of configs/study_pos
 constant rate, 20 evaluations of the same 20,565 held-out targets, 3 seeds):
   - FAVOR+ (Performer: 256 positive orthogonal random features per head, ModelConfig's
     defaults, redrawn every 1,000 training steps from the run's seed, each layer its own;
-    evaluation on the first draw), without positions and with RoPE in the numerator (eq 19);
+    evaluation on the first draw), without positions, with RoPE in the numerator (eq 19) and
+    with RoPE before φ (q and k rotated before the feature map, as performer-pytorch does);
   - elu + 1 (the RoFormer paper's φ) without positions, with RoPE in the numerator (eq 19),
     in numerator and denominator (eq 18) and before φ;
   - the normalized-cosine attention with and without RoPE;
@@ -49,6 +50,7 @@ def get_config(arg=None):
         {
             "FAVOR+, none": _linear("none", feature_map="favor"),
             "FAVOR+, RoPE numerator (eq 19)": _linear("rope", feature_map="favor"),
+            "FAVOR+, RoPE before φ": _linear("rope", "before_feature_map", "favor"),
             "elu+1, none": _linear("none"),
             "elu+1, RoPE numerator (eq 19)": _linear("rope", "numerator"),
             "elu+1, RoPE both (eq 18)": _linear("rope", "both"),
