@@ -21,12 +21,13 @@ train/grad_norm (before clipping), so that eq. (18)'s instability is measured, n
 The paired table is against "elu+1, none", as in study 2: the placements of RoPE against no
 positions with the same φ.
 
-Budget: WikiText-2's 27 runs took 326 min of training (10.9 core-hours, docs/results.md's
-wall-time table), on 2 cores shared at times with other work; FAVOR+'s 256 features make its
+Budget: WikiText-2's 30 runs took their training time in docs/results.md's wall-time table
+(core-hours there), on 2 cores shared at times with other work; FAVOR+'s 256 features make its
 attention about twice softmax's work at 128 tokens.
 Expect (WikiText-2, docs/results.md section 2): validation loss at step 2,000 of 6.19 for
 elu + 1 without positions, 5.68 with eq. 19, 5.93 with eq. 18, 5.91 before φ; cosine 6.19
-without and 6.01 with RoPE; FAVOR+ 6.31 without and 6.37 with; softmax + RoPE 4.59. Eq. 18's
+without and 6.01 with RoPE; FAVOR+ 6.31 without, 6.37 with eq. 19 and 5.61 with RoPE
+before φ; softmax + RoPE 4.59. Eq. 18's
 smallest |denominator| falls to about 1e-4 and its gradient norm spikes into the hundreds.
 """
 
