@@ -66,7 +66,7 @@ def plot_curves(
     """
     panels = len(metrics) + (paired is not None)
     # One legend beside the panels, not one over each: a run has one color in every panel, and
-    # nine runs' legends would hide the curves they name.
+    # a study's ten runs' legends would hide the curves they name.
     width = 5.5 * panels + _LEGEND_WIDTH
     fig, axes = plt.subplots(1, panels, figsize=(width, 4), squeeze=False)
     colors = {name: f"C{i % 10}" for i, name in enumerate(curves)}  # a run's color in every panel

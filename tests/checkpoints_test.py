@@ -29,9 +29,10 @@ class CheckpointsTest(parameterized.TestCase):
             checkpoints.save(step, _state(step), {"config": {"model": model}, "window": step})
         checkpoints.close()
 
-    def _damage(self, pattern, damage, step=3):
+    def _damage(self, pattern, damage):
+        """Truncates or garbles the files of step 3 that match `pattern`."""
         rng = np.random.default_rng(0)
-        paths = glob.glob(os.path.join(self.directory, str(step), pattern))
+        paths = glob.glob(os.path.join(self.directory, "3", pattern))
         self.assertNotEmpty(paths)
         for path in paths:
             size = os.path.getsize(path)
@@ -102,6 +103,7 @@ class CheckpointsTest(parameterized.TestCase):
         checkpoints.save(3, _state(3), {"config": {"model": MODEL}, "window": 3})
         checkpoints.close()
         self.assertEqual(sorted(os.listdir(self.directory)), ["1", "2", "3"])
+        self.assertEqual(os.listdir(self.directory + ".damaged"), ["3"])
 
     @parameterized.parameters("Task", "Future")
     def test_asyncio_reports_of_reads_in_the_set_aside_step_are_dropped(self, kind):
@@ -125,7 +127,6 @@ class CheckpointsTest(parameterized.TestCase):
             report("/elsewhere")
         checkpoints.close()
         loop.close()
-        self.assertEqual(os.listdir(self.directory + ".damaged"), ["3"])
 
     def test_another_model_is_an_error_even_behind_a_damaged_step(self):
         self._save(keep=2, steps=(1, 2))
