@@ -9,8 +9,9 @@ The paper's Fig. 3 (right) and its controls, in the setting of configs/study_pos
 constant rate, 20 evaluations of the same 20,565 held-out targets, 3 seeds):
   - FAVOR+ (Performer: 256 positive orthogonal random features per head, ModelConfig's
     defaults, redrawn every 1,000 training steps from the run's seed, each layer its own;
-    evaluation on the first draw), without positions, with RoPE in the numerator (eq 19) and
-    with RoPE before φ (q and k rotated before the feature map, as performer-pytorch does);
+    evaluated with the last update's draw), without positions, with RoPE in the numerator
+    (eq 19) and with RoPE before φ (q and k rotated before the feature map, as
+    performer-pytorch does);
   - elu + 1 (the RoFormer paper's φ) without positions, with RoPE in the numerator (eq 19),
     in numerator and denominator (eq 18) and before φ;
   - the normalized-cosine attention with and without RoPE;

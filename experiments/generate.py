@@ -55,7 +55,8 @@ def continuations(run, prompts: list[list[int]]) -> list[tuple[str, str, str]]:
     for row, prompt in enumerate(prompts):  # left-padded: [CLS] starts every training row
         ids[row, width - len(prompt) :], mask[row, width - len(prompt) :] = prompt, True
     variables = {"params": run.params}
-    common = dict(attention_mask=mask, max_new_tokens=_NEW.value, eos_id=tok.sep_id)
+    common = dict(attention_mask=mask, max_new_tokens=_NEW.value, eos_id=tok.sep_id,
+                  steps_done=run.step)  # fmt: skip
     greedy = decoding.generate(run.model, variables, ids, **common)
     sampled = decoding.generate(
         run.model, variables, ids, temperature=_TEMPERATURE.value, top_k=_TOP_K.value,

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from roformer_jax.model import RoFormer
+from roformer_jax.model import RoFormer, evaluation_update
 
 
 def generate(
@@ -39,6 +39,7 @@ def generate(
     top_p: float | None = None,
     eos_id: int | None = None,
     rng: jax.Array | None = None,
+    steps_done: int | None = None,
 ) -> jax.Array:
     """The prompts followed by `max_new_tokens` generated tokens each: int [B, P + T].
 
@@ -54,6 +55,8 @@ def generate(
         the smallest set whose probability reaches `top_p` (nucleus), when given.
       eos_id: a row that produces it is finished; later slots of that row hold eos_id.
       rng: a PRNG key, needed when temperature > 0.
+      steps_done: the optimizer updates the parameters have had (a loaded run's `step`),
+        which picks random attention features (model.evaluation_update); None: the first draw.
 
     Jitted (compiled once per model, shapes and sampling settings).
     """
@@ -64,7 +67,8 @@ def generate(
     mask = jnp.asarray(mask).astype(bool)
     _check(model, input_ids, mask, max_new_tokens, temperature, top_k, top_p, rng)
     run = _compiled(model, int(max_new_tokens), float(temperature), top_k, top_p, eos_id)
-    return run(variables, input_ids, mask, jax.random.key(0) if rng is None else rng)
+    rng = jax.random.key(0) if rng is None else rng
+    return run(variables, input_ids, mask, rng, evaluation_update(steps_done))
 
 
 def _check(model, input_ids, mask, max_new_tokens, temperature, top_k, top_p, rng):
@@ -118,12 +122,12 @@ def _compiled(model, max_new_tokens, temperature, top_k, top_p, eos_id):
     sample = functools.partial(_next_token, temperature=temperature, top_k=top_k, top_p=top_p)
 
     @jax.jit
-    def run(variables, input_ids, mask, rng):
+    def run(variables, input_ids, mask, rng, update):
         ids, mask, positions = left_padded(input_ids, mask)
         total = ids.shape[1] + max_new_tokens
         out, cache = model.apply(
             variables, ids, attention_mask=mask, position_ids=positions, decode_length=total,
-            mutable=["cache"],
+            update=update, mutable=["cache"],
         )  # fmt: skip
         first = sample(out.logits[:, -1], jax.random.fold_in(rng, 0))  # [B]
         done = jnp.zeros_like(first, bool) if eos_id is None else first == eos_id
@@ -135,7 +139,7 @@ def _compiled(model, max_new_tokens, temperature, top_k, top_p, eos_id):
                 {**variables, **cache}, token[:, None],
                 attention_mask=jnp.ones_like(token[:, None], bool),
                 position_ids=(next_position + i)[:, None], decode_length=total,
-                mutable=["cache"],
+                update=update, mutable=["cache"],
             )  # fmt: skip
             new = sample(out.logits[:, -1], jax.random.fold_in(rng, i + 1))
             if eos_id is not None:

@@ -23,6 +23,7 @@ import numpy as np
 from flax import linen as nn
 
 from roformer_jax.data.length_eval import LengthEvalSet
+from roformer_jax.model import evaluation_update
 from roformer_jax.training.step import target_scores
 
 
@@ -32,8 +33,10 @@ def score_lengths(
     held_out: LengthEvalSet,
     *,
     bin_width: int = 64,
+    steps_done: int | None = None,
 ) -> dict[int, dict]:
-    """{length: scores} of the model(s) on every length of `held_out`.
+    """{length: scores} of the model(s) on every length of `held_out`; steps_done: the
+    updates `params` have had, which picks random attention features (model.evaluation_update).
 
     Scores: loss (nats per target), accuracy, targets (their number, the same at every
     length), and by window position, in bins of `bin_width` positions: position_bins (the
@@ -49,7 +52,8 @@ def score_lengths(
         bins = -(-length // bin_width)
         sums = np.zeros((3, bins))  # loss, correct, count per bin
         for batch in batches:
-            xent, correct = (np.asarray(x, np.float64) for x in score(params, batch))
+            scored = score(params, batch, evaluation_update(steps_done))
+            xent, correct = (np.asarray(x, np.float64) for x in scored)
             weights = batch["weights"].astype(np.float64)
             where = (batch["head_positions"] + held_out.target_offset) // bin_width
             for row, values in enumerate((xent * weights, correct * weights, weights)):
@@ -74,7 +78,7 @@ def _scorer(model: nn.Module):
     return jax.jit(functools.partial(_scores, model))
 
 
-def _scores(model, params, batch):
+def _scores(model, params, batch, update):
     """(cross-entropy, correct) [B, P] at the batch's head positions."""
     out = model.apply(
         {"params": params},
@@ -83,5 +87,6 @@ def _scores(model, params, batch):
         token_type_ids=batch["token_type_ids"],
         mlm_positions=batch["head_positions"],
         deterministic=True,
+        update=update,
     )
     return target_scores(out.logits, batch["targets"])

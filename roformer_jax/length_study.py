@@ -77,7 +77,7 @@ def evaluate_runs(
             if cached is not None and cached["identity"] == identity:
                 scores[name].append(_int_keys(cached["scores"]))
                 continue
-            run_cfg, params, _ = load_params(directory)
+            run_cfg, params, steps_done = load_params(directory)
             cache = run_cfg.train.data_cache_dir or os.path.join(workdir, "data")
             corpus = load_corpus(run_cfg.data, cache)
             longest = run_cfg.model.max_length
@@ -102,7 +102,7 @@ def evaluate_runs(
             if todo:
                 result |= evaluation.score_lengths(
                     lambda n, models=models: RoFormer(models[n]), params,
-                    dataclasses.replace(held_out, batches=todo),
+                    dataclasses.replace(held_out, batches=todo), steps_done=steps_done,
                 )  # fmt: skip
             result = {n: result[n] for n in readable}
             same_model.update({(directory, n, models[n]): result[n] for n in readable})

@@ -43,8 +43,8 @@ def feature_projection(cfg: ModelConfig, layer: int, update=None) -> jax.Array |
     A function of (feature_seed, layer, redraw period) only, so a run draws the same
     features on 1 or 8 devices and when resumed. Training update t (int, may be traced: the
     updates done before it) draws period t // feature_redraw's: resampled periodically, as
-    the Performer paper does. Evaluation and decoding (update None) use period 0's, one
-    fixed draw; so does every update when feature_redraw is 0.
+    the Performer paper does. Evaluation and decoding pass `evaluation_update`'s update;
+    update None is period 0's draw. feature_redraw 0 draws period 0 for every update.
     """
     if not cfg.draws_features:
         return None
@@ -52,6 +52,15 @@ def feature_projection(cfg: ModelConfig, layer: int, update=None) -> jax.Array |
     key = jax.random.key(0 if cfg.feature_seed is None else cfg.feature_seed)
     key = jax.random.fold_in(jax.random.fold_in(key, layer), period)
     return FEATURE_MAPS[cfg.feature_map].draw(key, cfg.random_features, cfg.head_dim)
+
+
+def evaluation_update(steps_done):
+    """The update whose random features a model is evaluated (or decodes) with after
+    `steps_done` optimizer updates (int, may be traced): the last one made, so that the
+    parameters meet the features they last trained with, as a Performer layer keeps the
+    matrix it drew last. Period 0's for an untrained model; None (period 0) when unknown.
+    Scoring with period 0's after a redraw would measure features the model has left."""
+    return None if steps_done is None else jnp.maximum(jnp.asarray(steps_done) - 1, 0)
 
 
 class EncoderOutput(NamedTuple):
@@ -280,8 +289,8 @@ class RoFormer(nn.Module):
     are [B, P, V]:
     BERT's `gather_indexes`, which saves the decoder's P·V·E work at the L - P unmasked positions.
     update: int (may be traced), the optimizer updates done so far, given by the train step;
-    random attention features (FAVOR+) are redrawn by it (`feature_projection`). None: the
-    fixed draw of evaluation.
+    random attention features (FAVOR+) are redrawn by it (`feature_projection`). Evaluation
+    passes `evaluation_update(steps done)`; None: the first draw.
 
     Decoding (a causal model; see roformer_jax.decoding): with decode_length, the total length
     of the sequence being generated, each layer keeps what its attention kind needs of

@@ -58,10 +58,12 @@ def _prompts(seed=1):
     return jnp.asarray(np.random.default_rng(seed).integers(1, V, MASK.shape), jnp.int32)
 
 
-def _full_forward(model, variables, ids, mask):
+def _full_forward(model, variables, ids, mask, **kwargs):
     """Logits of the causal forward pass over whole left-padded sequences [B, L, V]."""
     ids, mask, position_ids = decoding.left_padded(ids, mask)
-    return model.apply(variables, ids, attention_mask=mask, position_ids=position_ids).logits
+    return model.apply(
+        variables, ids, attention_mask=mask, position_ids=position_ids, **kwargs
+    ).logits
 
 
 class DecodeModeTest(parameterized.TestCase):
@@ -130,6 +132,20 @@ class GenerateTest(parameterized.TestCase):
         mask = jnp.concatenate([mask, jnp.ones((len(MASK), T), bool)], axis=1)
         logits = _full_forward(model, variables, got, mask)
         np.testing.assert_array_equal(got[:, P:], jnp.argmax(logits[:, P - 1 : -1], axis=-1))
+
+    def test_random_features_are_those_of_the_last_update(self):
+        # A Performer trained 5 updates with a redraw every 2 decodes with update 4's draw
+        # (period 2), the features it last trained with, not the first draw.
+        model, variables = _model(attention="linear", feature_map="favor", random_features=16,
+                                  feature_redraw=2)  # fmt: skip
+        got = decoding.generate(model, variables, _prompts(), attention_mask=MASK,
+                                max_new_tokens=T, steps_done=5)  # fmt: skip
+        _, mask, _ = decoding.left_padded(_prompts(), jnp.asarray(MASK))
+        mask = jnp.concatenate([mask, jnp.ones((len(MASK), T), bool)], axis=1)
+        for update, same in ((4, True), (5, True), (3, False), (None, False)):  # periods 2, 2, 1, 0
+            logits = _full_forward(model, variables, got, mask, update=update)
+            greedy = jnp.argmax(logits[:, P - 1 : -1], axis=-1)
+            self.assertEqual(bool(jnp.all(got[:, P:] == greedy)), same, update)
 
     def test_padding_on_either_side_gives_the_same_tokens(self):
         model, variables = _model()

@@ -1,5 +1,7 @@
 """Tests for roformer_jax/evaluation.py: loss by length and by position."""
 
+import dataclasses
+
 import jax
 import numpy as np
 from absl.testing import absltest
@@ -81,6 +83,26 @@ class ScoreLengthsTest(absltest.TestCase):
         self.assertEqual(by_length, score_lengths(self.model, self.params, self.held_out))
         with self.assertRaisesRegex(ValueError, "bin_width 0"):
             score_lengths(self.model, self.params, self.held_out, bin_width=0)
+
+    def test_random_features_are_those_of_the_last_update(self):
+        # FAVOR+ redrawn every 2 updates: after 3 or 4 updates the last draw is period 1's;
+        # after 2 it is period 0's, the first draw, as without steps_done. Weights far from
+        # the 0.02 init make attention far from uniform, so that the features matter.
+        config = dataclasses.replace(
+            _CONFIG,
+            attention="linear",
+            feature_map="favor",
+            random_features=8,
+            feature_redraw=2,
+            initializer_range=0.5,
+        )
+        model = RoFormer(config)
+        params = model.init(jax.random.key(0), np.ones((1, 8), np.int32))["params"]
+        loss = {s: score_lengths(model, params, self.held_out, steps_done=s)[24]["loss"]
+                for s in (None, 2, 3, 4)}  # fmt: skip
+        self.assertEqual(loss[3], loss[4])
+        self.assertEqual(loss[2], loss[None])
+        self.assertGreater(abs(loss[3] - loss[2]), 1e-4)
 
 
 if __name__ == "__main__":

@@ -308,6 +308,22 @@ class EndToEndTest(absltest.TestCase):
         self.assertEqual(ft.finetune(_config(), parts), final)
         self.assertEqual(_records(parts), _records(whole))
 
+    def test_evaluation_reads_the_updates_the_parameters_had(self):
+        # Random attention features (FAVOR+) follow the update count: each evaluation must
+        # pass the steps its parameters had, the best checkpoint's at the end.
+        seen, real = [], ft.evaluation_update
+
+        def spy(steps_done):
+            jax.debug.callback(lambda s: seen.append(int(s)), steps_done)
+            return real(steps_done)
+
+        cfg = _config()
+        cfg = dataclasses.replace(cfg, finetune=dataclasses.replace(cfg.finetune, epochs=2))
+        with mock.patch.object(ft, "evaluation_update", spy):
+            final = ft.finetune(cfg, os.path.join(_TMP, "steps_done"))
+        self.assertEqual(set(seen), {6, 12})  # 48 / 8 steps per epoch
+        self.assertEqual(seen[-1], final["best_step"])
+
 
 class EncoderTest(absltest.TestCase):
     def test_hf_encoder_without_its_mlm_head_starts_the_task_model(self):

@@ -58,7 +58,8 @@ class EvaluateRunsTest(absltest.TestCase):
         }
         seen = []
 
-        def score(models, params, held_out):
+        def score(models, params, held_out, steps_done):
+            self.assertEqual(steps_done, 10)  # the checkpoint's: it picks random features
             lengths = sorted(held_out.batches)
             seen.append([(n, models(n).config.rope_scaling) for n in lengths])
             return {n: {"loss": float(n)} for n in lengths}

@@ -92,6 +92,10 @@ def _traced_once():
     real = loop.make_train_step
 
     def traced_once(*args, **kwargs):
+        # chex counts traces by the call stack that wrapped the function: the runs that one
+        # test starts from one line (test_eight_devices_match_one_device's references, when
+        # no earlier test has cached them) would share a count. Each run counts its own.
+        chex.clear_trace_counter()
         return chex.assert_max_traces(real(*args, **kwargs), n=1)
 
     return mock.patch.object(loop, "make_train_step", traced_once)
@@ -151,6 +155,21 @@ class EndToEndTest(parameterized.TestCase):
         for record in records:
             self.assertBetween(record["train/min_denominator"], 1e-30, 1e30)
             self.assertTrue(np.isfinite(record["train/grad_norm_max"]))
+
+    def test_a_favor_run_is_evaluated_with_its_last_draw(self):
+        # Redrawn every 2 updates, the 3-step run's last update drew period 1: its final
+        # validation loss is its parameters' with those features, not with the first draw.
+        workdir, final = _reference_run("favor")
+        run = runs.load_run(workdir)
+        held_out = length_eval_set(run.corpus, [32, 64], batch_size=8, max_tokens=2 * 8 * 30)
+        eval_step = step_lib.make_eval_step(run.model)
+
+        def loss(steps_done):
+            sums = [eval_step(run.params, b, steps_done) for b in held_out.batches[32]]
+            return float(sum(s["loss"] for s in sums) / sum(s["count"] for s in sums))
+
+        self.assertAlmostEqual(loss(run.step), final["valid/loss_32"], 5)
+        self.assertGreater(abs(loss(None) - final["valid/loss_32"]), 1e-4)
 
     def test_clm_scores_every_next_token(self):
         # eval_batches=2 of 8 rows of 32 bound the held-out text to 480 tokens, rounded up to

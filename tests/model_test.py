@@ -274,7 +274,7 @@ class RandomFeaturesTest(parameterized.TestCase):
         draw = model_lib.feature_projection
         chex.assert_shape(draw(config, 0), (16, config.head_dim))
         chex.assert_trees_all_equal(draw(config, 1, update=13), draw(config, 1, update=19))
-        chex.assert_trees_all_equal(draw(config, 1, update=9), draw(config, 1))  # evaluation
+        chex.assert_trees_all_equal(draw(config, 1, update=9), draw(config, 1))  # the first
         different = [
             draw(config, 1, update=20),  # the next period
             draw(config, 0, update=13),  # another layer
@@ -286,6 +286,18 @@ class RandomFeaturesTest(parameterized.TestCase):
         chex.assert_trees_all_equal(draw(never, 1, update=10_000), draw(never, 1))
         traced = jax.jit(lambda u: draw(config, 1, update=u))(jnp.int32(13))
         chex.assert_trees_all_close(traced, draw(config, 1, update=13), atol=1e-5)
+
+    def test_evaluation_uses_the_draw_of_the_last_update(self):
+        # After 10 updates with a redraw every 10, the parameters last trained with period
+        # 0's features; after 11, with period 1's.
+        config = _favor(feature_redraw=10)
+        draw = model_lib.feature_projection
+        last = model_lib.evaluation_update
+        self.assertIsNone(last(None))
+        self.assertEqual(int(last(0)), 0)  # untrained: the first draw
+        chex.assert_trees_all_equal(draw(config, 1, update=last(10)), draw(config, 1))
+        chex.assert_trees_all_equal(draw(config, 1, update=last(11)), draw(config, 1, update=10))
+        self.assertEqual(int(jax.jit(last)(jnp.int32(11))), 10)
 
     def test_the_model_redraws_by_update_and_evaluates_on_one_draw(self):
         model, variables = _init(_favor(feature_redraw=2))

@@ -38,6 +38,7 @@ from absl import logging
 from roformer_jax import heads, hf
 from roformer_jax.data import tasks
 from roformer_jax.data.tokenizer import ByteTokenizer, WordPieceTokenizer
+from roformer_jax.model import evaluation_update
 from roformer_jax.model_config import model_config
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import optim, runs, runtime
@@ -297,14 +298,19 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
     # --- Step functions.
     train_step, predict = devices.compile(
         make_sums_train_step(functools.partial(kind.sums, model), tx, axis_name=devices.axis),
-        lambda params, batch: _outputs(model, params, batch, deterministic=True),
+        lambda params, batch, steps_done: _outputs(
+            model, params, batch, deterministic=True, update=evaluation_update(steps_done)
+        ),
     )
     state = devices.replicate(state)
 
-    def evaluate(params, split: Split, prefix: str) -> tuple[dict, Any]:
-        """({prefix/metric: value}, the head's outputs on every row)."""
-        outputs = _predict(lambda b: devices.unshard(predict(params, devices.shard(b))),
-                           split.rows, eval_batch)  # fmt: skip
+    def evaluate(params, steps_done, split: Split, prefix: str) -> tuple[dict, Any]:
+        """({prefix/metric: value}, the head's outputs on every row); steps_done: the
+        updates `params` have had (replicated like them), for random attention features."""
+        outputs = _predict(
+            lambda b: devices.unshard(predict(params, devices.shard(b), steps_done)),
+            split.rows, eval_batch,
+        )  # fmt: skip
         scores = kind.scores(outputs, split.rows, split.examples, labels, tok)
         return {f"{prefix}/{k}": v for k, v in scores.items()}, outputs
 
@@ -338,7 +344,7 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
                                                             tokens_per_s=None))  # fmt: skip
                     window.update(metrics_lib.empty_window())
                 if is_epoch:
-                    record.update(evaluate(state.params, splits["valid"], "valid")[0])
+                    record.update(evaluate(state.params, state.step, splits["valid"], "valid")[0])
                     if progress["best"] is None or record[key] > progress["best"][key]:
                         progress["best"] = {"step": done, key: record[key]}
                         if best.latest_step() != done:  # a rerun after a crash between
@@ -370,11 +376,11 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
         best_state, _ = best.restore(abstract_state, model_cfg)
     finally:
         best.close()
-    params = devices.replicate(best_state.params)
+    params, steps_done = devices.replicate((best_state.params, best_state.step))
     final, predictions = {"best_step": int(best_state.step)}, {}
     for name in ("valid", "test"):
         if name in splits:
-            scores, outputs = evaluate(params, splits[name], name)
+            scores, outputs = evaluate(params, steps_done, splits[name], name)
             final.update(scores)
             if kind.targets == ("label",):  # per example, for paired tests between runs
                 predictions[name] = {"prediction": np.argmax(outputs.logits, -1).tolist(),

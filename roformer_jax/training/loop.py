@@ -103,8 +103,10 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
     state = devices.replicate(state)
 
     def evaluate():
-        return _evaluate(lambda b: devices.first(eval_step(state.params, devices.shard(b))),
-                         valid_sets)  # fmt: skip
+        return _evaluate(
+            lambda b: devices.first(eval_step(state.params, devices.shard(b), state.step)),
+            valid_sets,
+        )
 
     def save(step):
         meta = {"config": cfg_dict, "window": window, "elapsed_s": elapsed()}

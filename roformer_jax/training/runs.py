@@ -1,7 +1,8 @@
 """A training run read back from its workdir: config, model, parameters and tokenizer.
 
     run = load_run("runs/causal/softmax_+_RoPE/seed0")
-    tokens = decoding.generate(run.model, {"params": run.params}, ids, max_new_tokens=32)
+    tokens = decoding.generate(run.model, {"params": run.params}, ids, max_new_tokens=32,
+                               steps_done=run.step)
 
 For what comes after pre-training (generation, evaluation, fine-tuning), the parameters of
 the run's newest readable checkpoint, with the corpus and tokenizer it was trained with.

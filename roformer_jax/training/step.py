@@ -31,7 +31,7 @@ import optax
 from jax import lax
 
 from roformer_jax.data import masking
-from roformer_jax.model import RoFormer
+from roformer_jax.model import RoFormer, evaluation_update
 
 _SUMS = ("loss", "correct", "count")
 # What a sums_fn may report beside its sums: minima over its rows, reduced by min over
@@ -194,14 +194,17 @@ def make_sums_train_step(sums_fn, tx, *, grad_accum: int = 1, axis_name: str | N
 def make_eval_step(
     model: RoFormer, *, axis_name: str | None = None, mask_prob: float | None = None
 ):
-    """`(params, batch) → sums` of `mlm_sums`, summed over `axis_name` when pmapped.
+    """`(params, batch, steps_done=None) → sums` of `mlm_sums`, summed over `axis_name` when
+    pmapped. steps_done: int [] (the state's step), the updates the parameters have had,
+    which picks the random attention features (model.evaluation_update).
 
     mask_prob as in `make_train_step`. Rows need no "index": nothing is random.
     """
 
-    def eval_step(params, batch):
+    def eval_step(params, batch, steps_done=None):
         batch = {k: v for k, v in batch.items() if k != "index"}
-        sums = mlm_apply(model, params, batch, mask_prob, deterministic=True)
+        sums = mlm_apply(model, params, batch, mask_prob, deterministic=True,
+                         update=evaluation_update(steps_done))  # fmt: skip
         return sums if axis_name is None else lax.psum(sums, axis_name)
 
     return eval_step
