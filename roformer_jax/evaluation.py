@@ -45,15 +45,14 @@ def score_lengths(
     """
     if bin_width < 1:
         raise ValueError(f"bin_width {bin_width} must be >= 1")
-    scores = {}
+    scores, update = {}, evaluation_update(steps_done)
     for length, batches in held_out.batches.items():
         model = models if isinstance(models, nn.Module) else models(length)
         score = _scorer(model)
         bins = -(-length // bin_width)
         sums = np.zeros((3, bins))  # loss, correct, count per bin
         for batch in batches:
-            scored = score(params, batch, evaluation_update(steps_done))
-            xent, correct = (np.asarray(x, np.float64) for x in scored)
+            xent, correct = (np.asarray(x, np.float64) for x in score(params, batch, update))
             weights = batch["weights"].astype(np.float64)
             where = (batch["head_positions"] + held_out.target_offset) // bin_width
             for row, values in enumerate((xent * weights, correct * weights, weights)):
