@@ -27,7 +27,7 @@ Budget: WikiText-2's 30 runs took their training time in docs/results.md's wall-
 attention about twice softmax's work at 128 tokens.
 Expect (WikiText-2, docs/results.md section 2): validation loss at step 2,000 of 6.19 for
 elu + 1 without positions, 5.68 with eq. 19, 5.93 with eq. 18, 5.91 before φ; cosine 6.19
-without and 6.01 with RoPE; FAVOR+ 6.31 without, 6.37 with eq. 19 and 5.61 with RoPE
+without and 6.01 with RoPE; FAVOR+ 6.24 without, 6.20 with eq. 19 and 5.12 with RoPE
 before φ; softmax + RoPE 4.59. Eq. 18's smallest |denominator| falls to 1e-4 or below and
 its gradient norm spikes into the hundreds or thousands.
 """
