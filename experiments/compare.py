@@ -6,7 +6,9 @@ r"""Trains several configurations on the same data, seeds and steps; draws their
 
 Writes <workdir>/curves.png (train and valid loss of every run, seeds as a band) and
 <workdir>/results.md (final losses and accuracies, mean ± std over seeds). Rerunning the same
-command skips finished runs, resumes interrupted ones and redraws the figures.
+command skips finished runs, resumes interrupted ones and redraws the figures. With --raw_dir,
+each run's small outputs land there as it finishes (commit them as they come), and a fresh
+--workdir takes the runs finished there instead of training them again.
 """
 
 import os
@@ -37,7 +39,7 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     started, config = time.time(), _CONFIG.value
     runs = study.study_runs(config)
-    results = study.run_study(runs, _WORKDIR.value)
+    results = study.run_study(runs, _WORKDIR.value, raw_dir=_RAW_DIR.value)
     exp = next(iter(runs.values()))[0]
     cache = exp.train.data_cache_dir or os.path.join(_WORKDIR.value, "data")
     unigram = load_corpus(exp.data, cache).unigram_cross_entropy()

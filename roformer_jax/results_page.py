@@ -40,9 +40,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from roformer_jax import length_study, long_doc_report, long_doc_study, plots, study
+from roformer_jax import length_study, long_doc_report, long_doc_study, plots, study, study_record
 from roformer_jax.study_record import POSITION_TABLE_FILE, RawStudy, read_raw
-from roformer_jax.training.provenance import code_changed
+from roformer_jax.training import metrics as metrics_lib
+from roformer_jax.training import provenance
 
 MARKER = re.compile(r"<!-- generated: (\S+) (\w+)\((.*?)\) -->(.*?)<!-- end generated -->", re.S)
 ALL = "raw"  # the STUDY of a marker whose kind reads every raw folder
@@ -70,7 +71,7 @@ def render(
     raw_root: str,
     *,
     figures_dir: str | None = None,
-    changed: Callable[[str], list[str] | None] = code_changed,
+    changed: Callable[[str], list[str] | None] = provenance.code_changed,
 ) -> str:
     """`text` with the inside of every marker pair regenerated (module doc).
 
@@ -339,6 +340,9 @@ def _wall_time_table(page: _Page) -> str:
     for name in sorted(os.listdir(page.raw_root)):
         if not os.path.isdir(os.path.join(page.raw_root, name)):
             continue
+        if not os.path.exists(os.path.join(page.raw_root, name, study_record.FILE)):
+            lines.append(_in_progress_row(os.path.join(page.raw_root, name)))
+            continue
         raw = page.study(name)
         training = _training_s(raw)
         scoring = sum(
@@ -353,6 +357,23 @@ def _wall_time_table(page: _Page) -> str:
             f"{_minutes(wall) if wall else 'n/a'} |"
         )
     return "\n".join(lines)
+
+
+def _in_progress_row(raw_dir: str) -> str:
+    """A wall-time row for a study still running: the runs it has exported so far (compare.py
+    --raw_dir exports each as it finishes; study.json comes with the last)."""
+    training, cpu_s, runs = 0.0, 0.0, 0
+    for path in sorted(glob.glob(os.path.join(raw_dir, "*", "*", metrics_lib.METRICS_FILE))):
+        elapsed = study.final_values(metrics_lib.read_metrics(os.path.dirname(path)), "elapsed_s")
+        sessions = (provenance.read(os.path.dirname(path)) or {}).get("sessions") or [{}]
+        cpus = sessions[-1].get("machine", {}).get("cpus")
+        training += elapsed or 0.0
+        cpu_s = None if cpu_s is None or cpus is None else cpu_s + (elapsed or 0.0) * cpus
+        runs += 1
+    name = os.path.basename(os.path.normpath(raw_dir))
+    core_hours = "n/a" if cpu_s is None else f"{cpu_s / 3600:.1f}"
+    minutes = _minutes(training)
+    return f"| {name} (in progress) | {runs} so far | {minutes} | n/a | {core_hours} | n/a |"
 
 
 def _long_doc(raw: RawStudy, page: _Page) -> long_doc_study.Results:

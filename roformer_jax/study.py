@@ -3,7 +3,10 @@
 A study is `{run name: [ExperimentConfig, one per seed]}`. Every run trains in
 `workdir/<name>/seed<k>/`; a run whose metrics.jsonl already reaches its last step is not
 trained again, and an interrupted one resumes from its checkpoint, so rerunning a study only
-does the missing work and redraws the figures.
+does the missing work and redraws the figures. With a raw folder (`run_study(raw_dir=...)`),
+each run's small outputs are copied there as it finishes, so a study that spans several
+machines or sessions keeps its finished runs in the repository; a fresh workdir takes them
+back from there instead of training them again.
 """
 
 from __future__ import annotations
@@ -107,18 +110,26 @@ def changed_unless_moved(changed: Mapping, workdir: str) -> dict:
 RUN_PREFIX = "run:"  # train.init_from="run:<name>": that run of the study, same seed
 
 
-def run_study(runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str) -> dict:
+def run_study(
+    runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str, raw_dir: str | None = None
+) -> dict:
     """Trains every (run, seed) that is not finished; returns their metrics records.
 
     A run whose train.init_from is "run:<name>" starts from the final parameters of run
     <name> of the same seed, so that run is trained first (runs come in the order given
     otherwise; a ConfigDict of runs gives them sorted by name).
 
+    With `raw_dir`, every run trained here is exported there (export_raw) as soon as it
+    finishes, and a run finished in `raw_dir` but not in `workdir` is copied back and counted
+    as cached (restore_raw): only for studies whose numbers are the runs' metrics, since a
+    raw folder holds no checkpoints (a run another starts from is always trained here).
+
     Returns:
       {name: [records of seed 0, records of seed 1, ...]} in the order of `runs`, records as
       in metrics.jsonl.
     """
     order = _training_order(runs)
+    sources = set().union(*(_init_sources(configs) for configs in runs.values()))
     total = sum(len(seeds) for seeds in runs.values())
     done = 0
     results, cached = {}, []
@@ -134,7 +145,15 @@ def run_study(runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str) -> d
                     cfg.train, data_cache_dir=os.path.join(workdir, "data")
                 )
                 cfg = dataclasses.replace(cfg, train=train_cfg)
-            if is_finished(directory, cfg.train.steps):
+            if (
+                raw_dir
+                and name not in sources
+                and restore_raw(directory, cfg, raw_dir, name, workdir)
+            ):
+                logging.info("[%d/%d] %s seed %d: finished in %s, restored", done, total, name,
+                             cfg.seed, raw_dir)  # fmt: skip
+                cached.append(directory)
+            elif is_finished(directory, cfg.train.steps):
                 logging.info("[%d/%d] %s seed %d: finished earlier, cached", done, total, name,
                              cfg.seed)  # fmt: skip
                 cached.append(directory)
@@ -142,6 +161,8 @@ def run_study(runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str) -> d
                 logging.info("[%d/%d] %s seed %d: training in %s", done, total, name, cfg.seed,
                              directory)  # fmt: skip
                 train_and_evaluate(cfg, directory)
+                if raw_dir:
+                    _export_run(directory, run_dir(raw_dir, name, cfg.seed))
             results[name].append(metrics_lib.read_metrics(directory))
     _warn_if_older_code(cached)
     return {name: results[name] for name in runs}
@@ -184,6 +205,29 @@ def resolve_init_from(cfg: ExperimentConfig, workdir: str) -> ExperimentConfig:
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, init_from=source))
 
 
+def restore_raw(
+    directory: str, cfg: ExperimentConfig, raw_dir: str, name: str, workdir: str
+) -> bool:
+    """Copies run `name`'s RAW_FILES from `raw_dir` into `directory` when the raw copy is
+    finished and `directory`'s is not; returns whether it did.
+
+    ValueError (check_same_config) when the raw copy is a run of another config; its paths
+    under the study's old workdir count as the same under `workdir`.
+    """
+    source = run_dir(raw_dir, name, cfg.seed)
+    if is_finished(directory, cfg.train.steps) or not is_finished(source, cfg.train.steps):
+        return False
+    check_same_config(source, cfg, workdir)
+    _export_run(source, directory)
+    return True
+
+
+def _init_sources(configs: Sequence[ExperimentConfig]) -> set[str]:
+    """The names of the runs that `configs` start from (train.init_from "run:<name>")."""
+    named = (c.train.init_from or "" for c in configs)
+    return {n[len(RUN_PREFIX) :] for n in named if n.startswith(RUN_PREFIX)}
+
+
 def _training_order(runs: Mapping[str, Sequence[ExperimentConfig]]) -> list[str]:
     """The run names with every run after the one its "run:<name>" names, else as given.
 
@@ -192,17 +236,13 @@ def _training_order(runs: Mapping[str, Sequence[ExperimentConfig]]) -> list[str]
     """
     sources = {}
     for name, configs in runs.items():
-        named = {
-            c.train.init_from for c in configs if (c.train.init_from or "").startswith(RUN_PREFIX)
-        }
-        for init_from in named:
-            if init_from[len(RUN_PREFIX) :] not in runs:
-                raise ValueError(
-                    f"run {name!r} starts from run {init_from[len(RUN_PREFIX) :]!r} "
-                    f"(train.init_from={init_from!r}), which is not a run of the study: "
-                    f"{list(runs)}"
-                )
-        sources[name] = {n[len(RUN_PREFIX) :] for n in named}
+        sources[name] = _init_sources(configs)
+        unknown = sorted(sources[name] - set(runs))
+        if unknown:
+            raise ValueError(
+                f"run {name!r} starts from run {unknown[0]!r} (train.init_from="
+                f"{RUN_PREFIX + unknown[0]!r}), which is not a run of the study: {list(runs)}"
+            )
     order = []
     while len(order) < len(runs):
         ready = [n for n in runs if n not in order and sources[n] <= set(order)]
@@ -234,16 +274,23 @@ def export_raw(
     for name, configs in runs.items():
         for cfg in configs:
             source, target = run_dir(workdir, name, cfg.seed), run_dir(dest, name, cfg.seed)
-            os.makedirs(target, exist_ok=True)
-            for file in RAW_FILES:
-                if os.path.exists(os.path.join(source, file)):
-                    shutil.copyfile(os.path.join(source, file), os.path.join(target, file))
-                    copied += 1
-            for folder in folders:
-                if os.path.isdir(os.path.join(source, folder)):
-                    shutil.copytree(os.path.join(source, folder), os.path.join(target, folder),
-                                    dirs_exist_ok=True)  # fmt: skip
-                    copied += len(os.listdir(os.path.join(source, folder)))
+            copied += _export_run(source, target, folders)
+    return copied
+
+
+def _export_run(source: str, target: str, folders: Sequence[str] = ()) -> int:
+    """export_raw for one run directory; returns the number of files copied."""
+    os.makedirs(target, exist_ok=True)
+    copied = 0
+    for file in RAW_FILES:
+        if os.path.exists(os.path.join(source, file)):
+            shutil.copyfile(os.path.join(source, file), os.path.join(target, file))
+            copied += 1
+    for folder in folders:
+        if os.path.isdir(os.path.join(source, folder)):
+            shutil.copytree(os.path.join(source, folder), os.path.join(target, folder),
+                            dirs_exist_ok=True)  # fmt: skip
+            copied += len(os.listdir(os.path.join(source, folder)))
     return copied
 
 

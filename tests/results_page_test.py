@@ -130,6 +130,28 @@ class ResultsPageTest(parameterized.TestCase):
         self.assertIn(f"| causal_wikitext2 | 18 | 44 min 9 s | n/a | 1.5 {cell}", page)
         self.assertIn(sentence, page)
 
+    def test_a_study_still_running_has_a_row_of_the_runs_it_has_exported(self):
+        raw = tempfile.mkdtemp()
+        shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
+        for run in ("elu+1_none/seed0", "elu+1_none/seed1"):  # no study.json yet
+            shutil.copytree(
+                os.path.join(_RAW, "linear_long_wikitext2", run), f"{raw}/running/{run}"
+            )
+        elapsed = [
+            json.loads(_read(f"{raw}/running/{run}/metrics.jsonl").splitlines()[-1])["elapsed_s"]
+            for run in ("elu+1_none/seed0", "elu+1_none/seed1")
+        ]
+        text = "<!-- generated: raw wall_time_table() --><!-- end generated -->"
+        rows = results_page.render(text, raw).splitlines()
+        self.assertRegex(rows[3], r"^\| causal_wikitext2 \| 18 \|")
+        minutes, seconds = divmod(round(sum(elapsed)), 60)
+        core_hours = 2 * sum(elapsed) / 3600  # the runs' provenance: 2 cores
+        self.assertEqual(rows[4], f"| running (in progress) | 2 so far | {minutes} min {seconds} s "
+                                  f"| n/a | {core_hours:.1f} | n/a |")  # fmt: skip
+        os.remove(f"{raw}/running/elu+1_none/seed1/provenance.json")  # cores unknown
+        rows = results_page.render(text, raw).splitlines()
+        self.assertTrue(rows[4].endswith("| n/a | n/a | n/a |"), rows[4])
+
     def test_markers_take_named_arguments_and_speak_of_steps(self):
         text = (
             '<!-- generated: causal_wikitext2 diff("softmax + learned", step=100) -->'

@@ -170,6 +170,42 @@ class StudyTest(absltest.TestCase):
                 study.run_study(cycle, workdir)
             fake.assert_not_called()  # found before anything is trained
 
+    def test_raw_dir_gets_each_run_as_it_finishes_and_gives_it_to_a_fresh_workdir(self):
+        root = self.enter_context(tempfile.TemporaryDirectory())
+        raw, first, fresh = (os.path.join(root, d) for d in ("raw", "first", "fresh"))
+        runs = {"a": [_config(0), _config(1)], "b": [_config(0, 2, "run:a"), _config(1, 2)]}
+        interrupted = [None, None, KeyboardInterrupt]  # the third run is stopped
+
+        def training(cfg, workdir):
+            if interrupted.pop(0):
+                raise KeyboardInterrupt
+            return _fake_training(cfg, workdir)
+
+        with mock.patch.object(study, "train_and_evaluate", side_effect=training):
+            with self.assertRaises(KeyboardInterrupt):
+                study.run_study(runs, first, raw_dir=raw)
+        exported = sorted(os.path.relpath(p, raw) for p, _, f in os.walk(raw) if f)
+        self.assertEqual(exported, ["a/seed0", "a/seed1"])  # before the study ended
+        with mock.patch.object(study, "train_and_evaluate", side_effect=_fake_training) as fake:
+            results = study.run_study(runs, first, raw_dir=raw)
+            self.assertEqual([c.args[1] for c in fake.mock_calls],
+                             [study.run_dir(first, "b", s) for s in (0, 1)])  # fmt: skip
+            fake.reset_mock()
+            self.assertEqual(study.run_study(runs, fresh, raw_dir=raw), results)
+            # "b" is restored; "a" is trained again: it holds the checkpoints "b" seed 0
+            # starts from, which a raw folder has not.
+            self.assertEqual([c.args[1] for c in fake.mock_calls],
+                             [study.run_dir(fresh, "a", s) for s in (0, 1)])  # fmt: skip
+        other = dataclasses.asdict(_config(1, 2))
+        other["optim"]["warmup_steps"] = 2
+        with open(os.path.join(study.run_dir(raw, "b", 1), "config.json"), "w") as f:
+            json.dump(other, f)
+        # Finished in the workdir: nothing to restore, so nothing to compare.
+        self.assertFalse(study.restore_raw(study.run_dir(fresh, "b", 1), _config(1, 2), raw, "b",
+                                           fresh))  # fmt: skip
+        with self.assertRaisesRegex(ValueError, r"another config \(differs in optim.warmup"):
+            study.restore_raw(os.path.join(root, "new"), _config(1, 2), raw, "b", root)
+
     def test_export_raw_copies_each_runs_metrics_and_config_only(self):
         workdir = self.enter_context(tempfile.TemporaryDirectory())
         dest = os.path.join(workdir, "raw")
