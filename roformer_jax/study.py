@@ -119,10 +119,10 @@ def run_study(
     <name> of the same seed, so that run is trained first (runs come in the order given
     otherwise; a ConfigDict of runs gives them sorted by name).
 
-    With `raw_dir`, every run trained here is exported there (export_raw) as soon as it
-    finishes, and a run finished in `raw_dir` but not in `workdir` is copied back and counted
-    as cached (restore_raw): only for studies whose numbers are the runs' metrics, since a
-    raw folder holds no checkpoints (a run another starts from is always trained here).
+    With `raw_dir`, every run is exported there (export_raw) as soon as it is trained or
+    found finished, and a run finished in `raw_dir` but not in `workdir` is copied back and
+    counted as cached (restore_raw): only for studies whose numbers are the runs' metrics,
+    since a raw folder holds no checkpoints (a run another starts from is trained again).
 
     Returns:
       {name: [records of seed 0, records of seed 1, ...]} in the order of `runs`, records as
@@ -161,8 +161,8 @@ def run_study(
                 logging.info("[%d/%d] %s seed %d: training in %s", done, total, name, cfg.seed,
                              directory)  # fmt: skip
                 train_and_evaluate(cfg, directory)
-                if raw_dir:
-                    _export_run(directory, run_dir(raw_dir, name, cfg.seed))
+            if raw_dir:
+                _export_run(directory, run_dir(raw_dir, name, cfg.seed))
             results[name].append(metrics_lib.read_metrics(directory))
     _warn_if_older_code(cached)
     return {name: results[name] for name in runs}

@@ -186,8 +186,10 @@ class StudyTest(absltest.TestCase):
                 study.run_study(runs, first, raw_dir=raw)
         exported = sorted(os.path.relpath(p, raw) for p, _, f in os.walk(raw) if f)
         self.assertEqual(exported, ["a/seed0", "a/seed1"])  # before the study ended
+        shutil.rmtree(os.path.join(raw, "a"))  # a finished run goes there when found, too
         with mock.patch.object(study, "train_and_evaluate", side_effect=_fake_training) as fake:
             results = study.run_study(runs, first, raw_dir=raw)
+            self.assertTrue(study.is_finished(study.run_dir(raw, "a", 1), 4))
             self.assertEqual([c.args[1] for c in fake.mock_calls],
                              [study.run_dir(first, "b", s) for s in (0, 1)])  # fmt: skip
             fake.reset_mock()
