@@ -98,18 +98,25 @@ class QuestionAnswering(nn.Module):
         return SpanOutput(start_logits=logits[..., 0], end_logits=logits[..., 1])
 
 
+# HF's SequenceSummary `summary_type`s without projection: the position each choice is read at.
+SUMMARY_POSITIONS = {"last": -1, "first": 0}
+
+
 class MultipleChoice(nn.Module):
     """Logits [B, C]: one score per choice, classifier D → 1 on each choice's summary token.
 
     HF's `sequence_summary` reads `summary_type` from the config, which RoFormerConfig does not
     define, so it falls back to "last": the hidden state at position L - 1, a padding token
-    when the choice is padded, with no projection, activation or dropout. We do the same, so
-    that HF checkpoints give HF's logits (hf.py refuses configs that set summary_*).
-    num_labels is unused.
+    when the choice is padded, with no projection, activation or dropout. That is the default
+    here too, so that HF checkpoints give HF's logits. "first" reads [CLS] instead, as BERT's
+    heads do; a padded row's last position is a padding token, whose state differs with how
+    much text the row holds, so compare lengths with "first". HF honors either when
+    config.json sets `summary_type` (hf.py writes it). num_labels is unused.
     """
 
     config: ModelConfig
     num_labels: int
+    summary_type: str = "last"  # a key of SUMMARY_POSITIONS
 
     @nn.compact
     def __call__(self, hidden, deterministic, example_ids=None) -> ClassifierOutput:
@@ -118,7 +125,8 @@ class MultipleChoice(nn.Module):
             raise ValueError(
                 f"multiple choice takes input_ids [B, C, L]; got hidden states {hidden.shape}"
             )
-        scores = _dense(self.config, 1, "classifier")(hidden[..., -1, :])  # [B, C, 1]
+        summary = hidden[..., SUMMARY_POSITIONS[self.summary_type], :]  # [B, C, D]
+        scores = _dense(self.config, 1, "classifier")(summary)  # [B, C, 1]
         return ClassifierOutput(scores[..., 0].astype(jnp.float32))  # [B, C]
 
 
@@ -146,6 +154,7 @@ class TaskModel(nn.Module):
     config: ModelConfig
     head: str = "sequence_classification"
     num_labels: int = 2  # HF's default; question answering and multiple choice ignore it
+    summary_type: str = "last"  # multiple choice's summary token: MultipleChoice
 
     @nn.compact
     def __call__(
@@ -160,6 +169,15 @@ class TaskModel(nn.Module):
     ):
         if self.head not in HEADS:
             raise ValueError(f"unknown head {self.head!r}; expected one of {sorted(HEADS)}")
+        if self.summary_type not in SUMMARY_POSITIONS:
+            raise ValueError(f"unknown summary_type {self.summary_type!r}; expected one of "
+                             f"{sorted(SUMMARY_POSITIONS)}")  # fmt: skip
+        options = {}  # what only some heads take: given to those that declare it
+        if "summary_type" in HEADS[self.head].__dataclass_fields__:
+            options["summary_type"] = self.summary_type
+        elif self.summary_type != "last":
+            raise ValueError(f"summary_type={self.summary_type!r} is for multiple_choice; the "
+                             f"{self.head} head has no summary token to choose")  # fmt: skip
         input_ids = jnp.asarray(input_ids)
         if input_ids.ndim < 2:
             raise ValueError(f"input_ids has shape {input_ids.shape}; expected [B, L] or [B, C, L]")
@@ -185,5 +203,5 @@ class TaskModel(nn.Module):
             update=update,
         )
         hidden = out.hidden_states.reshape(*leading, length, -1)  # [..., L, D]
-        head = HEADS[self.head](self.config, self.num_labels, name="head")
+        head = HEADS[self.head](self.config, self.num_labels, name="head", **options)
         return head(hidden, deterministic, example_ids)

@@ -134,12 +134,18 @@ def config_from_hf(hf_config: dict, **overrides) -> ModelConfig:
 
 
 def config_to_hf(
-    config: ModelConfig, *, with_mlm_head: bool, head: str | None = None, num_labels: int = 2
+    config: ModelConfig,
+    *,
+    with_mlm_head: bool,
+    head: str | None = None,
+    num_labels: int = 2,
+    summary_type: str = "last",
 ) -> dict:
     """The HF config.json dict of `config`; ValueError if HF RoFormer cannot express it.
 
     head: a key of heads.HEADS, for a TaskModel with `num_labels`; its HF class is written as
-    the architecture, with HF's label names (and problem_type "regression" for one label).
+    the architecture, with HF's label names (and problem_type "regression" for one label),
+    and a multiple-choice summary other than HF's default as `summary_type`.
     """
     mismatched = {k: getattr(config, k) for k, v in _HF_FIXED.items() if getattr(config, k) != v}
     if mismatched:
@@ -155,6 +161,8 @@ def config_to_hf(
         }
         if head == "sequence_classification" and num_labels == 1:
             labels["problem_type"] = "regression"  # what HF infers at its loss for one label
+        if summary_type != "last":  # TaskModel has refused it for heads other than this one
+            labels["summary_type"] = summary_type
     elif not with_mlm_head:
         architecture = "RoFormerModel"
     else:
@@ -170,17 +178,21 @@ def config_to_hf(
     }
 
 
-def _task_of(hf_config: dict) -> tuple[str | None, int]:
-    """(key of heads.HEADS or None, num_labels) of an HF config.json dict."""
+def _task_of(hf_config: dict) -> tuple[str | None, int, str]:
+    """(key of heads.HEADS or None, num_labels, summary_type) of an HF config.json dict."""
     head = _TASK_ARCHITECTURES.get((hf_config.get("architectures") or [None])[0])
     summary = {k: v for k, v in hf_config.items() if k.startswith("summary_")}
-    if head == "multiple_choice" and any(v and v != "last" for v in summary.values()):
+    summary_type = summary.get("summary_type") or "last"
+    others = [v for k, v in summary.items() if k != "summary_type"]
+    if head == "multiple_choice" and (summary_type not in heads.SUMMARY_POSITIONS or any(others)):
         raise ValueError(
-            f"{summary}: RoFormerForMultipleChoice with a sequence summary other than HF's "
-            "default (the last token, no projection, activation or dropout) is not supported"
+            f"{summary}: RoFormerForMultipleChoice with a sequence summary "
+            f"other than a token's ({sorted(heads.SUMMARY_POSITIONS)}; no projection, "
+            "activation or dropout) is not supported"
         )
     labels = hf_config.get("id2label")
-    return head, len(labels) if labels else hf_config.get("num_labels", 2)
+    num_labels = len(labels) if labels else hf_config.get("num_labels", 2)
+    return head, num_labels, summary_type if head == "multiple_choice" else "last"
 
 
 def _hf_name(path: tuple[str, ...]) -> tuple[str, bool]:
@@ -292,13 +304,14 @@ def load_hf_roformer(path: str, **overrides) -> tuple[RoFormer | heads.TaskModel
     with open(os.path.join(path, "config.json")) as f:
         hf_config = json.load(f)
     config = config_from_hf(hf_config, **overrides)
-    head, num_labels = _task_of(hf_config)
+    head, num_labels, summary_type = _task_of(hf_config)
     state = {k.removeprefix(_PREFIX): v for k, v in read_hf_state_dict(path).items()}
     if head is None:
         with_head = any(k.startswith("cls.predictions.transform.") for k in state)
         model, name_of, ids = RoFormer(config, with_mlm_head=with_head), _hf_name, (1, 1)
     else:  # ids [1, 1, 1] suit every head, multiple choice's [B, C, L] too
-        model, name_of, ids = heads.TaskModel(config, head, num_labels), _task_hf_name, (1, 1, 1)
+        model = heads.TaskModel(config, head, num_labels, summary_type)
+        name_of, ids = _task_hf_name, (1, 1, 1)
     shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros(ids, jnp.int32))
     params, missing = {}, []
     for path_, shape in flax.traverse_util.flatten_dict(shapes["params"]).items():
@@ -339,7 +352,11 @@ def save_hf_roformer(model: ModelConfig | heads.TaskModel, variables: dict, path
     if isinstance(model, heads.TaskModel):
         model_config, name_of, with_head = model.config, _task_hf_name, True
         hf_config = config_to_hf(
-            model_config, with_mlm_head=False, head=model.head, num_labels=model.num_labels
+            model_config,
+            with_mlm_head=False,
+            head=model.head,
+            num_labels=model.num_labels,
+            summary_type=model.summary_type,
         )
     else:
         model_config, name_of = model, _hf_name

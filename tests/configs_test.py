@@ -222,6 +222,10 @@ class ConfigsTest(parameterized.TestCase):
         )
         with self.assertRaisesRegex(ValueError, "metric 'f1' does not suit format"):
             finetune_config.TaskConfig(metric="f1")
+        with self.assertRaisesRegex(ValueError, "summary_type 'mean' is not one of"):
+            finetune_config.TaskConfig(format="multiple_choice", summary_type="mean")
+        with self.assertRaisesRegex(ValueError, "summary_type='first' is for format 'multiple"):
+            finetune_config.TaskConfig(summary_type="first")
 
     def test_unknown_config_argument_is_an_error(self):
         with self.assertRaisesRegex(ValueError, "'fast'.*runlocal"):

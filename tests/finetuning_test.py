@@ -361,14 +361,27 @@ class EncoderTest(absltest.TestCase):
 
 
 class OtherTasksTest(parameterized.TestCase):
-    @parameterized.parameters(("qa", "f1"), ("multiple_choice", "accuracy"))
-    def test_one_epoch(self, data_format, metric):
+    @parameterized.parameters(
+        ("qa", "f1", "last"), ("multiple_choice", "accuracy", "last"),
+        ("multiple_choice", "accuracy", "first"),
+    )  # fmt: skip
+    def test_one_epoch(self, data_format, metric, summary_type):
         files = _span_and_choice_files(data_format)
         cfg = _config(format=data_format, metric=metric, train_file=files["train"],
-                      valid_file=files["valid"], test_file=None)  # fmt: skip
+                      valid_file=files["valid"], test_file=None,
+                      summary_type=summary_type)  # fmt: skip
         cfg = dataclasses.replace(cfg, finetune=dataclasses.replace(cfg.finetune, epochs=1,
                                                                     batch_size=4))  # fmt: skip
-        final = ft.finetune(cfg, os.path.join(_TMP, data_format))
+        built = []
+
+        class TaskModel(ft.heads.TaskModel):  # records the summary of every model built
+            def __post_init__(self):
+                built.append(self.summary_type)
+                super().__post_init__()
+
+        with mock.patch.object(ft.heads, "TaskModel", TaskModel):
+            final = ft.finetune(cfg, os.path.join(_TMP, f"{data_format}_{summary_type}"))
+        self.assertEqual(set(built), {summary_type})  # the head reads the configured token
         self.assertEqual(final["best_step"], 2)
         self.assertBetween(final[f"valid/{metric}"], 0.0, 1.0)
         self.assertFalse(any(k.startswith("test/") for k in final))

@@ -82,10 +82,12 @@ class HeadsTest(parameterized.TestCase):
         for field, with_types, without in zip(pair._fields, pair, single):
             self.assertGreater(float(jnp.abs(with_types - without).min()), 1e-4, field)
 
-    def test_multiple_choice_is_each_choice_scored_alone(self):
+    @parameterized.parameters(("last", -1), ("first", 0))  # HF's default; [CLS]
+    def test_multiple_choice_is_each_choice_scored_alone(self, summary_type, position):
         # One score per choice, each from its own [B, L] sequence: the classifier on the
         # summary token of the encoder run on that choice alone, with the same weights.
         model, variables = _init("multiple_choice")
+        model = model.clone(summary_type=summary_type)
         ids, types, mask = _batch("multiple_choice")
         logits = model.apply(variables, ids, attention_mask=mask, token_type_ids=types).logits
         encoder = model_lib.RoFormer(_config(), with_mlm_head=False)
@@ -97,10 +99,20 @@ class HeadsTest(parameterized.TestCase):
                 attention_mask=mask[:, c],
                 token_type_ids=types[:, c],
             ).hidden_states  # [B, L, D]
-            alone = hidden[:, -1] @ kernel["kernel"][:, 0] + kernel["bias"][0]  # HF's "last"
+            alone = hidden[:, position] @ kernel["kernel"][:, 0] + kernel["bias"][0]
             np.testing.assert_allclose(logits[:, c], alone, atol=1e-5)
         with self.assertRaisesRegex(ValueError, r"multiple choice takes input_ids \[B, C, L\]"):
             model.apply(variables, ids[:, 0])
+
+    def test_summary_type_is_multiple_choices_and_one_of_the_table(self):
+        model, variables = _init("multiple_choice")
+        ids, _, _ = _batch("multiple_choice")
+        with self.assertRaisesRegex(ValueError, r"unknown summary_type 'mean'; expected one of"):
+            model.clone(summary_type="mean").apply(variables, ids)
+        model, variables = _init("sequence_classification")
+        ids, _, _ = _batch("sequence_classification")
+        with self.assertRaisesRegex(ValueError, "summary_type='first' is for multiple_choice"):
+            model.clone(summary_type="first").apply(variables, ids)
 
     @parameterized.named_parameters(HEAD_NAMES)
     def test_gradients_are_finite_and_reach_the_head(self, head):

@@ -386,6 +386,13 @@ TASKS = [
     dict(testcase_name="token_classification", cls="TokenClassification", num_labels=5),
     dict(testcase_name="question_answering", cls="QuestionAnswering", num_labels=2),
     dict(testcase_name="multiple_choice", cls="MultipleChoice", num_labels=2),
+    # HF's summary_type: the last token by default, [CLS] when config.json says "first".
+    dict(
+        testcase_name="multiple_choice_first",
+        cls="MultipleChoice",
+        num_labels=2,
+        summary_type="first",
+    ),  # fmt: skip
 ]
 
 
@@ -418,12 +425,14 @@ class TaskHeadParityTest(parameterized.TestCase):
             self.assertTrue(hasattr(transformers, architecture), architecture)
 
     @parameterized.named_parameters(TASKS)
-    def test_load_equals_transformers(self, cls, num_labels):
-        theirs = _hf_model(getattr(transformers, f"RoFormerFor{cls}"), 5, num_labels=num_labels)
+    def test_load_equals_transformers(self, cls, num_labels, summary_type="last"):
+        theirs = _hf_model(getattr(transformers, f"RoFormerFor{cls}"), 5, num_labels=num_labels,
+                           summary_type=summary_type)  # fmt: skip
         with tempfile.TemporaryDirectory() as d:
             theirs.save_pretrained(d)
             model, variables = hf.load_hf_roformer(d)
         self.assertIsInstance(model, heads.TaskModel)
+        self.assertEqual(model.summary_type, summary_type)
         self.assertEqual(f"RoFormerFor{cls}", hf.config_to_hf(
             model.config, with_mlm_head=False, head=model.head)["architectures"][0]
         )  # fmt: skip
@@ -432,9 +441,9 @@ class TaskHeadParityTest(parameterized.TestCase):
         self.assertLessEqual(difference, PARITY_TOLERANCE)
 
     @parameterized.named_parameters(TASKS)
-    def test_transformers_loads_what_we_save(self, cls, num_labels):
+    def test_transformers_loads_what_we_save(self, cls, num_labels, summary_type="last"):
         head = hf._TASK_ARCHITECTURES[f"RoFormerFor{cls}"]
-        model = heads.TaskModel(_tiny_config(), head, num_labels)
+        model = heads.TaskModel(_tiny_config(), head, num_labels, summary_type)
         shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 1, 1), jnp.int32))
         rng = np.random.default_rng(6)
         variables = jax.tree.map(lambda x: np.float32(rng.normal(0, 0.2, x.shape)), shapes)
@@ -455,11 +464,17 @@ class TaskHeadParityTest(parameterized.TestCase):
         difference = _task_diff(model, variables, theirs.eval(), _task_batch(cls, seed=6))
         self.assertLessEqual(difference, PARITY_TOLERANCE)
 
-    def test_multiple_choice_summary_other_than_hfs_default_is_refused(self):
-        theirs = _hf_model(transformers.RoFormerForMultipleChoice, 7, summary_type="first")
+    @parameterized.parameters(
+        dict(summary_type="mean"),  # HF's mean counts padding: not a token's state
+        dict(summary_type="first", summary_use_proj=True),
+        dict(summary_type="last", summary_activation="tanh"),
+    )
+    def test_multiple_choice_summary_other_than_a_tokens_state_is_refused(self, **summary):
+        theirs = _hf_model(transformers.RoFormerForMultipleChoice, 7, **summary)
         with tempfile.TemporaryDirectory() as d:
             theirs.save_pretrained(d)
-            with self.assertRaisesRegex(ValueError, "'summary_type': 'first'.* not supported"):
+            with self.assertRaisesRegex(ValueError, f"'summary_type': '{summary['summary_type']}'"
+                                                    ".* not supported"):  # fmt: skip
                 hf.load_hf_roformer(d)
 
 

@@ -264,7 +264,7 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
                  steps_per_epoch, list(labels))  # fmt: skip
 
     # --- Model and optimizer; the encoder's parameters replace the fresh ones.
-    model = heads.TaskModel(model_cfg, kind.head, max(len(labels), 1))
+    model = heads.TaskModel(model_cfg, kind.head, max(len(labels), 1), cfg.task.summary_type)
     schedule = optim.learning_rate_schedule(cfg.optim, total)
 
     ids = jnp.zeros((1, *splits["train"].rows["input_ids"].shape[1:]), jnp.int32)  # [1, (C,) L]

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from roformer_jax.data.tasks import FORMATS, TRUNCATIONS
+from roformer_jax.heads import SUMMARY_POSITIONS
 from roformer_jax.model_config import SIZES
 from roformer_jax.training.config import section_from_dict
 from roformer_jax.training.optim import OptimConfig
@@ -40,6 +41,9 @@ class TaskConfig:
     max_length: int = 128  # tokens per row, [CLS] and [SEP]s included
     truncation: str = "head"  # "head" | "tail" | "head+tail" (qa: the context's head)
     labels: tuple[str, ...] = ()  # label names in id order; () = the training file's, sorted
+    # multiple_choice: the token each choice is scored at (heads.MultipleChoice): "last", HF's
+    # default, a padding token in a padded row; "first", [CLS]
+    summary_type: str = "last"
 
     def __post_init__(self):
         object.__setattr__(self, "labels", tuple(str(x) for x in self.labels))
@@ -52,6 +56,12 @@ class TaskConfig:
             )
         if self.truncation not in TRUNCATIONS:
             raise ValueError(f"truncation {self.truncation!r} is not one of {TRUNCATIONS}")
+        if self.summary_type not in SUMMARY_POSITIONS:
+            raise ValueError(f"summary_type {self.summary_type!r} is not one of "
+                             f"{sorted(SUMMARY_POSITIONS)}")  # fmt: skip
+        if self.summary_type != "last" and self.format != "multiple_choice":
+            raise ValueError(f"summary_type={self.summary_type!r} is for format "
+                             f"'multiple_choice', not {self.format!r}")  # fmt: skip
         if self.max_length < 4:
             raise ValueError(f"max_length {self.max_length} leaves no room for text")
         if not self.train_file.startswith("builtin:") and self.valid_file is None:
