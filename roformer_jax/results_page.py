@@ -364,11 +364,12 @@ def _in_progress_row(raw_dir: str) -> str:
     --raw_dir exports each as it finishes; study.json comes with the last)."""
     training, cpu_s, runs = 0.0, 0.0, 0
     for path in sorted(glob.glob(os.path.join(raw_dir, "*", "*", metrics_lib.METRICS_FILE))):
-        elapsed = study.final_values(metrics_lib.read_metrics(os.path.dirname(path)), "elapsed_s")
+        records = metrics_lib.read_metrics(os.path.dirname(path))
+        elapsed = study.final_values(records, "elapsed_s") or 0.0
         sessions = (provenance.read(os.path.dirname(path)) or {}).get("sessions") or [{}]
         cpus = sessions[-1].get("machine", {}).get("cpus")
-        training += elapsed or 0.0
-        cpu_s = None if cpu_s is None or cpus is None else cpu_s + (elapsed or 0.0) * cpus
+        training += elapsed
+        cpu_s = None if cpu_s is None or cpus is None else cpu_s + elapsed * cpus
         runs += 1
     name = os.path.basename(os.path.normpath(raw_dir))
     core_hours = "n/a" if cpu_s is None else f"{cpu_s / 3600:.1f}"

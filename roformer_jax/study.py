@@ -145,11 +145,12 @@ def run_study(
                     cfg.train, data_cache_dir=os.path.join(workdir, "data")
                 )
                 cfg = dataclasses.replace(cfg, train=train_cfg)
-            if (
-                raw_dir
+            restored = (
+                bool(raw_dir)
                 and name not in sources
                 and restore_raw(directory, cfg, raw_dir, name, workdir)
-            ):
+            )
+            if restored:
                 logging.info("[%d/%d] %s seed %d: finished in %s, restored", done, total, name,
                              cfg.seed, raw_dir)  # fmt: skip
                 cached.append(directory)
@@ -161,7 +162,7 @@ def run_study(
                 logging.info("[%d/%d] %s seed %d: training in %s", done, total, name, cfg.seed,
                              directory)  # fmt: skip
                 train_and_evaluate(cfg, directory)
-            if raw_dir:
+            if raw_dir and not restored:  # a restored run's files are the raw copy already
                 _export_run(directory, run_dir(raw_dir, name, cfg.seed))
             results[name].append(metrics_lib.read_metrics(directory))
     _warn_if_older_code(cached)
