@@ -54,8 +54,19 @@ _SPLITS = flags.DEFINE_list(
     ["0.8", "0.1", "0.1"],
     "train,valid,test fractions of the articles, or 'sources': source file i is split i.",
 )
-
-
+_PAIRS_PER_ARTICLE = flags.DEFINE_integer(
+    "pairs_per_article",
+    1,
+    "A pilot, not the task: up to this many triplets per article (the far pair, then other "
+    "window pairs drawn): more training pairs from the same articles.",
+)
+_POSITIVE = flags.DEFINE_enum(
+    "positive",
+    "far",
+    list(long_doc_task.POSITIVES),
+    "far: the positive is a far window of A's article (the task). copy: A itself, a control "
+    "that any encoder able to compare two texts learns.",
+)
 _BOW_LENGTHS = flags.DEFINE_list(
     "bow_lengths",
     [],
@@ -72,7 +83,8 @@ def main(argv):
         _SOURCE.value, format=_FORMAT.value, tokenizer=_TOKENIZER.value,
         window_tokens=_WINDOW_TOKENS.value, seed=_SEED.value, fractions=fractions,
         span_words=_SPAN_WORDS.value, vocab_size=_VOCAB_SIZE.value,
-        min_window_tokens=_MIN_WINDOW_TOKENS.value,
+        min_window_tokens=_MIN_WINDOW_TOKENS.value, pairs_per_article=_PAIRS_PER_ARTICLE.value,
+        positive=_POSITIVE.value,
     )  # fmt: skip
     print(json.dumps(stats, indent=1, sort_keys=True))
     print("wrote", *long_doc_task.write_task(_OUT.value, splits, stats))

@@ -31,6 +31,11 @@ def wikitext(n_articles: int, *, sections: int = 3, words: int = 24) -> str:
     return "\n".join(lines) + "\n"
 
 
+def places(text: str) -> set[tuple[int, int]]:
+    """The (article, section) pairs a window's words came from (see `wikitext`)."""
+    return {tuple(map(int, _TAG.match(w).groups())) for w in text.split() if _TAG.match(w)}
+
+
 class LongDocTaskTest(parameterized.TestCase):
     def setUp(self):
         super().setUp()
@@ -71,14 +76,7 @@ class LongDocTaskTest(parameterized.TestCase):
             self.assertLen(rows, stats[split]["triplets"])
             for row in rows:
                 self.assertNotIn("Marker", row["A"] + row["B"] + row["C"])  # no title/heading
-                tags = {
-                    key: {
-                        tuple(map(int, _TAG.match(w).groups()))
-                        for w in row[key].split()
-                        if _TAG.match(w)
-                    }
-                    for key in "ABC"
-                }
+                tags = {key: places(row[key]) for key in "ABC"}
                 pos_key = row["label"]
                 neg_key = "C" if pos_key == "B" else "B"
                 k = int(row["article"].removeprefix("TitleMarker"))
@@ -291,6 +289,67 @@ class LongDocTaskTest(parameterized.TestCase):
             later = [s for s in starts if s > b_start]
             self.assertTrue(all(len(span.words) - s < 25 for s in later))  # B: the far end
 
+    def test_window_pairs_are_every_pair_that_shares_no_section(self):
+        sections = tuple(tuple(f"s{s}w{i}" for i in range(10)) for s in range(4))
+        costs = {w: 1 for section in sections for w in section}
+        pairs = ldt.window_pairs(ldt.Article("t", sections), costs, window_tokens=8)
+        firsts = [(a[0], b[0]) for a, b in pairs]  # A's start, B's start: by A, then B from the end
+        expected = [("s0w0", "s3w0"), ("s0w0", "s2w0"), ("s0w0", "s1w0"),
+                    ("s1w0", "s3w0"), ("s1w0", "s2w0"), ("s2w0", "s3w0")]  # fmt: skip
+        self.assertEqual(firsts, expected)
+        self.assertTrue(all(len(a) == len(b) == 8 for a, b in pairs))
+        self.assertEqual(
+            pairs[0], ldt.far_windows(ldt.Article("t", sections), costs, window_tokens=8)
+        )
+        # A of 12 spans two sections: B starts after A's last one.
+        firsts = [(a[0], b[0]) for a, b in ldt.window_pairs(
+            ldt.Article("t", sections), costs, window_tokens=12, far_window_tokens=8)]  # fmt: skip
+        self.assertEqual(firsts, [("s0w0", "s3w0"), ("s0w0", "s2w0"), ("s1w0", "s3w0")])
+
+    @parameterized.parameters(4, 10)
+    def test_pairs_per_article_adds_other_window_pairs(self, per_article):
+        # 4 sections of 26 words, windows of 20: 6 pairs per article (3 + 2 + 1).
+        one, _ = self.build(self.sources(), window_tokens=20)
+        many, stats = self.build(self.sources(), window_tokens=20, pairs_per_article=per_article)
+        expected = min(per_article, 6)
+        for split in ldt.SPLITS:
+            by_article = collections.defaultdict(list)
+            for row in many[split]:
+                by_article[row["article"]].append(row)
+            self.assertEqual({len(rows) for rows in by_article.values()}, {expected})
+            self.assertEqual(stats[split]["triplets"], expected * stats[split]["articles"])
+            counts = collections.Counter(row["label"] for row in many[split])
+            self.assertLessEqual(abs(counts["B"] - counts["C"]), 1)
+            for row in one[split]:  # the task's triplet comes first, the same windows
+                first = by_article[row["article"]][0]
+                self.assertEqual(
+                    {first["A"], first["B"], first["C"]}, {row["A"], row["B"], row["C"]}
+                )
+            for title, rows in by_article.items():
+                k = int(title.removeprefix("TitleMarker"))
+                twin = by_article[f"TitleMarker{k ^ 1}"]
+                pairs = set()
+                for row, twin_row in zip(rows, twin, strict=True):
+                    pos = row[row["label"]]
+                    neg = row["C" if row["label"] == "B" else "B"]
+                    a, b = places(row["A"]), places(pos)
+                    self.assertEqual({x for x, _ in a | b}, {k})
+                    self.assertLess(max(s for _, s in a), min(s for _, s in b))
+                    self.assertEqual(neg, twin_row[twin_row["label"]])  # its j-th pair's B
+                    pairs.add((row["A"], pos))
+                self.assertLen(pairs, expected)  # drawn without replacement
+        self.assertEqual(stats["pairs_per_article"], per_article)
+
+    def test_copy_positive_is_a_itself(self):
+        splits, stats = self.build(self.sources(), positive="copy")
+        far, _ = self.build(self.sources())
+        self.assertEqual(stats["positive"], "copy")
+        for split in ldt.SPLITS:
+            for row, task_row in zip(splits[split], far[split]):
+                self.assertEqual(row[row["label"]], row["A"])
+                neg = row["C" if row["label"] == "B" else "B"]
+                self.assertEqual(neg, task_row["C" if task_row["label"] == "B" else "B"])
+
     def test_short_articles_are_left_out_and_counted(self):
         text = wikitext(8) + " = TitleMarker99 = \n short lead only \n"
         path = self.write("train.txt", text)
@@ -314,6 +373,10 @@ class LongDocTaskTest(parameterized.TestCase):
             self.build([path], min_window_tokens=0, fractions=[0.5, 0.25, 0.25])
         with self.assertRaisesRegex(ValueError, r"budgets \[31, 30\]"):
             self.build([path], min_window_tokens=31, fractions=[0.5, 0.25, 0.25])
+        with self.assertRaisesRegex(ValueError, "pairs_per_article 0 must be at least 1"):
+            self.build([path], pairs_per_article=0, fractions=[0.5, 0.25, 0.25])
+        with self.assertRaisesRegex(ValueError, "positive 'same' is not one of"):
+            self.build([path], positive="same", fractions=[0.5, 0.25, 0.25])
         with self.assertRaisesRegex(ValueError, "hold two windows of 20 to 500 tokens"):
             self.build([path], window_tokens=500, min_window_tokens=20, fractions=[0.5, 0.25, 0.25])
 

@@ -52,6 +52,8 @@ _HEADING = corpora.WIKITEXT_HEADING  # "= Title =", "= = Section = =", ...: as "
 _UNKNOWN = "<unk>"  # WikiText's out-of-vocabulary marker: frequent, and says nothing of a topic
 _TERM = re.compile(r"(?u)\b\w\w+\b")  # TF-IDF terms: words of two or more characters
 _BUDGET_STREAM = 1  # keys the budgets' generators apart from the labels' ([seed, split])
+_PAIR_STREAM = 2  # and the extra window pairs' ([seed, _PAIR_STREAM, article])
+POSITIVES = ("far", "copy")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,6 +174,54 @@ def paragraph_spans(
     return articles
 
 
+def window_pairs(
+    article: Article,
+    costs: dict[str, int],
+    *,
+    window_tokens: int,
+    far_window_tokens: int | None = None,
+    separator: int = 0,
+    first_only: bool = False,
+) -> list[tuple[list[str], list[str]]]:
+    """Every (A, B) of the article: A a window that starts at a section, B a window that starts
+    at a section after A's last section, so the two share no section.
+
+    Ordered by A's start, then by B's from the end of the article, so the first pair is
+    `far_windows`'s when A can start the article. `costs` maps each word to its token count; A
+    holds at most `window_tokens` tokens, B at most `far_window_tokens` (default:
+    `window_tokens`). first_only: the first pair whose A starts the article, alone (or none).
+    """
+    starts, words = [], []
+    for section in article.sections:
+        starts.append(len(words))
+        words.extend(section)
+    if not words:
+        return []
+    c = np.array([costs[w] + separator for w in words], np.int64)
+    ends = np.cumsum(c)  # tokens (each with the separator before it) up to word i included
+
+    def window(start: int, tokens: int) -> list[str] | None:
+        budget = tokens + separator  # the first word of a window pays no separator
+        before = ends[start - 1] if start else 0
+        stop = int(np.searchsorted(ends, before + budget, side="right"))
+        full = stop < len(words) or ends[-1] - before == budget
+        return words[start:stop] if full and stop > start else None
+
+    pairs = []
+    for a_start in starts[:1] if first_only else starts:
+        a = window(a_start, window_tokens)
+        if a is None:
+            continue
+        a_last_section = int(np.searchsorted(starts, a_start + len(a) - 1, side="right")) - 1
+        for b_start in reversed(starts[a_last_section + 1 :]):
+            b = window(b_start, window_tokens if far_window_tokens is None else far_window_tokens)
+            if b is not None:
+                pairs.append((a, b))
+                if first_only:
+                    return pairs
+    return pairs
+
+
 def far_windows(
     article: Article,
     costs: dict[str, int],
@@ -186,31 +236,10 @@ def far_windows(
     `costs` maps each word to its token count. A holds at most `window_tokens` tokens, B at most
     `far_window_tokens` (default: `window_tokens`).
     """
-    starts, words = [], []
-    for section in article.sections:
-        starts.append(len(words))
-        words.extend(section)
-    if not words:
-        return None
-    c = np.array([costs[w] + separator for w in words], np.int64)
-    ends = np.cumsum(c)  # tokens (each with the separator before it) up to word i included
-
-    def window(start: int, tokens: int) -> list[str] | None:
-        budget = tokens + separator  # the first word of a window pays no separator
-        before = ends[start - 1] if start else 0
-        stop = int(np.searchsorted(ends, before + budget, side="right"))
-        full = stop < len(words) or ends[-1] - before == budget
-        return words[start:stop] if full and stop > start else None
-
-    a = window(0, window_tokens)
-    if a is None:
-        return None
-    a_last_section = int(np.searchsorted(starts, len(a) - 1, side="right")) - 1
-    for start in reversed(starts[a_last_section + 1 :]):
-        b = window(start, window_tokens if far_window_tokens is None else far_window_tokens)
-        if b is not None:
-            return a, b
-    return None
+    pairs = window_pairs(article, costs, window_tokens=window_tokens,
+                         far_window_tokens=far_window_tokens, separator=separator,
+                         first_only=True)  # fmt: skip
+    return pairs[0] if pairs else None
 
 
 def window_budgets(
@@ -306,6 +335,8 @@ def build_task(
     seed: int,
     fractions: Sequence[float] | None = (0.8, 0.1, 0.1),
     min_window_tokens: int | None = None,
+    pairs_per_article: int = 1,
+    positive: str = "far",
 ) -> tuple[dict[str, list[dict]], dict]:
     """Triplets of each split (one per article that holds two windows) and their statistics.
 
@@ -315,9 +346,21 @@ def build_task(
     (counted in the stats) before splitting. Raises ValueError for a bad budget range, and when
     a split ends up with fewer than 2 such articles (C needs another article of the same
     split), naming the longest article so the window size can be chosen.
+
+    Two options make pilots, not the task (the defaults leave it as above):
+    pairs_per_article k > 1: up to k triplets per article, more training pairs from the same
+      articles: the far pair, then k - 1 other `window_pairs` of the article drawn without
+      replacement (seeded by (seed, article)); the negative of an article's j-th triplet is
+      the B of its nearest article's j-th pair (cycling through fewer).
+    positive "copy": the positive choice is A itself, a control any encoder that can compare
+      two texts must learn.
     """
     if window_tokens < 1:
         raise ValueError(f"window_tokens {window_tokens} must be at least 1")
+    if pairs_per_article < 1:
+        raise ValueError(f"pairs_per_article {pairs_per_article} must be at least 1")
+    if positive not in POSITIVES:
+        raise ValueError(f"positive {positive!r} is not one of {POSITIVES}")
     if min_window_tokens is None:
         min_window_tokens = window_tokens
     budgets = window_budgets(
@@ -338,12 +381,25 @@ def build_task(
         for a, (na, nb) in zip(articles, budgets)
     ]  # fmt: skip
     fit = [i for i, w in enumerate(windows) if w is not None]
+    pairs = {i: [windows[i]] for i in fit}
+    if pairs_per_article > 1:
+        for i in fit:
+            others = window_pairs(articles[i], costs, window_tokens=int(budgets[i, 0]),
+                                  far_window_tokens=int(budgets[i, 1]),
+                                  separator=measure.separator)[1:]  # fmt: skip
+            n = min(pairs_per_article - 1, len(others))
+            drawn = np.random.default_rng([seed, _PAIR_STREAM, i]).choice(
+                len(others), n, replace=False
+            )
+            pairs[i] += [others[d] for d in sorted(drawn)]
     skipped = len(articles) - len(fit)
     splits_of_fit = split_articles([articles[i] for i in fit], fractions=fractions, seed=seed)
     stats = {
         "measure": measure.name,
         "window_tokens": window_tokens,
         "min_window_tokens": min_window_tokens,
+        "pairs_per_article": pairs_per_article,
+        "positive": positive,
         "seed": seed,
         "articles_read": len(articles),
         "articles_too_short": skipped,
@@ -359,12 +415,16 @@ def build_task(
                 f"the longest has {longest} tokens); lower window_tokens or give more text"
             )
         nearest = tfidf_nearest([_topic_text(articles[i]) for i in members])
-        labels = np.resize(np.array(["B", "C"]), len(members))
+        chosen = []  # (article, A, positive, negative, negative's article)
+        for i, j in zip(members, nearest):
+            negatives = pairs[members[j]]
+            for k, (a, b) in enumerate(pairs[i]):
+                c = negatives[k % len(negatives)][1]
+                chosen.append((i, a, a if positive == "copy" else b, c, members[j]))
+        labels = np.resize(np.array(["B", "C"]), len(chosen))
         labels = np.random.default_rng([seed, s]).permutation(labels)
         rows = []
-        for k, (i, j, label) in enumerate(zip(members, nearest, labels)):
-            a, b = windows[i]
-            c = windows[members[j]][1]
+        for k, ((i, a, b, c, j), label) in enumerate(zip(chosen, labels)):
             pos, neg = " ".join(b), " ".join(c)
             rows.append(
                 {
@@ -374,7 +434,7 @@ def build_task(
                     "C": neg if label == "B" else pos,
                     "label": str(label),
                     "article": articles[i].title,
-                    "negative_article": articles[members[j]].title,
+                    "negative_article": articles[j].title,
                 }
             )
         lengths = [_window_cost(w, costs, measure.separator) for t in rows for w in _windows(t)]
@@ -401,17 +461,18 @@ def build_from_sources(
     fractions: Sequence[float] | None = (0.8, 0.1, 0.1),
     span_words: int = 3000,
     vocab_size: int = 8192,
-    min_window_tokens: int | None = None,
+    **options,
 ) -> tuple[dict[str, list[dict]], dict, Measure]:
     """`build_task` on the articles of `sources` (`read_articles`), tokens counted by the
     `named_measure` of `tokenizer`: (splits, stats that also name the sources, that measure).
+    `options` go to `build_task` (min_window_tokens, pairs_per_article, positive).
     What experiments/build_long_doc_task.py and the long-document study build."""
     articles = read_articles(sources, format=format, span_words=span_words)
     measure = named_measure(tokenizer, [" ".join(a.words) for a in articles],
                             vocab_size=vocab_size)  # fmt: skip
     splits, stats = build_task(
         articles, measure=measure, window_tokens=window_tokens, seed=seed, fractions=fractions,
-        min_window_tokens=min_window_tokens,
+        **options,
     )  # fmt: skip
     return splits, {**stats, "sources": list(sources)}, measure
 
