@@ -82,6 +82,7 @@ class ConfigsTest(parameterized.TestCase):
         ("study_causal", "compare"), ("study_length", "length_study"),
         ("study_multilength", "length_study"), ("study_positions_long", "compare"),
         ("study_linear_long", "compare"), ("study_positions_batch", "compare"),
+        ("long_doc_pilot", "compare"),
     )  # fmt: skip
     def test_study_config_builds_every_run(self, name, command):
         doc = importlib.import_module(f"configs.{name}").__doc__
@@ -121,6 +122,15 @@ class ConfigsTest(parameterized.TestCase):
                 # FAVOR+'s features follow each seed's own draws.
                 if seeds[0].model.draws_features:
                     self.assertEqual([c.model.feature_seed for c in seeds], [0, 1, 2])
+
+    def test_long_doc_pilot_is_section_1s_rope_encoder_trained_longer(self):
+        (pilot,) = study.study_runs(_load("long_doc_pilot"))["RoPE (RoFormer)"]
+        section_1 = study.study_runs(_load("study_positions_long", "wikitext2"))
+        same = dataclasses.replace(
+            pilot, train=dataclasses.replace(pilot.train, steps=2000, eval_every=100,
+                                             checkpoint_every=500))  # fmt: skip
+        self.assertEqual(same, section_1["RoPE (RoFormer)"][0])
+        self.assertEqual(pilot.train.steps, 20_000)
 
     def test_batch_scale_keeps_tokens_evaluations_and_held_out_set(self):
         one = _load("study_positions_long", "wikitext2").experiment
