@@ -7,9 +7,11 @@ Pre-trains the config's encoders as experiments/compare.py trains a study's runs
 resumable), builds the triplet task into <workdir>/task, fine-tunes every (encoder, length,
 truncation) cell for each fine-tuning seed (cached, resumable), fits the bag-of-words baseline
 (on the whole windows and on what each length reads), and writes <workdir>/long_doc.md
-(tables) and <workdir>/long_doc.png (accuracy against length). With --raw_dir, copies the
-small outputs there and writes study.json (roformer_jax/study_record.py), from which
-docs/results.md's section is regenerated.
+(tables) and <workdir>/long_doc.png (accuracy against length). With --raw_dir, copies each
+run's small outputs there as it finishes, and at the end the rest and study.json
+(roformer_jax/study_record.py), from which docs/results.md's section is regenerated; rerun
+on a fresh machine (an empty --workdir), it takes back the fine-tunings finished there and
+pre-trains only the encoders that unfinished ones start from.
 """
 
 import os
@@ -38,11 +40,12 @@ _CONFIG, _WORKDIR, _RAW_DIR = study_flags.define(
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    started, config, workdir = time.time(), _CONFIG.value, _WORKDIR.value
+    started, config, workdir, raw = time.time(), _CONFIG.value, _WORKDIR.value, _RAW_DIR.value
     runs = long_doc_study.pretraining_runs(config)
-    study.run_study(runs, workdir)
+    needed = long_doc_study.encoders_needed(config, workdir, raw)
+    study.run_study(runs, workdir, raw_dir=raw, checkpoints_needed=needed)
     task_dir = long_doc_study.build_task(config.task, workdir)
-    long_doc_study.finetune_cells(config, workdir, task_dir, log=logging.info)
+    long_doc_study.finetune_cells(config, workdir, task_dir, raw_dir=raw, log=logging.info)
     long_doc_study.write_survival(config, runs, workdir, task_dir)
     measure = long_doc_task.word_measure(long_doc_study.encoder_tokenizer(runs, workdir))
     long_doc_study.write_bow(workdir, task_dir, measure=measure, lengths=config.lengths)
@@ -55,14 +58,14 @@ def main(argv):
     with open(md, encoding="utf-8") as f:
         print(f.read())
     logging.info("wrote %s and %s", png, md)
-    if _RAW_DIR.value:
+    if raw:
         record = study_record.make_record(
             argv=sys.argv, config_file=config_flags.get_config_filename(flags.FLAGS["config"]),
             config=config, wall_s=time.time() - started, unigram=unigram,
         )  # fmt: skip
-        count = study_record.export(_RAW_DIR.value, runs, workdir, record)
-        count += long_doc_study.export_raw(config, workdir, _RAW_DIR.value)
-        logging.info("copied %d raw files to %s", count, _RAW_DIR.value)
+        count = study_record.export(raw, runs, workdir, record)
+        count += long_doc_study.export_raw(config, workdir, raw)
+        logging.info("copied %d raw files to %s", count, raw)
 
 
 if __name__ == "__main__":

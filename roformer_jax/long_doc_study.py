@@ -4,7 +4,7 @@ the triplet task (data/long_doc_task.py) at several maximum lengths, with contro
     runs = pretraining_runs(config)              # {encoder: [ExperimentConfig per seed]}
     study.run_study(runs, workdir)               # pre-training, cached and resumed
     task_dir = build_task(config.task, workdir)  # the triplets, as multiple choice files
-    finetune_cells(config, workdir, task_dir)  # every cell x fine-tuning seed, cached
+    finetune_cells(config, workdir, task_dir)    # every cell x fine-tuning seed, cached
     results = read_results(workdir, config)      # from a workdir or a raw folder alike
 
 A cell is (encoder, max length, truncation): every encoder at each of `lengths` it can read,
@@ -14,6 +14,12 @@ no cell there; the tables say "n/a (learned table of 512)". Fine-tuning seed i s
 pre-training seed seeds[i % len(seeds)]. Fine-tuning runs live in
 <workdir>/finetune/<cell>/seed<k>/ (training/finetune.py's workdir); a finished one (its
 final_metrics.json) is not run again, an interrupted one resumes.
+
+A study longer than one sitting on a machine that keeps nothing resumes from its raw folder:
+with `raw_dir`, each fine-tuning's small files go there as it finishes, and one finished
+there is taken back instead of run again. Its encoder is then not needed either: pre-training
+restores the encoders every fine-tuning of which is finished (`encoders_needed`) and trains
+the others, whose checkpoints a raw folder does not hold.
 """
 
 from __future__ import annotations
@@ -30,8 +36,8 @@ from ml_collections import ConfigDict
 
 from roformer_jax import bow_baseline, study
 from roformer_jax.data import long_doc_task, tasks
+from roformer_jax.data.batches import load_corpus
 from roformer_jax.training import finetune as finetune_lib
-from roformer_jax.training import runs as runs_lib
 from roformer_jax.training.config import (
     ExperimentConfig,
     config_diff,
@@ -141,26 +147,70 @@ def finetune_config(config, cell: Cell, seed: int, encoder_dir: str, task_dir: s
     return finetune_experiment_from_dict({**d, "init_from": encoder_dir, "seed": seed})
 
 
-def finetune_cells(config, workdir: str, task_dir: str, *, log=print) -> None:
+def finetune_dir(root: str, cell_name: str, seed: int) -> str:
+    """Fine-tuning `seed` of a cell, under a workdir or a raw folder."""
+    return study.run_dir(os.path.join(root, FINETUNE_DIR), cell_name, seed)
+
+
+def finetunings(config) -> list[tuple[Cell, int, int]]:
+    """(cell, fine-tuning seed, the pre-training seed it starts from) of every fine-tuning,
+    in table order."""
+    seeds = config["seeds"]
+    return [(cell, seed, seeds[i % len(seeds)])
+            for cell in cells(config) if isinstance(cell, Cell)
+            for i, seed in enumerate(config["finetune_seeds"])]  # fmt: skip
+
+
+def encoders_needed(config, workdir: str, raw_dir: str | None = None) -> set[str]:
+    """The encoders that a fine-tuning finished neither in `workdir` nor in `raw_dir` starts
+    from: pre-training must leave their checkpoints (study.run_study's checkpoints_needed)."""
+    return {
+        cell.encoder
+        for cell, seed, _ in finetunings(config)
+        if not any(_is_finished(finetune_dir(root, cell.name, seed)) for root in (workdir, raw_dir)
+                   if root)
+    }  # fmt: skip
+
+
+def finetune_cells(
+    config, workdir: str, task_dir: str, *, raw_dir: str | None = None, log=print
+) -> None:
     """Fine-tunes every cell for every seed of config.finetune_seeds that is not finished.
 
-    Raises ValueError where a run directory holds a run of another config.
+    With `raw_dir`, each fine-tuning's RAW_FILES go there as soon as it is finished or found
+    finished, and one finished there but not in `workdir` is copied back instead of run.
+    Raises ValueError where a run directory, or its raw copy, holds a run of another config.
     """
-    todo = [c for c in cells(config) if isinstance(c, Cell)]
-    total, done = len(todo) * len(config.finetune_seeds), 0
-    for cell in todo:
-        for i, seed in enumerate(config.finetune_seeds):
-            done += 1
-            pretrain_seed = config.seeds[i % len(config.seeds)]
-            encoder = os.path.abspath(study.run_dir(workdir, cell.encoder, pretrain_seed))
-            cfg = finetune_config(config, cell, seed, encoder, task_dir)
-            directory = study.run_dir(os.path.join(workdir, FINETUNE_DIR), cell.name, seed)
-            _check_same(directory, cfg, workdir)
-            if os.path.exists(os.path.join(directory, finetune_lib.FINAL_METRICS_FILE)):
-                log(f"[{done}/{total}] {cell.name} seed {seed}: finished earlier, cached")
-                continue
-            log(f"[{done}/{total}] {cell.name} seed {seed}: fine-tuning in {directory}")
+    todo = finetunings(config)
+    for done, (cell, seed, pretrain_seed) in enumerate(todo, 1):
+        encoder = os.path.abspath(study.run_dir(workdir, cell.encoder, pretrain_seed))
+        cfg = finetune_config(config, cell, seed, encoder, task_dir)
+        directory = finetune_dir(workdir, cell.name, seed)
+        raw = raw_dir and finetune_dir(raw_dir, cell.name, seed)
+        _check_same(directory, cfg, workdir)
+        where = f"[{done}/{len(todo)}] {cell.name} seed {seed}"
+        if raw and not _is_finished(directory) and _is_finished(raw):
+            _check_same(raw, cfg, workdir)
+            _copy_raw_files(raw, directory)
+            log(f"{where}: finished in {raw_dir}, restored")
+            continue
+        if _is_finished(directory):
+            log(f"{where}: finished earlier, cached")
+        else:
+            log(f"{where}: fine-tuning in {directory}")
             finetune_lib.finetune(cfg, directory)
+        if raw:
+            _copy_raw_files(directory, raw)
+
+
+def _is_finished(directory: str) -> bool:
+    return os.path.exists(os.path.join(directory, finetune_lib.FINAL_METRICS_FILE))
+
+
+def _copy_raw_files(source: str, target: str) -> None:
+    os.makedirs(target, exist_ok=True)
+    for file in RAW_FILES:
+        shutil.copyfile(os.path.join(source, file), os.path.join(target, file))
 
 
 def _check_same(directory: str, cfg: FinetuneExperiment, workdir: str) -> None:
@@ -177,9 +227,10 @@ def _check_same(directory: str, cfg: FinetuneExperiment, workdir: str) -> None:
 
 
 def encoder_tokenizer(runs, workdir: str):
-    """The encoders' tokenizer: the first run's (they share one, trained on their corpus)."""
+    """The encoders' tokenizer: their corpus's (study.run_study gives the runs one data cache,
+    <workdir>/data), so it needs no checkpoint of theirs."""
     first = next(iter(runs.values()))[0]
-    return runs_lib.load_run(study.run_dir(workdir, next(iter(runs)), first.seed)).tokenizer
+    return load_corpus(first.data, os.path.join(workdir, "data")).tokenizer
 
 
 def write_survival(config, runs, workdir: str, task_dir: str) -> str:
@@ -257,8 +308,7 @@ def read_results(root: str, config: Mapping) -> Results:
     `root` (a workdir, or --raw_dir); FileNotFoundError names what is missing."""
     final, predictions = {}, {}
     for name in cell_names(config):
-        dirs = [study.run_dir(os.path.join(root, FINETUNE_DIR), name, s)
-                for s in config["finetune_seeds"]]  # fmt: skip
+        dirs = [finetune_dir(root, name, s) for s in config["finetune_seeds"]]
         final[name] = [_read_json(os.path.join(d, finetune_lib.FINAL_METRICS_FILE)) for d in dirs]
         predictions[name] = [_read_json(os.path.join(d, finetune_lib.PREDICTIONS_FILE))
                              for d in dirs]  # fmt: skip
@@ -277,14 +327,11 @@ def export_raw(config, workdir: str, raw_dir: str) -> int:
     stats.json (as task_stats.json) to raw_dir, beside the pre-training runs'
     (study_record.export); returns the number of files copied."""
     copied = 0
-    for name in cell_names(config):
-        for seed in config.finetune_seeds:
-            source = study.run_dir(os.path.join(workdir, FINETUNE_DIR), name, seed)
-            target = study.run_dir(os.path.join(raw_dir, FINETUNE_DIR), name, seed)
-            os.makedirs(target, exist_ok=True)
-            for file in RAW_FILES:
-                shutil.copyfile(os.path.join(source, file), os.path.join(target, file))
-                copied += 1
+    for cell, seed, _ in finetunings(config):
+        _copy_raw_files(
+            finetune_dir(workdir, cell.name, seed), finetune_dir(raw_dir, cell.name, seed)
+        )
+        copied += len(RAW_FILES)
     for source, name in ((SURVIVAL_FILE, SURVIVAL_FILE), (BOW_FILE, BOW_FILE),
                          (os.path.join(TASK_DIR, "stats.json"), "task_stats.json")):  # fmt: skip
         shutil.copyfile(os.path.join(workdir, source), os.path.join(raw_dir, name))

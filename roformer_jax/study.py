@@ -16,7 +16,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 from absl import logging
@@ -111,7 +111,10 @@ RUN_PREFIX = "run:"  # train.init_from="run:<name>": that run of the study, same
 
 
 def run_study(
-    runs: Mapping[str, Sequence[ExperimentConfig]], workdir: str, raw_dir: str | None = None
+    runs: Mapping[str, Sequence[ExperimentConfig]],
+    workdir: str,
+    raw_dir: str | None = None,
+    checkpoints_needed: Collection[str] = (),
 ) -> dict:
     """Trains every (run, seed) that is not finished; returns their metrics records.
 
@@ -122,14 +125,16 @@ def run_study(
     With `raw_dir`, every run is exported there (export_raw) as soon as it is trained or
     found finished, and a run finished in `raw_dir` but not in `workdir` is copied back and
     counted as cached (restore_raw): only for studies whose numbers are the runs' metrics,
-    since a raw folder holds no checkpoints (a run another starts from is trained again).
+    since a raw folder holds no checkpoints. A run another starts from is trained again, and
+    so are the runs named in `checkpoints_needed`, whose checkpoints the caller reads after
+    the study (the long-document study fine-tunes its encoders).
 
     Returns:
       {name: [records of seed 0, records of seed 1, ...]} in the order of `runs`, records as
       in metrics.jsonl.
     """
     order = _training_order(runs)
-    sources = set().union(*(_init_sources(configs) for configs in runs.values()))
+    sources = set(checkpoints_needed).union(*(_init_sources(c) for c in runs.values()))
     total = sum(len(seeds) for seeds in runs.values())
     done = 0
     results, cached = {}, []

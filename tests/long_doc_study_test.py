@@ -181,8 +181,11 @@ class CommandTest(absltest.TestCase):
             raise AssertionError(cls.first.stderr[-3000:])
 
     @classmethod
-    def run_command(cls, workdir: str | None = None) -> subprocess.CompletedProcess:
+    def run_command(
+        cls, workdir: str | None = None, raw_dir: str | None = None
+    ) -> subprocess.CompletedProcess:
         command = cls.command + [f"--workdir={workdir}"] * (workdir is not None)  # the last wins
+        command += [f"--raw_dir={raw_dir}"] * (raw_dir is not None)
         return subprocess.run(command, env=cls.env, capture_output=True, text=True,
                               cwd=cls.dir, timeout=600)  # fmt: skip
 
@@ -247,6 +250,26 @@ class CommandTest(absltest.TestCase):
         self.assertEqual(again.returncode, 0, again.stderr[-3000:])
         self.assertIn("finished earlier, cached", again.stderr)
         self.assertNotIn("fine-tuning in", again.stderr)
+
+    def test_a_fresh_machine_resumes_from_the_raw_folder(self):
+        # An empty workdir and a raw folder that lacks one fine-tuning (the study stopped
+        # there): only that fine-tuning runs, and only its encoder is pre-trained again.
+        raw, fresh = os.path.join(self.dir, "raw_copy"), os.path.join(self.dir, "fresh")
+        shutil.copytree(self.raw, raw)
+        os.remove(os.path.join(raw, "study.json"))
+        missing = long_doc_study.finetune_dir(raw, "RoFormer multi-length @ 64", 0)
+        shutil.rmtree(missing)
+        again = self.run_command(fresh, raw)
+        self.assertEqual(again.returncode, 0, again.stderr[-3000:])
+        self.assertEqual(again.stderr.count("fine-tuning in"), 1)
+        self.assertIn("RoFormer multi-length @ 64 seed 0: fine-tuning in", again.stderr)
+        self.assertEqual(again.stderr.count("training in"), 1)
+        self.assertIn("RoFormer multi-length seed 0: training in", again.stderr)
+        self.assertEqual(again.stderr.count(f"finished in {raw}, restored"), 2 + 7)
+        self.assertTrue(os.path.exists(os.path.join(missing, "final_metrics.json")))
+        self.assertTrue(os.path.exists(os.path.join(raw, "study.json")))
+        with open(os.path.join(fresh, "long_doc.md"), encoding="utf-8") as f:
+            self.assertIn("n/a (learned table of 32)", f.read())
 
 
 if __name__ == "__main__":

@@ -198,6 +198,11 @@ class StudyTest(absltest.TestCase):
             # starts from, which a raw folder has not.
             self.assertEqual([c.args[1] for c in fake.mock_calls],
                              [study.run_dir(fresh, "a", s) for s in (0, 1)])  # fmt: skip
+            # Runs whose checkpoints the caller needs after the study are trained, too.
+            fake.reset_mock()
+            study.run_study(runs, os.path.join(root, "again"), raw_dir=raw,
+                            checkpoints_needed=["b"])  # fmt: skip
+            self.assertEqual(fake.call_count, 4)
         other = dataclasses.asdict(_config(1, 2))
         other["optim"]["warmup_steps"] = 2
         with open(os.path.join(study.run_dir(raw, "b", 1), "config.json"), "w") as f:
