@@ -64,7 +64,7 @@ def main(argv):
             config=config, wall_s=time.time() - started, unigram=unigram,
         )  # fmt: skip
         count = study_record.export(raw, runs, workdir, record)
-        count += long_doc_study.export_raw(config, workdir, raw)
+        count += long_doc_study.export_raw(workdir, raw)
         logging.info("copied %d raw files to %s", count, raw)
 
 

@@ -322,18 +322,12 @@ def _read_json(path: str):
         return json.load(f)
 
 
-def export_raw(config, workdir: str, raw_dir: str) -> int:
-    """Copies every fine-tuning run's RAW_FILES, survival.json, bow.json and the task's
-    stats.json (as task_stats.json) to raw_dir, beside the pre-training runs'
-    (study_record.export); returns the number of files copied."""
-    copied = 0
-    for cell, seed, _ in finetunings(config):
-        _copy_raw_files(
-            finetune_dir(workdir, cell.name, seed), finetune_dir(raw_dir, cell.name, seed)
-        )
-        copied += len(RAW_FILES)
-    for source, name in ((SURVIVAL_FILE, SURVIVAL_FILE), (BOW_FILE, BOW_FILE),
-                         (os.path.join(TASK_DIR, "stats.json"), "task_stats.json")):  # fmt: skip
+def export_raw(workdir: str, raw_dir: str) -> int:
+    """Copies survival.json, bow.json and the task's stats.json (as task_stats.json) to
+    raw_dir, beside the pre-training runs' (study_record.export) and the fine-tunings'
+    (finetune_cells with raw_dir, as each finishes); returns the number of files copied."""
+    files = ((SURVIVAL_FILE, SURVIVAL_FILE), (BOW_FILE, BOW_FILE),
+             (os.path.join(TASK_DIR, "stats.json"), "task_stats.json"))  # fmt: skip
+    for source, name in files:
         shutil.copyfile(os.path.join(workdir, source), os.path.join(raw_dir, name))
-        copied += 1
-    return copied
+    return len(files)
