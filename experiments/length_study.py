@@ -8,8 +8,10 @@ then scores every entry of `evaluations` (a run, and a RoPE scaling to read it w
 same held-out targets at each of `eval_lengths` (roformer_jax/length_study.py). Writes
 <workdir>/lengths.png (loss against length; loss by position at the longest length) and
 <workdir>/lengths.md (the tables, and each multi-stage run's per-stage table); with
---raw_dir, copies every run's metrics.jsonl, config.json and length_eval/*.json there and
-writes study.json (the command, config, commit and machine; roformer_jax/study_record.py).
+--raw_dir, copies every run's metrics.jsonl, config.json and length_eval/*.json there as
+each is written, and at the end study.json (the command, config, commit and machine;
+roformer_jax/study_record.py). Rerun on a fresh machine (an empty --workdir), it takes back
+what is finished there and trains again only the runs that a missing score reads.
 """
 
 import os
@@ -38,13 +40,13 @@ _CONFIG, _WORKDIR, _RAW_DIR = study_flags.define(
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    started, config, workdir = time.time(), _CONFIG.value, _WORKDIR.value
+    started, config, workdir, raw = time.time(), _CONFIG.value, _WORKDIR.value, _RAW_DIR.value
     runs = study.study_runs(config)
-    results = study.run_study(runs, workdir)
-    lengths = tuple(config.eval_lengths)
-    scores = length_study.evaluate_runs(
-        config.evaluations.to_dict(), runs, workdir, lengths=lengths, max_tokens=config.eval_tokens
-    )
+    evaluations, lengths = config.evaluations.to_dict(), tuple(config.eval_lengths)
+    settings = dict(lengths=lengths, max_tokens=config.eval_tokens)
+    needed = length_study.runs_to_score(evaluations, runs, (workdir, raw), **settings)
+    results = study.run_study(runs, workdir, raw_dir=raw, checkpoints_needed=needed)
+    scores = length_study.evaluate_runs(evaluations, runs, workdir, raw_dir=raw, **settings)
     exp = runs[config.evaluations[config.eval_baselines[0]].run][0]
     corpus = load_corpus(exp.data, exp.train.data_cache_dir or os.path.join(workdir, "data"))
     unigram = corpus.unigram_cross_entropy()
@@ -61,15 +63,13 @@ def main(argv):
     with open(md, encoding="utf-8") as f:
         print(f.read())
     logging.info("wrote %s and %s", png, md)
-    if _RAW_DIR.value:
+    if raw:
         record = study_record.make_record(
             argv=sys.argv, config_file=config_flags.get_config_filename(flags.FLAGS["config"]),
             config=config, wall_s=time.time() - started, unigram=unigram,
         )  # fmt: skip
-        count = study_record.export(
-            _RAW_DIR.value, runs, workdir, record, folders=(length_study.EVAL_DIR,)
-        )
-        logging.info("copied %d raw files to %s", count, _RAW_DIR.value)
+        count = study_record.export(raw, runs, workdir, record, folders=(length_study.EVAL_DIR,))
+        logging.info("copied %d raw files to %s", count, raw)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,10 @@ length the model is read as trained (every scaling is the identity there, or sho
 Every evaluation of a study scores the same held-out targets (data/length_eval.py, windows
 that never cross a document), and each (evaluation, seed) is cached as JSON in its run's
 directory, so a rerun only scores what is new.
+
+A study longer than one sitting on a machine that keeps nothing resumes from its raw folder:
+with `raw_dir`, each score goes there as it is written and is taken back from there, so only
+the runs with a score missing from both (`runs_to_score`) need their checkpoints.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 
@@ -57,11 +62,14 @@ def evaluate_runs(
     *,
     lengths: Sequence[int],
     max_tokens: int | None,
+    raw_dir: str | None = None,
 ) -> dict[str, list[dict]]:
     """{evaluation: [scores of each seed]}, scores as `evaluation.score_lengths` gives them.
 
     evaluations: name -> {"run": a name of `runs`, "scaling": optional dictionary}. Lengths
-    past a model's table (BERT's learned positions) are left out of its scores.
+    past a model's table (BERT's learned positions) are left out of its scores. With
+    `raw_dir`, a score cached there but not in `workdir` is copied back instead of computed,
+    and each score computed is copied there.
     """
     held_out_sets = {}  # (corpus cache path, lengths) -> the held-out set, shared by runs
     same_model = {}  # (run directory, length, model config) -> scores at that length
@@ -73,9 +81,11 @@ def evaluate_runs(
             directory = run_dir(workdir, spec["run"], cfg.seed)
             scaling = dict(spec["scaling"]) if spec.get("scaling") else None
             path, identity = _cache_path(directory, name), _identity(spec, cfg, lengths, max_tokens)
-            cached = _read(path)
-            if cached is not None and cached["identity"] == identity:
-                scores[name].append(_int_keys(cached["scores"]))
+            raw = raw_dir and _cache_path(run_dir(raw_dir, spec["run"], cfg.seed), name)
+            if not _cached(path, identity) and raw and _cached(raw, identity):
+                _copy(raw, path)
+            if _cached(path, identity):
+                scores[name].append(_int_keys(_read(path)["scores"]))
                 continue
             run_cfg, params, steps_done = load_params(directory)
             cache = run_cfg.train.data_cache_dir or os.path.join(workdir, "data")
@@ -111,8 +121,32 @@ def evaluate_runs(
                 record = {"identity": identity, "scores": result, "seconds": time.time() - start}
                 json.dump(record, f)
             os.replace(path + ".tmp", path)
+            if raw:
+                _copy(path, raw)
             scores[name].append(result)
     return scores
+
+
+def runs_to_score(
+    evaluations: Mapping[str, Mapping],
+    runs: Mapping[str, Sequence[ExperimentConfig]],
+    roots: Sequence[str | None],
+    *,
+    lengths: Sequence[int],
+    max_tokens: int | None,
+) -> set[str]:
+    """The runs with an (evaluation, seed) scored with these settings in none of `roots` (a
+    workdir, a raw folder; None skipped): evaluate_runs reads their checkpoints, so training
+    must leave them (study.run_study's checkpoints_needed)."""
+    needed = set()
+    for name, spec in evaluations.items():
+        _check_run(name, spec, runs)
+        for cfg in runs[spec["run"]]:
+            identity = _identity(spec, cfg, lengths, max_tokens)
+            paths = (_cache_path(run_dir(r, spec["run"], cfg.seed), name) for r in roots if r)
+            if not any(_cached(path, identity) for path in paths):
+                needed.add(spec["run"])
+    return needed
 
 
 def read_scores(
@@ -294,6 +328,16 @@ def stage_table(cfg: ExperimentConfig, seeds: Sequence[list[dict]], *, last: int
 
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.+-]+", "_", name)
+
+
+def _cached(path: str, identity: dict) -> bool:
+    cached = _read(path)
+    return cached is not None and cached["identity"] == identity
+
+
+def _copy(source: str, target: str) -> None:
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    shutil.copyfile(source, target)
 
 
 def _read(path: str) -> dict | None:

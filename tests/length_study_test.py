@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 import tempfile
 from unittest import mock
 
@@ -44,56 +45,91 @@ class ScalingAtTest(absltest.TestCase):
         self.assertEqual(length_study.trained_length(staged), 768)
 
 
+_EVALUATIONS = {
+    "rope": {"run": "rope"},
+    "rope + PI": {"run": "rope", "scaling": {"rope_type": "linear"}},
+    "bert": {"run": "bert"},
+}
+
+
 class EvaluateRunsTest(absltest.TestCase):
-    def test_models_per_length_cached_scores_and_tables_past_the_table(self):
-        workdir = tempfile.mkdtemp()
-        runs = {
+    def setUp(self):
+        super().setUp()
+        self.runs = {
             "rope": [_config(0), _config(1)],
             "bert": [_config(0, position="learned", max_len=256)],
         }
-        evaluations = {
-            "rope": {"run": "rope"},
-            "rope + PI": {"run": "rope", "scaling": {"rope_type": "linear"}},
-            "bert": {"run": "bert"},
-        }
-        seen = []
+        self.seen = []  # per model scored: [(length, its rope_scaling)]
 
         def score(models, params, held_out, steps_done):
             self.assertEqual(steps_done, 10)  # the checkpoint's: it picks random features
             lengths = sorted(held_out.batches)
-            seen.append([(n, models(n).config.rope_scaling) for n in lengths])
+            self.seen.append([(n, models(n).config.rope_scaling) for n in lengths])
             return {n: {"loss": float(n)} for n in lengths}
 
         def load_params(directory):
             name = "bert" if "bert" in directory else "rope"
-            return runs[name][0], {}, 10
+            return self.runs[name][0], {}, 10
 
-        patches = (
+        for patch in (
             mock.patch.object(length_study, "load_params", side_effect=load_params),
             mock.patch.object(length_study, "load_corpus"),
             mock.patch.object(length_study, "length_eval_set", side_effect=lambda corpus, lengths,
                               **_: LengthEvalSet({n: [] for n in lengths}, 0, 0, 1, 0)),
             mock.patch.object(length_study.evaluation, "score_lengths", side_effect=score),
-        )  # fmt: skip
+        ):  # fmt: skip
+            patch.start()
+            self.addCleanup(patch.stop)
+
+    def test_models_per_length_cached_scores_and_tables_past_the_table(self):
+        workdir, runs, seen = tempfile.mkdtemp(), self.runs, self.seen
         kwargs = dict(lengths=(128, 512), max_tokens=100)
-        with patches[0], patches[1], patches[2], patches[3]:
-            scores = length_study.evaluate_runs(evaluations, runs, workdir, **kwargs)
-            self.assertLen(seen, 5)  # 2 seeds x 2 evaluations of rope, 1 of bert
-            self.assertEqual(seen[0], [(128, None), (512, None)])
-            # At 128, PI is the identity: the plain model's score is reused, not recomputed.
-            ((length, pi),) = seen[2]
-            self.assertEqual((length, json.loads(pi)["factor"]), (512, 4.0))
-            self.assertEqual(scores["rope + PI"][0][128], scores["rope"][0][128])
-            self.assertEqual(list(scores["rope + PI"][0]), [128, 512])
-            self.assertEqual(seen[4], [(128, None)])  # BERT's table ends at 256
-            self.assertEqual(list(scores["bert"][0]), [128])
-            again = length_study.evaluate_runs(evaluations, runs, workdir, **kwargs)
-            self.assertLen(seen, 5)  # read back from the cache
-            self.assertEqual(again, scores)
-            length_study.evaluate_runs(evaluations, runs, workdir, lengths=(128,), max_tokens=100)
-            self.assertLen(seen, 8)  # another evaluation set: scored again, PI's 128 reused
+        scores = length_study.evaluate_runs(_EVALUATIONS, runs, workdir, **kwargs)
+        self.assertLen(seen, 5)  # 2 seeds x 2 evaluations of rope, 1 of bert
+        self.assertEqual(seen[0], [(128, None), (512, None)])
+        # At 128, PI is the identity: the plain model's score is reused, not recomputed.
+        ((length, pi),) = seen[2]
+        self.assertEqual((length, json.loads(pi)["factor"]), (512, 4.0))
+        self.assertEqual(scores["rope + PI"][0][128], scores["rope"][0][128])
+        self.assertEqual(list(scores["rope + PI"][0]), [128, 512])
+        self.assertEqual(seen[4], [(128, None)])  # BERT's table ends at 256
+        self.assertEqual(list(scores["bert"][0]), [128])
+        again = length_study.evaluate_runs(_EVALUATIONS, runs, workdir, **kwargs)
+        self.assertLen(seen, 5)  # read back from the cache
+        self.assertEqual(again, scores)
+        length_study.evaluate_runs(_EVALUATIONS, runs, workdir, lengths=(128,), max_tokens=100)
+        self.assertLen(seen, 8)  # another evaluation set: scored again, PI's 128 reused
         with self.assertRaisesRegex(ValueError, "reads run 'gone'"):
             length_study.evaluate_runs({"x": {"run": "gone"}}, runs, workdir, **kwargs)
+
+    def test_a_fresh_workdir_takes_the_scores_back_from_the_raw_folder(self):
+        first, raw = tempfile.mkdtemp(), tempfile.mkdtemp()
+        kwargs = dict(lengths=(128, 512), max_tokens=100)
+        scores = length_study.evaluate_runs(_EVALUATIONS, self.runs, first, raw_dir=raw, **kwargs)
+        self.assertLen(self.seen, 5)
+        fresh = tempfile.mkdtemp()  # a machine that kept nothing but the raw folder
+        self.assertEqual(length_study.runs_to_score(_EVALUATIONS, self.runs, (fresh, None),
+                                                    **kwargs), {"rope", "bert"})  # fmt: skip
+        self.assertEqual(
+            length_study.runs_to_score(_EVALUATIONS, self.runs, (fresh, raw), **kwargs), set()
+        )
+        again = length_study.evaluate_runs(_EVALUATIONS, self.runs, fresh, raw_dir=raw, **kwargs)
+        self.assertEqual((again, len(self.seen)), (scores, 5))
+        self.assertTrue(os.path.exists(length_study._cache_path(
+            study.run_dir(fresh, "rope", 1), "rope + PI")))  # fmt: skip
+        # A score missing from the raw folder (the sitting ended before it): only its run's
+        # checkpoints are needed, and only it is scored.
+        os.remove(length_study._cache_path(study.run_dir(raw, "rope", 1), "rope + PI"))
+        fresh = tempfile.mkdtemp()
+        self.assertEqual(
+            length_study.runs_to_score(_EVALUATIONS, self.runs, (fresh, raw), **kwargs), {"rope"}
+        )
+        again = length_study.evaluate_runs(_EVALUATIONS, self.runs, fresh, raw_dir=raw, **kwargs)
+        self.assertEqual((again, len(self.seen)), (scores, 6))
+        self.assertEqual([n for n, _ in self.seen[-1]], [128, 512])  # rope + PI's seed 1
+        self.assertEqual(
+            length_study.runs_to_score(_EVALUATIONS, self.runs, (None, raw), **kwargs), set()
+        )
 
 
 class TablesTest(absltest.TestCase):
