@@ -362,7 +362,7 @@ class EncoderTest(absltest.TestCase):
 
 class LearningTest(absltest.TestCase):
     def test_multiple_choice_learns_which_choice_repeats_the_context(self):
-        # A task a cross-encoder learns from random weights in 200 steps: which of two random
+        # A task a cross-encoder learns from random weights in 100 steps: which of two random
         # strings is the context itself. Shape tests pass on a pipeline that pairs a context
         # with another example's choices or labels, or reads a position that carries nothing;
         # such a pipeline stays at chance here, as the long-document pilots did.
@@ -384,7 +384,7 @@ class LearningTest(absltest.TestCase):
         d = finetune_classification.get_config().to_dict()
         d["task"].update(**files, format="multiple_choice", metric="accuracy", max_length=40,
                          truncation="head", summary_type="first")  # fmt: skip
-        d["finetune"].update(epochs=4, batch_size=32, log_every=50)
+        d["finetune"].update(epochs=2, batch_size=32, log_every=50)  # test accuracy 0.845
         d["optim"].update(learning_rate=3e-3, warmup_steps=20)
         final = ft.finetune(finetune_experiment_from_dict(d), os.path.join(_TMP, "repeat"))
         # Chance is 0.5 ± 0.07 (95%, 200 test triplets).

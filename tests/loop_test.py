@@ -311,8 +311,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class DevicesAndHostsTest(parameterized.TestCase):
-    """configs/tiny.py, dropout on: the same numbers on 1, 2 and 8 devices and on 2 hosts.
+class DevicesAndHostsTest(absltest.TestCase):
+    """configs/tiny.py, dropout on: the same numbers on 1 and 8 devices and on 2 hosts.
 
     Every run is experiments/train_mlm.py in a subprocess (XLA_FLAGS fakes CPU devices;
     jax.distributed joins two processes over loopback).
@@ -367,10 +367,9 @@ class DevicesAndHostsTest(parameterized.TestCase):
             for key in a:
                 np.testing.assert_allclose(b[key], a[key], rtol=1e-4, err_msg=key)
 
-    @parameterized.parameters(2, 8)
-    def test_devices_give_the_numbers_of_one(self, devices):
+    def test_eight_devices_give_the_numbers_of_one(self):
         expected = self._one_device()
-        self._assert_same_numbers(self._run(f"devices{devices}", devices=devices), expected)
+        self._assert_same_numbers(self._run("devices8", devices=8), expected)
 
     def test_two_hosts_give_the_numbers_of_one(self):
         expected = self._one_device()
