@@ -20,8 +20,10 @@ fine-tunes it on the two pilot tasks at 128 tokens, the length it was trained at
         --config.task.train_file=$T/train.jsonl --config.task.valid_file=$T/valid.jsonl \\
         --config.task.test_file=$T/test.jsonl --config.task.format=multiple_choice \\
         --config.task.metric=accuracy --config.task.summary_type=first \\
-        --config.task.truncation=head --config.finetune.epochs=3
+        --config.task.truncation=head --config.finetune.epochs=3 \\
+        --raw_dir=docs/results/raw/long_doc_pilot/finetune/$p
   done
+  python experiments/results_page.py   # docs/results.md's pilot section, from the raw files
 
 The copy control (the right choice is A itself) must be learned by any encoder that can
 compare two texts; the far task is the study's at 128 tokens, with up to 10 window pairs per

@@ -7,7 +7,8 @@ r"""Fine-tunes a pre-trained encoder with a fresh task head: parses flags, calls
 RoFormer directory with its vocab.txt; without it the encoder starts from random weights.
 Rerunning with the same --workdir resumes from its latest checkpoint. Writes
 <workdir>/final_metrics.json: the best epoch's validation metrics and, with a test file, its
-test metrics.
+test metrics. With --raw_dir, copies the finished run's small files there (metrics.jsonl,
+config.json, final_metrics.json, predictions.json: what a results page reads).
 """
 
 import json
@@ -21,7 +22,7 @@ from ml_collections import config_flags
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from roformer_jax.training import runtime  # noqa: E402
-from roformer_jax.training.finetune import finetune  # noqa: E402
+from roformer_jax.training.finetune import copy_raw_files, finetune  # noqa: E402
 from roformer_jax.training.finetune_config import finetune_experiment_from_dict  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -29,6 +30,9 @@ _CONFIG = config_flags.DEFINE_config_file(
     lock_config=True,
 )  # fmt: skip
 _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics and logs go here.")
+_RAW_DIR = flags.DEFINE_string(
+    "raw_dir", None, "Optional: the finished run's small files are copied here."
+)
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -42,6 +46,9 @@ def main(argv):
         logging.warning("%s", e)
         sys.exit(1)
     logging.info("final metrics: %s", json.dumps(final))
+    if _RAW_DIR.value:
+        count = copy_raw_files(_WORKDIR.value, _RAW_DIR.value)
+        logging.info("copied %d raw files to %s", count, _RAW_DIR.value)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from roformer_jax import plots, stats, study
-from roformer_jax.long_doc_study import Cell, Results, cells
+from roformer_jax.long_doc_study import Cell, Finetuning, Results, cells
 
 CHANCE = 0.5  # two choices, balanced labels
 
@@ -94,6 +94,29 @@ def _mcnemar(a: Mapping, b: Mapping) -> stats.McNemar:
     if a["label"] != b["label"]:
         raise ValueError("paired runs were scored on different examples (labels differ)")
     return stats.mcnemar_exact(_correct(a), _correct(b))
+
+
+def finetuning_table(runs: Mapping[str, Finetuning], split: str = "test") -> str:
+    """Markdown: one row per named fine-tuning run (a pilot's), with its validation accuracy
+    after each epoch, its training accuracy logged last in each epoch (against which a gap
+    shows memorizing), the best epoch, and that epoch's valid and `split` accuracy: how many
+    right of how many, and the sign test's p against chance (two choices)."""
+    lines = ["| fine-tuning | valid accuracy after each epoch | training accuracy, end of each "
+             f"epoch | best epoch | valid | {split} | {split} against chance |",
+             "|---|---|---|---:|---:|---:|---:|"]  # fmt: skip
+    for name, run in runs.items():
+        epochs = [r for r in run.records if "valid/accuracy" in r]
+        best = next(int(r["epoch"]) for r in epochs if r["step"] == run.final["best_step"])
+        correct = _correct(run.predictions[split])
+        right, n = int(correct.sum()), len(correct)
+        valid, train = (", ".join(f"{r[key]:.3f}" for r in epochs)
+                        for key in ("valid/accuracy", "train/accuracy"))  # fmt: skip
+        lines.append(
+            f"| {name} | {valid} | {train} | {best} | "
+            f"{run.final['valid/accuracy']:.3f} | {right / n:.3f} ({right} of {n}) | "
+            f"p = {stats.sign_test(right, n):.2g} |"
+        )
+    return "\n".join(lines)
 
 
 def survival_table(results: Results, split: str = "test") -> str:

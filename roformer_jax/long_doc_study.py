@@ -38,6 +38,7 @@ from roformer_jax import bow_baseline, study
 from roformer_jax.data import long_doc_task, tasks
 from roformer_jax.data.batches import load_corpus
 from roformer_jax.training import finetune as finetune_lib
+from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training.config import (
     ExperimentConfig,
     config_diff,
@@ -49,8 +50,6 @@ FINETUNE_DIR = "finetune"
 TASK_DIR = "task"
 SURVIVAL_FILE = "survival.json"  # {length: {split: [fraction of B's tokens kept] per triplet}}
 BOW_FILE = "bow.json"
-RAW_FILES = ("metrics.jsonl", "config.json", finetune_lib.FINAL_METRICS_FILE,
-             finetune_lib.PREDICTIONS_FILE)  # fmt: skip
 
 
 def scale_stages(stages: Sequence[Sequence[int]], steps: int) -> tuple[tuple[int, int, int], ...]:
@@ -177,8 +176,9 @@ def finetune_cells(
 ) -> None:
     """Fine-tunes every cell for every seed of config.finetune_seeds that is not finished.
 
-    With `raw_dir`, each fine-tuning's RAW_FILES go there as soon as it is finished or found
-    finished, and one finished there but not in `workdir` is copied back instead of run.
+    With `raw_dir`, each fine-tuning's small files (finetune_lib.RAW_FILES) go there as soon
+    as it is finished or found finished, and one finished there but not in `workdir` is
+    copied back instead of run.
     Raises ValueError where a run directory, or its raw copy, holds a run of another config.
     """
     todo = finetunings(config)
@@ -191,7 +191,7 @@ def finetune_cells(
         where = f"[{done}/{len(todo)}] {cell.name} seed {seed}"
         if raw and not _is_finished(directory) and _is_finished(raw):
             _check_same(raw, cfg, workdir)
-            _copy_raw_files(raw, directory)
+            finetune_lib.copy_raw_files(raw, directory)
             log(f"{where}: finished in {raw_dir}, restored")
             continue
         if _is_finished(directory):
@@ -200,17 +200,11 @@ def finetune_cells(
             log(f"{where}: fine-tuning in {directory}")
             finetune_lib.finetune(cfg, directory)
         if raw:
-            _copy_raw_files(directory, raw)
+            finetune_lib.copy_raw_files(directory, raw)
 
 
 def _is_finished(directory: str) -> bool:
     return os.path.exists(os.path.join(directory, finetune_lib.FINAL_METRICS_FILE))
-
-
-def _copy_raw_files(source: str, target: str) -> None:
-    os.makedirs(target, exist_ok=True)
-    for file in RAW_FILES:
-        shutil.copyfile(os.path.join(source, file), os.path.join(target, file))
 
 
 def _check_same(directory: str, cfg: FinetuneExperiment, workdir: str) -> None:
@@ -301,6 +295,24 @@ class Results(NamedTuple):
     predictions: dict[str, list[dict]]
     survival: dict
     bow: dict
+
+
+class Finetuning(NamedTuple):
+    """One fine-tuning run's raw files (finetune_lib.RAW_FILES), as read_finetuning reads them:
+    metrics.jsonl's records, final_metrics.json, predictions.json."""
+
+    records: list[dict]
+    final: dict
+    predictions: dict
+
+
+def read_finetuning(directory: str) -> Finetuning:
+    """A fine-tuning run from its workdir or its raw copy."""
+    return Finetuning(
+        metrics_lib.read_metrics(directory),
+        _read_json(os.path.join(directory, finetune_lib.FINAL_METRICS_FILE)),
+        _read_json(os.path.join(directory, finetune_lib.PREDICTIONS_FILE)),
+    )
 
 
 def read_results(root: str, config: Mapping) -> Results:

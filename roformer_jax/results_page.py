@@ -412,6 +412,16 @@ def _long_doc_bow(raw: RawStudy, *, page: _Page) -> str:
     return long_doc_report.bow_text(_long_doc(raw, page))
 
 
+def _finetuning_table(raw: RawStudy, runs: dict, split: str = "test", *, page: _Page) -> str:
+    """long_doc_report.finetuning_table of fine-tuning runs kept in the study's raw folder,
+    {row name: folder under it} (experiments/finetune.py --raw_dir=<raw folder>/<folder>)."""
+    root = os.path.join(page.raw_root, raw.name)
+    return long_doc_report.finetuning_table(
+        {name: long_doc_study.read_finetuning(os.path.join(root, f)) for name, f in runs.items()},
+        split,
+    )
+
+
 def _read_json(path: str) -> dict:
     with open(path, encoding="utf-8") as f:
         return json.load(f)
@@ -450,7 +460,10 @@ KINDS = {
     "long_doc_paired_table": _long_doc_paired_table,
     "long_doc_survival_table": _long_doc_survival_table,
     "long_doc_bow": _long_doc_bow,
+    # Fine-tuning runs beside a study's pre-training (issue 16's pilot).
+    "finetuning_table": _finetuning_table,
 }
 INLINE = {"stale", "mean", "diff", "below_from", "unigram", "targets", "long_doc_bow", "extremes"}
 _USES_PAGE = {"stale", "figure", "position_table", "long_doc_figure", "long_doc_table",
-              "long_doc_paired_table", "long_doc_survival_table", "long_doc_bow"}  # fmt: skip
+              "long_doc_paired_table", "long_doc_survival_table", "long_doc_bow",
+              "finetuning_table"}  # fmt: skip

@@ -1,6 +1,7 @@
 """Tests on paired per-example predictions, and accuracy binned by a per-example value.
 
     only_a, only_b, p = mcnemar_exact(correct_a, correct_b)   # two runs on the same examples
+    p = sign_test(right, n)                                   # a two-choice accuracy vs chance
     bins = binned_accuracy(kept_fraction, correct, edges=(0, 0.25, 0.5, 0.75, 1))
 
 Pure functions over numpy arrays; N is the number of examples. (The t-interval of paired
@@ -35,9 +36,18 @@ def mcnemar_exact(correct_a, correct_b) -> McNemar:
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"correct_a {a.shape} and correct_b {b.shape} must be the same [N]")
     only_a, only_b = int(np.sum(a & ~b)), int(np.sum(~a & b))
-    n, k = only_a + only_b, min(only_a, only_b)
+    return McNemar(only_a, only_b, sign_test(only_a, only_a + only_b))
+
+
+def sign_test(successes: int, n: int) -> float:
+    """The two-sided exact p-value of `successes` in `n` trials under Binomial(n, 1/2):
+    p = min(1, 2 · P[X <= min(k, n - k)]); 1 for n = 0. Against chance, for a two-choice
+    accuracy of k right of n; McNemar's test is it on the discordant examples."""
+    if not 0 <= successes <= n:
+        raise ValueError(f"{successes} successes in {n} trials")
+    k = min(successes, n - successes)
     tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n  # exact: integers until here
-    return McNemar(only_a, only_b, min(1.0, 2.0 * tail))
+    return min(1.0, 2.0 * tail)
 
 
 class Bin(NamedTuple):

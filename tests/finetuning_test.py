@@ -279,6 +279,9 @@ class EndToEndTest(absltest.TestCase):
         self.assertTrue(np.isfinite(epochs[-1]["train/loss"]))
         self.assertNotEmpty(os.listdir(os.path.join(whole, metrics_lib.TENSORBOARD_DIR)))
         self.assertNotEmpty(os.listdir(os.path.join(whole, "best")))
+        raw = os.path.join(_TMP, "raw", "whole")  # what experiments/finetune.py --raw_dir keeps
+        self.assertEqual(ft.copy_raw_files(whole, raw), len(ft.RAW_FILES))
+        self.assertEqual(sorted(os.listdir(raw)), sorted(ft.RAW_FILES))  # no checkpoints
 
         parts = os.path.join(_TMP, "parts")
         # A crash while saving the latest checkpoint of epoch 1, after the best one: the
@@ -305,6 +308,8 @@ class EndToEndTest(absltest.TestCase):
         with mock.patch.object(metrics_lib.MetricsWriter, "write", write):
             with self.assertRaisesRegex(RuntimeError, "power cut"):
                 ft.finetune(_config(), parts)
+        with self.assertRaisesRegex(ValueError, "holds no finished fine-tuning run"):
+            ft.copy_raw_files(parts, raw)
         self.assertEqual(ft.finetune(_config(), parts), final)
         self.assertEqual(_records(parts), _records(whole))
 

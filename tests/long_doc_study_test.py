@@ -86,6 +86,39 @@ class FootnoteTest(absltest.TestCase):
         self.assertIn("triplets of 760-token windows;", long_doc_report.footnote(config, machine))
 
 
+class FinetuningTableTest(absltest.TestCase):
+    def test_a_row_per_run_with_its_epochs_best_epoch_and_test_against_chance(self):
+        def run(valid, train, best_step, right, n=20):
+            records = [{"step": 5, "epoch": 0.5, "train/accuracy": 0.1}]  # a logged step
+            records += [
+                {
+                    "step": 10 * (i + 1),
+                    "epoch": float(i + 1),
+                    "valid/accuracy": v,
+                    "train/accuracy": t,
+                }
+                for i, (v, t) in enumerate(zip(valid, train))
+            ]
+            labels = [i % 2 for i in range(n)]
+            predictions = [y if i < right else 1 - y for i, y in enumerate(labels)]
+            final = {"best_step": best_step, "valid/accuracy": max(valid)}
+            return long_doc_study.Finetuning(records, final, {"test": {
+                "prediction": predictions, "label": labels}})  # fmt: skip
+
+        table = long_doc_report.finetuning_table({
+            "copy control": run([0.6, 0.9, 0.85], [0.7, 0.95, 0.99], 20, 17),
+            "far": run([0.5, 0.55], [0.6, 0.9], 20, 10),
+        })  # fmt: skip
+        rows = table.splitlines()
+        self.assertLen(rows, 4)
+        self.assertEqual(
+            rows[2], "| copy control | 0.600, 0.900, 0.850 | 0.700, 0.950, 0.990 | 2 | 0.900 | "
+            f"0.850 (17 of 20) | p = {stats.sign_test(17, 20):.2g} |",
+        )  # fmt: skip
+        self.assertEqual(rows[3], "| far | 0.500, 0.550 | 0.600, 0.900 | 2 | 0.550 | "
+                                  "0.500 (10 of 20) | p = 1 |")  # fmt: skip
+
+
 class TripletsAsChoicesTest(absltest.TestCase):
     def test_label_indexes_the_positive(self):
         rows = long_doc_task.multiple_choice_examples(

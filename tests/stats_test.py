@@ -1,4 +1,4 @@
-"""Tests for roformer_jax/stats.py: McNemar's exact test and binned accuracy."""
+"""Tests for roformer_jax/stats.py: McNemar's exact test, the sign test, binned accuracy."""
 
 import numpy as np
 from absl.testing import absltest, parameterized
@@ -41,6 +41,17 @@ class McNemarTest(parameterized.TestCase):
     def test_shapes_must_match(self):
         with self.assertRaisesRegex(ValueError, r"must be the same \[N\]"):
             stats.mcnemar_exact([True, False], [True])
+
+
+class SignTestTest(parameterized.TestCase):
+    @parameterized.parameters((372, 523), (261, 523), (0, 12), (12, 12), (30, 51), (0, 0))
+    def test_equals_scipys_two_sided_binomial_test(self, k, n):
+        expected = scipy_stats.binomtest(k, n, 0.5).pvalue if n else 1.0
+        self.assertAlmostEqual(stats.sign_test(k, n), expected, 12)
+
+    def test_more_successes_than_trials_is_an_error(self):
+        with self.assertRaisesRegex(ValueError, "13 successes in 12 trials"):
+            stats.sign_test(13, 12)
 
 
 class BinnedAccuracyTest(absltest.TestCase):

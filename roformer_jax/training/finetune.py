@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import json
 import os
+import shutil
 from typing import Any, NamedTuple
 
 import flax
@@ -52,6 +53,20 @@ FINAL_METRICS_FILE = "final_metrics.json"
 # {split: {"prediction": [N], "label": [N]}} of the best checkpoint (classification and
 # multiple choice): what a paired test of two runs on the same examples reads.
 PREDICTIONS_FILE = "predictions.json"
+# A run's small outputs: what its numbers are (no checkpoints); predictions where it has them.
+RAW_FILES = (metrics_lib.METRICS_FILE, "config.json", FINAL_METRICS_FILE, PREDICTIONS_FILE)
+
+
+def copy_raw_files(source: str, target: str) -> int:
+    """Copies a finished run's RAW_FILES from `source` to `target` (a raw folder, or back);
+    returns how many it copied (a QA run has no predictions)."""
+    if not os.path.exists(os.path.join(source, FINAL_METRICS_FILE)):
+        raise ValueError(f"{source} holds no finished fine-tuning run ({FINAL_METRICS_FILE})")
+    os.makedirs(target, exist_ok=True)
+    present = [f for f in RAW_FILES if os.path.exists(os.path.join(source, f))]
+    for file in present:
+        shutil.copyfile(os.path.join(source, file), os.path.join(target, file))
+    return len(present)
 
 
 # ---------------------------------------------------------------- the encoder
