@@ -62,9 +62,9 @@ def plot_curves(
       footnote: corpus, model, steps and hardware, printed under the panels.
       floor: the unigram cross-entropy, a dashed line in the panels of losses.
       paired: run name -> {"step", "mean", "low", "high": [T], "n": seeds}; paired_label
-        names the difference (e.g. "valid/loss_128 − BERT").
+        names the difference (e.g. "valid/loss_128 − BERT"). Empty: no panel.
     """
-    panels = len(metrics) + (paired is not None)
+    panels = len(metrics) + bool(paired)  # a study of one run has nothing to pair
     # One legend beside the panels, not one over each: a run has one color in every panel, and
     # a study's ten runs' legends would hide the curves they name.
     width = 5.5 * panels + _LEGEND_WIDTH
@@ -89,7 +89,7 @@ def plot_curves(
         ax.set_xlabel("step")
         ax.set_ylabel(metric.replace("_", " "))
         ax.grid(alpha=0.3)
-    if paired is not None:
+    if paired:
         ax = axes[0][-1]
         for name, diff in paired.items():
             ax.plot(diff["step"], diff["mean"], color=colors[name], label=f"{name} (n={diff['n']})")
