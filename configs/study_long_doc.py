@@ -25,8 +25,10 @@ pre-training, which `--config.pretrain_steps` scales), about 7 h on 2 idle ones.
 No result yet: the study has not been run. Measured before it (the README's "Long-document
 study"): the bag-of-words baseline is right on 49 of 51 test triplets from what 512 tokens read
 (0.961; 0.980 on whole windows), so these triplets test lexical matching, not length; and a
-pilot fine-tuning with this recipe stays at chance (validation 0.509, test 0.627). Settle a
-task and a recipe that learns it before running this.
+pilot fine-tuning with this recipe stays at chance (validation 0.509, test 0.627). And an
+encoder trained 10x longer learns the copy control but not the far task at 128 tokens
+(configs/long_doc_pilot.py; docs/results.md section 6). Settle a pre-training objective that
+relates windows of one document, and a task a bag of words does not solve, before running this.
 """
 
 from ml_collections import ConfigDict
