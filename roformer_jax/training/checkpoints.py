@@ -65,6 +65,9 @@ class Checkpoints:
         checkpoint was written for a different model config, naming the fields that differ,
         instead of failing later on mismatched shapes; and when no checkpoint can be read.
         """
+        # Before any read: the collector may report a damaged step's abandoned reads as soon as
+        # orbax raises, before _set_aside has said what happened.
+        std_logging.getLogger("asyncio").addFilter(self._quiet)
         steps = sorted(self._manager.all_steps(), reverse=True)
         for step in steps:
             try:
@@ -107,7 +110,6 @@ class Checkpoints:
     def _set_aside(self, step: int, item: str, error: Exception) -> None:
         """Moves an unreadable step out of orbax's sight, so that later saves are not refused."""
         aside = os.path.join(f"{self.directory}.damaged", str(step))
-        std_logging.getLogger("asyncio").addFilter(self._quiet)
         logging.warning(
             "checkpoint %s/%d is damaged (its %s cannot be read: %s: %s); moved to %s, trying "
             "the one before it", self.directory, step, item, type(error).__name__,
