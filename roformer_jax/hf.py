@@ -346,9 +346,11 @@ def save_hf_roformer(model: ModelConfig | heads.TaskModel, variables: dict, path
     With an MLM head the names are RoFormerForMaskedLM's ("roformer." prefix, "cls.*"), which
     are also RoFormerForCausalLM's (a causal config), without one RoFormerModel's; a TaskModel's
     are its HF class's ("roformer." prefix, "classifier.*" or "qa_outputs.*"). Parameters are
-    written in float32.
+    written in float32. A pair head ("mlm_same_doc" pre-training) is left out: HF RoFormer
+    has none.
     """
     params = flax.traverse_util.flatten_dict(flax.core.unfreeze(variables)["params"])
+    params = {path: value for path, value in params.items() if path[0] != "pair_head"}
     if isinstance(model, heads.TaskModel):
         model_config, name_of, with_head = model.config, _task_hf_name, True
         hf_config = config_to_hf(

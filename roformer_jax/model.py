@@ -19,6 +19,7 @@ Parameter tree (names follow HF's where the structure allows; hf.py maps them):
                      intermediate, output, output_norm}
   encoder/final_norm?                      pre-LN only
   mlm_head/{dense, LayerNorm, bias}        decoder tied to embeddings/word_embeddings
+  pair_head/{kernel, bias}                 D -> 2 at [CLS], with_pair_head only
 """
 
 import functools
@@ -66,6 +67,11 @@ def evaluation_update(steps_done):
 class EncoderOutput(NamedTuple):
     hidden_states: jax.Array  # [B, L, D], compute dtype
     logits: jax.Array | None  # [B, L or P, V] float32; None without the MLM head
+    pair_logits: jax.Array | None = None  # [B, 2] float32; None without the pair head
+
+
+# The modules of a pre-training model beside the encoder: what fine-tuning leaves behind.
+PRETRAINING_HEADS = ("mlm_head", "pair_head")
 
 
 def _dense(cfg: ModelConfig, features: int, name: str) -> nn.Dense:
@@ -278,7 +284,10 @@ class MlmHead(nn.Module):
 
 
 class RoFormer(nn.Module):
-    """The encoder (BERT, RoFormer, ... by `config.position`) with an optional tied MLM head.
+    """The encoder (BERT, RoFormer, ... by `config.position`) with an optional tied MLM head,
+    and for the "mlm_same_doc" objective a pair head: logits [B, 2] at [CLS] of whether the
+    two texts of a pair are of one document (data/doc_pairs.py), as BERT's next-sentence
+    head reads [CLS]; HF RoFormer has no such head (hf.py does not write it).
 
     Call with input_ids int [B, L]; attention_mask [B, L] (1/True = real token; padded keys are
     never attended to); token_type_ids int [B, L] (default 0); position_ids int [L] or [B, L]
@@ -302,6 +311,7 @@ class RoFormer(nn.Module):
 
     config: ModelConfig
     with_mlm_head: bool = True
+    with_pair_head: bool = False
 
     @nn.compact
     def __call__(
@@ -373,4 +383,7 @@ class RoFormer(nn.Module):
                     )
                 head_in = jnp.take_along_axis(x, mlm_positions[..., None], axis=1)  # [B, P, D]
             logits = MlmHead(cfg, name="mlm_head")(head_in, table)
-        return EncoderOutput(hidden_states=x, logits=logits)
+        pair_logits = None
+        if self.with_pair_head:
+            pair_logits = _dense(cfg, 2, "pair_head")(x[:, 0]).astype(jnp.float32)  # [B, 2]
+        return EncoderOutput(hidden_states=x, logits=logits, pair_logits=pair_logits)

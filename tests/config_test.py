@@ -53,7 +53,9 @@ class ConfigFromDictTest(absltest.TestCase):
         with self.assertRaisesRegex(ValueError, r"data.objective='mlm' needs model.causal=False"):
             experiment_config_from_dict(d)
         d["data"]["objective"] = "lm"
-        with self.assertRaisesRegex(ValueError, r"objective 'lm' is not one of \('mlm', 'clm'\)"):
+        with self.assertRaisesRegex(
+            ValueError, r"objective 'lm' is not one of \('mlm', 'clm', 'mlm_same_doc'\)"
+        ):
             experiment_config_from_dict(d)
 
 

@@ -16,7 +16,8 @@ seq_len - 2 tokens of that stream wrapped as [CLS] ... [SEP]: full, no padding, 
 packed across boundaries; each epoch shuffles the windows and shifts them by a random offset.
 `DataConfig.objective` (a key of OBJECTIVES) turns those rows into a batch: BERT's masks
 ("mlm") or next-token targets ("clm"); the steps read only targets and weights, so they do not
-depend on it.
+depend on it. "mlm_same_doc" draws its rows as pairs of windows instead, of one document or
+of two (data/doc_pairs.py), masks them as "mlm" does and adds each row's pair_label.
 
 Shapes: B batch (this host's share), L sequence length.
 """
@@ -31,17 +32,18 @@ import os
 import sys
 import sysconfig
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import jax
 import numpy as np
 
-from roformer_jax.data import corpora, masking
+from roformer_jax.data import corpora, doc_pairs, masking
 from roformer_jax.data.prefetch import prefetched
 from roformer_jax.data.tokenizer import load_tokenizer, named_tokenizer, train_wordpiece
 
 _CACHE_FORMAT = 1  # bump when the cached bytes would change for the same inputs
-_ORDER, _MASK = 0, 1  # seed domains: window order, train masks (data/length_eval.py: 3)
+# seed domains: window order, train masks (and pairs), held-out pairs (data/length_eval.py: 3)
+_ORDER, _MASK, _PAIRS = 0, 1, 4
 EVAL_WINDOWS = ("stream", "documents")  # how data/length_eval.py cuts the held-out text
 
 
@@ -64,10 +66,15 @@ class DataConfig:
     # How the held-out text is cut for evaluation (data/length_eval.py): "stream" (documents
     # packed, as in training) or "documents" (windows never cross one; needs long documents).
     eval_windows: str = "stream"
-    # What the batches ask for, a key of OBJECTIVES: "mlm" (BERT's masked tokens) or "clm"
-    # (every next token, nothing masked; mask_prob and whole_word are then unused). It lives
-    # here because it decides how rows get their targets; the model's `causal` must agree.
+    # What the batches ask for, a key of OBJECTIVES: "mlm" (BERT's masked tokens), "clm"
+    # (every next token, nothing masked; mask_prob and whole_word are then unused) or
+    # "mlm_same_doc" (MLM on rows [CLS] A [SEP] B [SEP], plus whether A and B are windows of
+    # one document: data/doc_pairs.py). It lives here because it decides how rows are drawn
+    # and get their targets; the model's `causal` must agree.
     objective: str = "mlm"
+    # Held-out pairs scored at each evaluation by an objective of pairs (rounded up to whole
+    # evaluation batches), drawn from the validation documents with eval_seed.
+    eval_pairs: int = 1024
     # What a document is (corpora.DOC_SEPARATORS; the split holds out whole documents): for
     # files "line" (one per line) | "blank" (blank-line separated) | "article" (one per WikiText
     # article, " = Title = " to the next title); "builtin" gives one per docstring, or one per
@@ -95,6 +102,8 @@ class DataConfig:
             raise ValueError(f"mask_prob {self.mask_prob} is outside (0, 1]")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective {self.objective!r} is not one of {tuple(OBJECTIVES)}")
+        if self.eval_pairs < 1:
+            raise ValueError(f"eval_pairs {self.eval_pairs} must be >= 1")
         if self.eval_windows not in EVAL_WINDOWS:
             raise ValueError(f"eval_windows {self.eval_windows!r} is not one of {EVAL_WINDOWS}")
         if self.doc_separator not in corpora.DOC_SEPARATORS:
@@ -111,14 +120,21 @@ class DataConfig:
     @property
     def causal(self) -> bool:
         """Whether the objective needs a causal model: "clm" predicts token i + 1 from i."""
-        return self.objective == "clm"
+        return OBJECTIVES[self.objective].causal
+
+    @property
+    def pairs(self) -> bool:
+        """Whether rows are same-document pairs with a pair_label (data/doc_pairs.py), which
+        the model predicts with its pair head."""
+        return OBJECTIVES[self.objective].pairs
 
     @property
     def target_rate(self) -> float | None:
         """The rate `masking.max_targets` bounds each row's targets by; None where nothing
         bounds them below the row length (whole words can run over it; "clm" targets nearly
         every position). The train step gathers the head at that many positions per row."""
-        return self.mask_prob if self.objective == "mlm" and not self.whole_word else None
+        masked = OBJECTIVES[self.objective].targets is Corpus.mlm
+        return self.mask_prob if masked and not self.whole_word else None
 
 
 def _is_valid_doc(doc: str, fraction: float) -> bool:
@@ -322,12 +338,15 @@ class Corpus:
         stream visits every window once in an order drawn from (seed, e), and row r of a
         step is masked by a generator seeded with (seed, step, r), so every row depends only
         on (seed, step, r), whatever the number of hosts: a resumed run sees exactly the
-        batches it would have seen, and P hosts together see those of one. `prefetch`
-        batches are prepared ahead in a background thread (0: in the caller's thread).
+        batches it would have seen, and P hosts together see those of one. An objective of
+        pairs (DataConfig.pairs) draws row r's pair from that generator too, before its masks,
+        and has no epochs. `prefetch` batches are prepared ahead in a background thread (0: in
+        the caller's thread).
 
         Yields dicts of [b, seq_len] numpy arrays: input_ids, attention_mask, token_type_ids,
-        targets (int32) and weights (float32, 1 at the objective's targets); and index, int32
-        [b], each row's index r in the global batch (the trainer's per-row dropout stream).
+        targets (int32) and weights (float32, 1 at the objective's targets); index, int32
+        [b], each row's index r in the global batch (the trainer's per-row dropout stream);
+        and for pairs pair_label, int32 [b] (1: A and B are of one document).
         """
         index, count = host_share(process_index, process_count)
         if batch_size <= 0 or batch_size % count:
@@ -343,6 +362,7 @@ class Corpus:
             raise ValueError(f"seq_len {seq_len} leaves no room for [CLS] text [SEP]")
         span, stream = seq_len - 2, self.train_tokens
         num = self.num_train_sequences(seq_len)
+        spans = self._pair_spans("train", seq_len) if self.config.pairs else None
         max_offset = min(span - 1, stream.size - span)
         epochs = {}
 
@@ -355,14 +375,18 @@ class Corpus:
 
         def make(step):
             rows = step * batch_size + index * local + np.arange(local)  # global example ids
+            # Masks (and pairs) per global row: the same on any number of hosts.
+            rngs = [np.random.default_rng([_MASK, seed, step, row]) for row in rows.tolist()]
+            if spans is not None:
+                batch = self._pair_batch(stream, spans, seq_len, rngs)
+                batch["index"] = (rows - step * batch_size).astype(np.int32)
+                return batch
             starts = np.empty(local, np.int64)
             for e in np.unique(rows // num):
                 offset, order = epoch(int(e))
                 here = rows // num == e
                 starts[here] = offset + order[rows[here] % num] * span
             windows = stream[starts[:, None] + np.arange(span)]  # [B, L - 2]
-            # Masks per global row: the same on any number of hosts.
-            rngs = [np.random.default_rng([_MASK, seed, step, row]) for row in rows.tolist()]
             batch = self._targets(self._wrap(windows), rngs)
             batch["index"] = (rows - step * batch_size).astype(np.int32)
             return batch
@@ -382,10 +406,58 @@ class Corpus:
 
         rng: one generator, or one per row (see masking.mask_tokens); "clm" draws nothing.
         """
-        batch = OBJECTIVES[self.config.objective](self, ids, rng)
+        batch = OBJECTIVES[self.config.objective].targets(self, ids, rng)
         batch["attention_mask"] = np.ones(ids.shape, np.int32)
         batch["token_type_ids"] = np.zeros(ids.shape, np.int32)
         return batch
+
+    def _pair_spans(self, split: str, seq_len: int) -> np.ndarray:
+        """The documents of the `split` stream that pairs of `seq_len` are drawn from."""
+        tokens = self.train_tokens if split == "train" else self.valid_tokens
+        spans = doc_pairs.document_spans(tokens, self.tokenizer.sep_id)
+        try:
+            return doc_pairs.eligible_spans(spans, seq_len)
+        except doc_pairs.TooFewDocuments as e:
+            raise doc_pairs.TooFewDocuments(
+                f"data.objective={self.config.objective!r}, {split} split: {e}"
+            ) from None
+
+    def _pair_batch(self, tokens, spans, seq_len: int, rngs) -> dict[str, np.ndarray]:
+        """Rows of pairs (doc_pairs.pair_rows), one per generator, then their MLM targets."""
+        tok = self.tokenizer
+        pairs = doc_pairs.pair_rows(tokens, spans, seq_len, rngs, cls_id=tok.cls_id,
+                                    sep_id=tok.sep_id)  # fmt: skip
+        batch = self._targets(pairs["ids"], rngs)
+        batch["token_type_ids"] = pairs["token_type_ids"]
+        batch["pair_label"] = pairs["pair_label"]
+        return batch
+
+    def held_out_pairs(
+        self,
+        *,
+        num_batches: int,
+        batch_size: int,
+        seq_len: int | None = None,
+        process_index: int | None = None,
+        process_count: int | None = None,
+    ) -> list[dict[str, np.ndarray]]:
+        """This host's rows of `num_batches` global batches of `batch_size` pairs of the
+        validation documents: the same rows and masks for every run and seed (row r drawn
+        from data.eval_seed and r alone), for the held-out pair accuracy of an objective of
+        pairs. Batches as `train_batches` yields them, without index."""
+        index, count = host_share(process_index, process_count)
+        if batch_size <= 0 or batch_size % count:
+            raise ValueError(
+                f"batch_size {batch_size} must be a positive multiple of the {count} processes"
+            )
+        seq_len, local = seq_len or self.config.seq_len, batch_size // count
+        spans = self._pair_spans("valid", seq_len)
+        batches = []
+        for i in range(num_batches):
+            rows = i * batch_size + index * local + np.arange(local)
+            rngs = [np.random.default_rng([_PAIRS, self.config.eval_seed, r]) for r in rows]
+            batches.append(self._pair_batch(self.valid_tokens, spans, seq_len, rngs))
+        return batches
 
     def mlm(self, ids: np.ndarray, rng) -> dict[str, np.ndarray]:
         """BERT's masks of [B, L] rows (see masking.mask_tokens): input_ids, targets, weights."""
@@ -405,8 +477,21 @@ class Corpus:
         return masking.next_token_targets(ids, pad_id=self.tokenizer.pad_id)
 
 
-# objective name -> Corpus method (rows, rng) -> input_ids, targets, weights
-OBJECTIVES = {"mlm": Corpus.mlm, "clm": Corpus._clm}
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """What the batches of an objective hold."""
+
+    # Corpus method (rows [B, L], rng) -> input_ids, targets, weights
+    targets: Callable[[Corpus, np.ndarray, object], dict[str, np.ndarray]]
+    causal: bool = False  # predicts token i + 1 from i: needs a causal model
+    pairs: bool = False  # rows are pairs of windows with a pair_label (data/doc_pairs.py)
+
+
+OBJECTIVES = {
+    "mlm": Objective(Corpus.mlm),
+    "clm": Objective(Corpus._clm, causal=True),
+    "mlm_same_doc": Objective(Corpus.mlm, pairs=True),
+}
 
 
 def host_share(process_index: int | None, process_count: int | None) -> tuple[int, int]:

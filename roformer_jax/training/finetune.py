@@ -39,7 +39,7 @@ from absl import logging
 from roformer_jax import heads, hf
 from roformer_jax.data import tasks
 from roformer_jax.data.tokenizer import ByteTokenizer, WordPieceTokenizer
-from roformer_jax.model import evaluation_update
+from roformer_jax.model import PRETRAINING_HEADS, evaluation_update
 from roformer_jax.model_config import model_config
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import optim, runs, runtime
@@ -77,14 +77,14 @@ def load_encoder(init_from: str | None, random_init_size: str = "tiny"):
 
     init_from: a pre-training workdir (it holds checkpoints/), a local HF RoFormer directory
     (config.json, weights, vocab.txt), or None: no parameters, a ModelConfig of
-    `random_init_size` over the byte tokenizer. Any MLM or task head is dropped.
+    `random_init_size` over the byte tokenizer. Any MLM, pair or task head is dropped.
     """
     if init_from is None:
         tok = ByteTokenizer()
         return model_config(random_init_size, vocab_size=tok.vocab_size), None, tok
     if os.path.isdir(os.path.join(init_from, "checkpoints")):
         run = runs.load_run(init_from)
-        params = {k: v for k, v in run.params.items() if k != "mlm_head"}
+        params = {k: v for k, v in run.params.items() if k not in PRETRAINING_HEADS}
         return run.config.model, params, run.tokenizer
     if not os.path.isfile(os.path.join(init_from, "config.json")):
         raise FileNotFoundError(
@@ -94,7 +94,7 @@ def load_encoder(init_from: str | None, random_init_size: str = "tiny"):
     model, variables = hf.load_hf_roformer(init_from)
     params = variables["params"]
     params = params["roformer"] if isinstance(model, heads.TaskModel) else params
-    return model.config, {k: v for k, v in params.items() if k != "mlm_head"}, (
+    return model.config, {k: v for k, v in params.items() if k not in PRETRAINING_HEADS}, (
         WordPieceTokenizer.from_vocab(init_from))  # fmt: skip
 
 

@@ -25,9 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from roformer_jax.data import staging
+from roformer_jax.data import doc_pairs, staging
 from roformer_jax.data.batches import load_corpus
-from roformer_jax.model import RoFormer
+from roformer_jax.model import PRETRAINING_HEADS, RoFormer
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import optim, provenance, runtime
 from roformer_jax.training.checkpoints import Checkpoints
@@ -62,6 +62,14 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
         max_tokens=tcfg.eval_batches and tcfg.eval_batches * eval_rows * (cfg.data.seq_len - 2),
         max_length=cfg.model.max_length, **hosts,
     )  # fmt: skip
+    pair_sets = []  # an objective of pairs: held-out pairs, scored for the pair accuracy
+    if cfg.data.pairs:
+        try:
+            pair_sets = corpus.held_out_pairs(
+                num_batches=-(-cfg.data.eval_pairs // eval_rows), batch_size=eval_rows, **hosts
+            )
+        except doc_pairs.TooFewDocuments as e:
+            logging.warning("held-out pairs skipped: %s", e)
 
     # --- Model and optimizer; shapes first.
     model, schedule, tx, init = model_and_optimizer(cfg)
@@ -77,7 +85,8 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
     if restored is None:
         state, progress = jax.jit(init)(init_rng), {"window": metrics_lib.empty_window()}
         if tcfg.init_from is not None:  # a fresh start only: a resumed run has its own params
-            params = jax.device_put(params_from(tcfg.init_from, abstract_state.params))
+            params = params_from(tcfg.init_from, state.params, corpus.tokenizer)
+            params = jax.device_put(params)
             state = state.replace(params=params, opt_state=jax.jit(tx.init)(params))
     else:
         state, progress = jax.device_put(restored[0]), restored[1]
@@ -106,6 +115,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
         return _evaluate(
             lambda b: devices.first(eval_step(state.params, devices.shard(b), state.step)),
             valid_sets,
+            pair_sets,
         )
 
     def save(step):
@@ -175,7 +185,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
 
 def model_and_optimizer(cfg: ExperimentConfig):
     """(model, learning-rate schedule, optimizer, init): init(rng) is the initial TrainState."""
-    model = RoFormer(cfg.model)
+    model = RoFormer(cfg.model, with_pair_head=cfg.data.pairs)
     schedule = optim.learning_rate_schedule(cfg.optim, cfg.train.steps)
     tx = optim.optimizer_on(cfg.optim, schedule)
 
@@ -193,21 +203,33 @@ def run_rngs(seed: int) -> tuple[jax.Array, jax.Array]:
     return init_rng, step_rng
 
 
-def params_from(workdir: str, abstract_params):
+def params_from(workdir: str, initial_params, tokenizer):
     """The params of the newest checkpoint in `workdir` (train.init_from), host arrays.
 
-    abstract_params: this run's params (shapes). Raises FileNotFoundError when `workdir`
-    holds no run or no checkpoint, and ValueError naming the first parameter whose path or
-    shape differs from this run's.
+    initial_params: this run's fresh params. A pre-training head this run has and that run
+    lacks (model.PRETRAINING_HEADS: the pair head of "mlm_same_doc" after an MLM run) keeps
+    its initial values. tokenizer: this run's, which must be that run's: the same shapes
+    under another vocabulary would load, and mean nothing. Raises FileNotFoundError when
+    `workdir` holds no run or no checkpoint, and ValueError when the tokenizers differ or
+    naming the first other parameter whose path or shape differs from this run's.
     """
     # Imported here: runs.py imports this module (model_and_optimizer).
     from roformer_jax.training import runs
 
     try:
-        _, params, step = runs.load_params(workdir)
+        run = runs.load_run(workdir)
     except FileNotFoundError as e:
         raise FileNotFoundError(f"train.init_from={workdir!r}: {e}") from None
-    found, wanted = _shapes(params), _shapes(abstract_params)
+    params, step = run.params, run.step
+    if not same_tokenizer(run.tokenizer, tokenizer):
+        raise ValueError(
+            f"train.init_from={workdir!r} was trained with another tokenizer (its corpus "
+            f"{run.config.data.source!r}, max_chars {run.config.data.max_chars}): its "
+            "embeddings would be read under the wrong ids. Use the same data settings"
+        )
+    added = [h for h in PRETRAINING_HEADS if h in initial_params and h not in params]
+    params = {**params, **{h: jax.device_get(initial_params[h]) for h in added}}
+    found, wanted = _shapes(params), _shapes(initial_params)
     for path in [*wanted, *(p for p in found if p not in wanted)]:
         if found.get(path) != wanted.get(path):
             raise ValueError(
@@ -215,8 +237,16 @@ def params_from(workdir: str, abstract_params):
                 f"{found.get(path, 'absent')} there and {wanted.get(path, 'absent')} here "
                 "(only what holds no parameters may differ, e.g. rope_scaling or dropout)"
             )
-    logging.info("parameters from %s (step %d)", workdir, step)
+    logging.info("parameters from %s (step %d)%s", workdir, step,
+                 f"; {', '.join(added)} initialized afresh" if added else "")  # fmt: skip
     return params
+
+
+def same_tokenizer(a, b) -> bool:
+    """Whether two tokenizers give every text the same ids."""
+    return type(a) is type(b) and all(
+        getattr(a, name, None) == getattr(b, name, None) for name in ("vocab", "lowercase")
+    )
 
 
 def _shapes(tree) -> dict[str, tuple[int, ...]]:
@@ -283,9 +313,9 @@ class _Speed:
         return float(self._tokens[step:].sum()) / tokens_per_s if tokens_per_s else None
 
 
-def _evaluate(eval_fn, valid_sets: dict[int, list[dict]]) -> dict:
+def _evaluate(eval_fn, valid_sets: dict[int, list[dict]], pair_sets: list[dict] = ()) -> dict:
     """valid/{loss,perplexity,accuracy,tokens}_<length>: sums over all batches (and devices),
-    then ratios."""
+    then ratios; with pair_sets (held-out pairs) valid/pair_{loss,accuracy} and valid/pairs."""
     record = {}
     for length, batches in valid_sets.items():
         sums = {"loss": 0.0, "correct": 0.0, "count": 0.0}
@@ -297,6 +327,14 @@ def _evaluate(eval_fn, valid_sets: dict[int, list[dict]]) -> dict:
         record[f"valid/perplexity_{length}"] = metrics_lib.perplexity(sums["loss"] / count)
         record[f"valid/accuracy_{length}"] = sums["correct"] / count
         record[f"valid/tokens_{length}"] = int(sums["count"])
+    if pair_sets:
+        sums = dict.fromkeys(metrics_lib.PAIR_SUMS, 0.0)
+        for batch in pair_sets:
+            out = eval_fn(batch)
+            for key in sums:
+                sums[key] += float(out[key])
+        record.update(metrics_lib.pair_record(sums, "valid"))
+        record["valid/pairs"] = int(sums["pair_count"])
     return record
 
 

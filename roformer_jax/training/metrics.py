@@ -14,6 +14,10 @@ and step since the previous record: how near eq. (18)'s guard comes to binding, 
 Losses and accuracies are sums over target tokens (masked ones for MLM, next tokens for a
 causal LM) divided by their count, the sums taken over every step since the previous record
 and every device (never a mean of means); perplexity is exp of that mean loss.
+An objective of pairs ("mlm_same_doc") adds train/pair_loss and train/pair_accuracy (per
+row: is B of A's document?) and valid/pair_loss, valid/pair_accuracy, valid/pairs on the
+held-out pairs; its train/loss is the whole objective's (MLM plus pair, training.step.
+pair_sums), its train/accuracy and valid/*_<length> the MLM's alone.
 TensorBoard goes through tensorboardX, which needs no TensorFlow.
 """
 
@@ -85,7 +89,11 @@ def empty_window() -> dict:
     return {
         "loss": 0.0, "correct": 0.0, "count": 0.0, "grad_norm": 0.0, "steps": 0,
         "grad_norm_max": None, "min_denominator": None,
+        **dict.fromkeys(PAIR_SUMS, 0.0),
     }  # fmt: skip
+
+
+PAIR_SUMS = ("pair_loss", "pair_correct", "pair_count")  # training.step.pair_sums
 
 
 def _extremum(pick, old, new: float) -> float:
@@ -107,6 +115,9 @@ def accumulate(window: dict, fetched: list[dict], first_step: int) -> None:
             )
         for key in ("loss", "correct", "count", "grad_norm"):
             window[key] += float(m[key])
+        for key in PAIR_SUMS:
+            if key in m:
+                window[key] = window.get(key, 0.0) + float(m[key])
         window["steps"] += 1
         # .get: a window restored from a checkpoint written before these keys existed
         window["grad_norm_max"] = _extremum(max, window.get("grad_norm_max"), float(m["grad_norm"]))
@@ -136,7 +147,19 @@ def window_record(window: dict, *, lr: float, tokens_per_s: float | None) -> dic
     }
     if window.get("min_denominator") is not None:
         record["train/min_denominator"] = window["min_denominator"]
+    record.update(pair_record(window, "train"))
     return record
+
+
+def pair_record(sums: dict, prefix: str) -> dict:
+    """{prefix}/pair_loss and {prefix}/pair_accuracy: means over the pairs of `sums`
+    (PAIR_SUMS); {} where it has none."""
+    if not sums.get("pair_count"):
+        return {}
+    return {
+        f"{prefix}/pair_loss": sums["pair_loss"] / sums["pair_count"],
+        f"{prefix}/pair_accuracy": sums["pair_correct"] / sums["pair_count"],
+    }
 
 
 def log_progress(record: dict, *, total_steps: int, eta_s: float | None = None) -> None:
@@ -149,6 +172,7 @@ def log_progress(record: dict, *, total_steps: int, eta_s: float | None = None) 
         ("train/lr", "lr {:.2e}"),
         ("train/grad_norm", "|g| {:.3f}"),
         ("train/min_denominator", "min|den| {:.2e}"),
+        ("train/pair_accuracy", "pair acc {:.3f}"),
     ):
         if record.get(key) is not None:
             parts.append(fmt.format(record[key]))
@@ -162,6 +186,8 @@ def log_progress(record: dict, *, total_steps: int, eta_s: float | None = None) 
             length = key.rsplit("_", 1)[1]
             acc = record.get(f"valid/accuracy_{length}", math.nan)
             parts.append(f"valid@{length} {value:.4f} / {acc:.3f}")
+    if "valid/pair_accuracy" in record:
+        parts.append(f"valid pairs {record['valid/pair_accuracy']:.3f}")
     logging.info("  ".join(parts))
 
 

@@ -42,7 +42,8 @@ def load_run(workdir: str) -> TrainedRun:
     """
     cfg, params, step = load_params(workdir)
     cache = cfg.train.data_cache_dir or os.path.join(workdir, "data")
-    return TrainedRun(cfg, RoFormer(cfg.model), params, load_corpus(cfg.data, cache), step)
+    model = model_and_optimizer(cfg)[0]  # with the heads its objective trained
+    return TrainedRun(cfg, model, params, load_corpus(cfg.data, cache), step)
 
 
 def load_params(workdir: str) -> tuple[ExperimentConfig, Any, int]:

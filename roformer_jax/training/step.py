@@ -5,7 +5,9 @@ for a causal LM: data.batches.OBJECTIVES); the steps do not know which. Gradient
 are sums: the loss is the sum of token losses over all weighted (target) tokens of the global
 batch divided by their count, so its gradient is psum(∑ grads) / psum(count),
 the same number on 1 or 8 devices. (A lax.pmean of per-device means would weight a device
-holding fewer masked tokens as much as one holding more.)
+holding fewer masked tokens as much as one holding more.) A batch of pairs (its
+"pair_label") adds the pair head's loss of each row, weighted by the row's target count
+(`pair_sums`), so that the loss stays one sum over one count.
 
 Randomness. Dropout's masks for row r of the global batch (its `batch["index"]`) at update t
 depend on fold_in(rng, t) and r only (the model's `example_ids`; `_threefry.bernoulli_rows`
@@ -33,7 +35,6 @@ from jax import lax
 from roformer_jax.data import masking
 from roformer_jax.model import RoFormer, evaluation_update
 
-_SUMS = ("loss", "correct", "count")
 # What a sums_fn may report beside its sums: minima over its rows, reduced by min over
 # micro-batches and devices (the smallest |denominator| of linear attention, model.py).
 _MINIMA = ("min_denominator",)
@@ -67,8 +68,27 @@ def mlm_sums(logits, targets, weights) -> dict[str, jax.Array]:
     }
 
 
+def pair_sums(pair_logits, labels, row_weights) -> dict[str, jax.Array]:
+    """The pair head's loss, added to the MLM sums: "loss" ∑_r n_r xent_r, with n_r the MLM
+    targets of row r, so that the objective's loss (this plus ∑ token xent, over ∑ n_r)
+    is the MLM loss plus the rows' pair loss weighted by their targets: BERT's sum of its two
+    mean losses, up to how n_r varies between rows. The pair loss alone and its accuracy are
+    reported as "pair_loss", "pair_correct" and "pair_count" (rows).
+
+    pair_logits [B, 2] float32; labels int [B] (1: one document); row_weights [B] (n_r).
+    """
+    xent, correct = target_scores(pair_logits, labels)  # [B], [B]
+    return {
+        "loss": jnp.sum(xent * row_weights),
+        "pair_loss": jnp.sum(xent),
+        "pair_correct": jnp.sum(correct),
+        "pair_count": jnp.asarray(xent.shape[0], jnp.float32),
+    }
+
+
 def mlm_apply(model, params, batch, mask_prob, **kwargs) -> dict[str, jax.Array]:
-    """`mlm_sums` of the model on `batch`; the head runs at the batch's head_positions
+    """`mlm_sums` of the model on `batch` (and `pair_sums` where it has a pair_label [B]);
+    the head runs at the batch's head_positions
     [B, P] where it has them (targets and weights are then [B, P] too), else with mask_prob
     at targets only, else everywhere.
 
@@ -94,7 +114,12 @@ def mlm_apply(model, params, batch, mask_prob, **kwargs) -> dict[str, jax.Array]
         mutable=["intermediates"],
         **kwargs,
     )
-    return {**mlm_sums(out.logits, targets, weights), **_sown_minima(sown)}
+    sums = mlm_sums(out.logits, targets, weights)
+    if "pair_label" in batch:
+        row_weights = jnp.sum(weights.astype(jnp.float32), axis=-1)  # [B]
+        pairs = pair_sums(out.pair_logits, batch["pair_label"], row_weights)
+        sums = {**sums, **pairs, "loss": sums["loss"] + pairs["loss"]}
+    return {**sums, **_sown_minima(sown)}
 
 
 def _sown_minima(sown) -> dict[str, jax.Array]:
@@ -145,11 +170,12 @@ def make_sums_train_step(sums_fn, tx, *, grad_accum: int = 1, axis_name: str | N
     sums_fn(params, batch, *, deterministic, rngs, example_ids, update) → {"loss",
     "correct", "count"}: sums over the batch's targets (masked tokens for MLM, examples for a
     task head), passing example_ids on to the model's dropout and update (the updates done so
-    far) to its random features; it may add minima (_MINIMA). batch: dict of [b, ...] arrays
+    far) to its random features; it may add other sums (e.g. `pair_sums`'s) and minima
+    (_MINIMA). batch: dict of [b, ...] arrays
     (b divisible by grad_accum) and "index", int [b], each row's index in the global batch
     (its example_ids). Gradients of the summed loss are accumulated over `grad_accum`
     micro-batches of b / A rows by a scan, summed over `axis_name` (when pmapped) and divided
-    by the total target count. metrics: summed "loss", "correct", "count" over the global
+    by the total target count. metrics: the sums ("loss", "correct", "count", ...) over the global
     batch, "grad_norm" of the mean gradient (before clipping), and the minima over the
     global batch.
     """
@@ -168,11 +194,13 @@ def make_sums_train_step(sums_fn, tx, *, grad_accum: int = 1, axis_name: str | N
 
         def accumulate(carry, micro_batch):
             grads, metrics = grad_fn(state.params, micro_batch, rng, state.step)
-            sums = {k: metrics[k] for k in _SUMS}
+            sums = {k: v for k, v in metrics.items() if k not in _MINIMA}
             minima = {k: v for k, v in metrics.items() if k in _MINIMA}
             return jax.tree.map(jnp.add, carry, (grads, sums)), minima  # minima: one per A
 
-        zero_sums = {k: jnp.zeros((), jnp.float32) for k in _SUMS}
+        first = jax.tree.map(lambda x: x[0], micro)
+        reported = jax.eval_shape(grad_fn, state.params, first, rng, state.step)[1]
+        zero_sums = {k: jnp.zeros((), jnp.float32) for k in reported if k not in _MINIMA}
         init = (jax.tree.map(jnp.zeros_like, state.params), zero_sums)
         (grads, sums), minima = lax.scan(accumulate, init, micro)
         minima = jax.tree.map(lambda x: jnp.min(x, axis=0), minima)
