@@ -234,10 +234,11 @@ class BatchTest(CorpusTestCase):
                 np.concatenate([_original(h) for h in halves]), _original(whole)
             )
 
-    @parameterized.parameters(2, 4)
-    def test_masks_do_not_depend_on_the_number_of_hosts(self, hosts):
-        # Each row is masked from (seed, step, global row): P hosts see the batch of one.
-        corpus = self.load()
+    @parameterized.parameters((2, "mlm"), (4, "mlm"), (2, "mlm_same_doc"))
+    def test_masks_do_not_depend_on_the_number_of_hosts(self, hosts, objective):
+        # Each row is masked (and paired) from (seed, step, global row): P hosts see the
+        # batch of one.
+        corpus = self.load(objective=objective, min_doc_chars=200)
         one = corpus.train_batches(batch_size=8, seed=1, start_step=5, prefetch=0,
                                    process_index=0, process_count=1)  # fmt: skip
         parts = [
@@ -305,6 +306,61 @@ class BatchTest(CorpusTestCase):
             corpus.train_batches(**kwargs)
 
 
+class PairBatchTest(CorpusTestCase):
+    """The "mlm_same_doc" objective's rows: [CLS] A [SEP] B [SEP] (data/doc_pairs.py)."""
+
+    def load_pairs(self, **kwargs):
+        return self.load(**{"objective": "mlm_same_doc", "min_doc_chars": 200} | kwargs)
+
+    def test_pair_batches(self):
+        corpus, tok = self.load_pairs(), self.load_pairs().tokenizer
+        batches = corpus.train_batches(batch_size=16, seed=0, prefetch=0)
+        first = [next(batches) for _ in range(6)]
+        batch = first[0]
+        self.assertEqual(set(batch), {"input_ids", "attention_mask", "token_type_ids", "targets",
+                                      "weights", "index", "pair_label"})  # fmt: skip
+        ids = _original(batch)  # A: 6 tokens, B: 7 at seq_len 16
+        np.testing.assert_array_equal(
+            ids[:, [0, 7, 15]], [[tok.cls_id, tok.sep_id, tok.sep_id]] * 16
+        )
+        np.testing.assert_array_equal(batch["token_type_ids"], [[0] * 8 + [1] * 8] * 16)
+        self.assertFalse((batch["weights"][:, [0, 7, 15]] > 0).any())  # specials: no targets
+        self.assertTrue((batch["weights"].sum(-1) >= 1).all())
+        labels = np.concatenate([b["pair_label"] for b in first])
+        self.assertBetween(labels.mean(), 0.3, 0.7)
+        self.assertEqual(batch["pair_label"].dtype, np.int32)
+        resumed = next(corpus.train_batches(batch_size=16, seed=0, start_step=5, prefetch=0))
+        _assert_batches_equal(self, first[5], resumed)
+        other = next(corpus.train_batches(batch_size=16, seed=1, prefetch=0))
+        self.assertFalse(np.array_equal(other["input_ids"], batch["input_ids"]))
+
+    def test_held_out_pairs_are_fixed_and_shared_by_hosts(self):
+        corpus = self.load_pairs()
+        one = corpus.held_out_pairs(num_batches=2, batch_size=8)
+        self.assertLen(one, 2)
+        again = self.load_pairs(eval_pairs=64).held_out_pairs(num_batches=2, batch_size=8)
+        hosts = [corpus.held_out_pairs(num_batches=2, batch_size=8, process_index=i,
+                                       process_count=2) for i in range(2)]  # fmt: skip
+        for i, batch in enumerate(one):
+            self.assertEqual(set(batch), {"input_ids", "attention_mask", "token_type_ids",
+                                          "targets", "weights", "pair_label"})  # fmt: skip
+            _assert_batches_equal(self, batch, again[i])
+            for key in batch:
+                np.testing.assert_array_equal(
+                    np.concatenate([h[i][key] for h in hosts]), batch[key], err_msg=key
+                )
+        # Windows of the validation documents: each A is a run of the held-out stream.
+        valid = np.asarray(corpus.valid_tokens).astype(np.int64)
+        for row in _original(one[0])[:, 1:7].astype(np.int64):
+            hits = np.all(np.lib.stride_tricks.sliding_window_view(valid, 6) == row, axis=1)
+            self.assertTrue(hits.any())
+
+    def test_too_few_long_documents(self):
+        with self.assertRaisesRegex(ValueError, "'mlm_same_doc', train split: .* documents "
+                                    "have the 188 tokens"):  # fmt: skip
+            self.load_pairs(seq_len=128, min_doc_chars=0).train_batches(batch_size=8, seed=0)
+
+
 class BadInputTest(CorpusTestCase):
     def test_smaller_than_one_sequence(self):
         path = _write(self.dir, "tiny.txt", "just a few words here\n")
@@ -333,6 +389,7 @@ class BadInputTest(CorpusTestCase):
         ("max_chars", dict(max_chars=0), "max_chars"),
         ("min_doc_chars", dict(min_doc_chars=-1), "min_doc_chars -1"),
         ("vocab", dict(vocab_size=4), "vocab_size"),
+        ("eval_pairs", dict(eval_pairs=0), "eval_pairs 0"),
     )
     def test_bad_config(self, kwargs, message):
         with self.assertRaisesRegex(ValueError, message):

@@ -357,7 +357,7 @@ class EncoderTest(absltest.TestCase):
     def test_pretraining_workdir_gives_its_model_params_and_tokenizer(self):
         workdir = os.path.join(_TMP, "run")
         os.makedirs(os.path.join(workdir, "checkpoints"), exist_ok=True)
-        run = mock.Mock(params={"embeddings": 1, "encoder": 2, "mlm_head": 3})
+        run = mock.Mock(params={"embeddings": 1, "encoder": 2, "mlm_head": 3, "pair_head": 4})
         with mock.patch.object(ft.runs, "load_run", return_value=run) as load_run:
             cfg, params, tok = ft.load_encoder(workdir)
         load_run.assert_called_once_with(workdir)

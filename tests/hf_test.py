@@ -132,7 +132,10 @@ class SaveLoadTest(parameterized.TestCase):
         config = _tiny_config(**overrides)
         _, variables = _random_variables(config, with_mlm_head)
         with tempfile.TemporaryDirectory() as d:
-            hf.save_hf_roformer(config, variables, os.path.join(d, "a"))
+            # A pair head ("mlm_same_doc" pre-training) has no HF name: it is left out.
+            pair_head = {"kernel": np.ones((config.hidden_size, 2)), "bias": np.zeros(2)}
+            with_pair = {"params": {**variables["params"], "pair_head": pair_head}}
+            hf.save_hf_roformer(config, with_pair, os.path.join(d, "a"))
             model, loaded = hf.load_hf_roformer(os.path.join(d, "a"))
             hf.save_hf_roformer(model.config, loaded, os.path.join(d, "b"))
             model_b, loaded_b = hf.load_hf_roformer(os.path.join(d, "b"))

@@ -59,6 +59,30 @@ class WindowTest(parameterized.TestCase):
             self.assertNotIn("train/min_denominator", record)
             self.assertEqual(record["train/grad_norm_max"], 2.0)
 
+    def test_pair_metrics_are_means_over_rows_and_restart(self):
+        window = metrics.empty_window()
+        step = {"loss": 9.0, "correct": 1.0, "count": 3.0, "grad_norm": 1.0}
+        steps = [
+            {**step, "pair_loss": 2.0, "pair_correct": 3.0, "pair_count": 4.0},
+            {**step, "pair_loss": 1.0, "pair_correct": 1.0, "pair_count": 4.0},
+        ]
+        metrics.accumulate(window, steps, first_step=1)
+        record = metrics.window_record(window, lr=0.1, tokens_per_s=None)
+        self.assertEqual(record["train/pair_loss"], 3.0 / 8)
+        self.assertEqual(record["train/pair_accuracy"], 0.5)
+        self.assertEqual(record["train/loss"], 3.0)  # the objective's, pairs included
+        json.dumps(window)
+        window.update(metrics.empty_window())  # the next window starts afresh
+        metrics.accumulate(window, steps[1:], first_step=3)
+        record = metrics.window_record(window, lr=0.1, tokens_per_s=None)
+        self.assertEqual(record["train/pair_accuracy"], 0.25)
+        # MLM alone, and a window from a checkpoint written before pairs existed: no entry.
+        old = {"loss": 0.0, "correct": 0.0, "count": 0.0, "grad_norm": 0.0, "steps": 0}
+        for window in (metrics.empty_window(), old):
+            metrics.accumulate(window, [step], first_step=1)
+            record = metrics.window_record(window, lr=0.1, tokens_per_s=None)
+            self.assertNotIn("train/pair_accuracy", record)
+
     @parameterized.parameters(("loss", np.nan), ("grad_norm", np.inf), ("loss", -np.inf))
     def test_non_finite_loss_or_gradient_names_the_step(self, key, value):
         good = {"loss": 2.0, "correct": 1.0, "count": 3.0, "grad_norm": 0.5}

@@ -12,18 +12,25 @@ from roformer_jax.data import masking
 from roformer_jax.model import RoFormer
 from roformer_jax.training import optim
 from roformer_jax.training.config import experiment_config_from_dict
-from roformer_jax.training.step import TrainState, make_eval_step, make_train_step, mlm_sums
+from roformer_jax.training.step import (
+    TrainState,
+    make_eval_step,
+    make_train_step,
+    mlm_apply,
+    mlm_sums,
+)
 
 
 def _setup(dropout: float, objective: str = "mlm", **model):
     """tiny's model (bytes) in one layer with the given dropout (and `model` fields), its
-    optimizer, a state and a 4 x 64 batch of the objective ("clm": a causal model)."""
+    optimizer, a state and a 4 x 64 batch of the objective ("clm": a causal model;
+    "mlm_same_doc": masked rows of two segments with pair labels, and a pair head)."""
     d = tiny.get_config().to_dict()
     d["model"].update(num_layers=1, hidden_dropout=dropout, attention_dropout=dropout, **model)
     d["model"]["causal"] = objective == "clm"
     d["data"]["objective"] = objective
     cfg = experiment_config_from_dict(d)
-    model = RoFormer(cfg.model)
+    model = RoFormer(cfg.model, with_pair_head=cfg.data.pairs)
     tx = optim.make_optimizer(cfg.optim, 10)
     rng = np.random.default_rng(0)
     tokens = rng.integers(5, cfg.model.vocab_size, size=(4, 64))
@@ -35,6 +42,9 @@ def _setup(dropout: float, objective: str = "mlm", **model):
                                     special_ids=range(5))  # fmt: skip
     batch.update(attention_mask=tokens != 0, token_type_ids=np.zeros_like(tokens),
                  index=np.arange(4, dtype=np.int32))  # fmt: skip
+    if cfg.data.pairs:
+        batch.update(token_type_ids=np.repeat([[0] * 32 + [1] * 32], 4, axis=0),
+                     pair_label=np.array([1, 0, 0, 1], np.int32))  # fmt: skip
     params = model.init(jax.random.key(0), tokens[:1])["params"]
     state = TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
     return model, tx, state, batch
@@ -141,6 +151,43 @@ class TrainingMetricsTest(parameterized.TestCase):
                   (0, 1, 2)]  # fmt: skip
         self.assertEqual(losses[0], losses[1])  # one redraw period: the same features
         self.assertNotEqual(losses[0], losses[2])
+
+
+class PairLossTest(absltest.TestCase):
+    """ "mlm_same_doc": each row's pair loss joins the MLM sums, weighted by its targets."""
+
+    def test_sums_against_the_model_outputs(self):
+        model, _, state, batch = _setup(dropout=0.0, objective="mlm_same_doc")
+        sums = make_eval_step(model, mask_prob=0.15)(state.params, batch)
+        out = model.apply({"params": state.params}, batch["input_ids"],
+                          attention_mask=batch["attention_mask"],
+                          token_type_ids=batch["token_type_ids"])  # fmt: skip
+        log_p = np.asarray(jax.nn.log_softmax(out.logits.astype(np.float64)))  # [B, L, V]
+        w = batch["weights"]
+        token_xent = -np.take_along_axis(log_p, batch["targets"][..., None], -1)[..., 0]
+        pair_log_p = np.asarray(jax.nn.log_softmax(out.pair_logits.astype(np.float64)))
+        pair_xent = -pair_log_p[np.arange(4), batch["pair_label"]]
+        n = w.sum(-1)
+        self.assertGreater(n.max() - n.min(), 0)  # the padded row has fewer targets
+        np.testing.assert_allclose(sums["loss"], (token_xent * w).sum() + (n * pair_xent).sum(),
+                                   rtol=1e-5)  # fmt: skip
+        np.testing.assert_allclose(sums["pair_loss"], pair_xent.sum(), rtol=1e-5)
+        right = np.argmax(out.pair_logits, -1) == batch["pair_label"]
+        self.assertEqual(sums["pair_correct"], right.sum())
+        self.assertEqual(sums["pair_count"], 4)
+        self.assertEqual(sums["count"], w.sum())
+
+    def test_micro_batches_match_and_the_pair_head_has_a_gradient(self):
+        model, tx, state, batch = _setup(dropout=0.1, objective="mlm_same_doc")
+        key = jax.random.key(1)
+        new, one = jax.jit(make_train_step(model, tx, mask_prob=0.15))(state, batch, key)
+        split = jax.jit(make_train_step(model, tx, grad_accum=2, mask_prob=0.15))
+        chex.assert_trees_all_close(split(state, batch, key), (new, one), rtol=2e-5, atol=1e-6)
+        self.assertEqual(one["pair_count"], 4)
+        rows = {k: v for k, v in batch.items() if k != "index"}
+        grads = jax.grad(lambda p: mlm_apply(model, p, rows, 0.15)["loss"])(state.params)
+        for leaf in jax.tree.leaves(grads["pair_head"]):
+            self.assertGreater(float(jnp.abs(leaf).max()), 0)
 
 
 class MlmSumsTest(absltest.TestCase):
