@@ -71,4 +71,11 @@ def get_config(arg=None):
         )
     config.title = f"Issue 16: the pilot encoder, {STEPS:,} more steps, with and without pairs"
     config.plot_keys = ("valid/loss_128", "valid/pair_accuracy")
+    # Not train/loss: the pair run's is MLM plus the pair loss, the control's MLM alone.
+    config.table_keys = (
+        "valid/loss_128",
+        "valid/accuracy_128",
+        "valid/pair_loss",
+        "valid/pair_accuracy",
+    )
     return config

@@ -10,6 +10,7 @@ import sys
 import tempfile
 
 import numpy as np
+import pytest
 from absl.testing import absltest, parameterized
 
 from configs import study_long_doc
@@ -188,6 +189,9 @@ def get_config(arg=None):
 """
 
 
+# One pytest-xdist worker (pyproject.toml's --dist loadgroup): setUpClass runs the command
+# once per worker that gets a test of the class.
+@pytest.mark.xdist_group("long_doc_command")
 class CommandTest(absltest.TestCase):
     """The command, once, then its outputs checked, then again (all cached): 3 pre-trainings
     of 2 steps and 8 fine-tunings of 3 steps of a 1-layer encoder, about 90 s of CPU time

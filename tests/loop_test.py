@@ -20,6 +20,7 @@ import chex
 import compile_cache
 import jax
 import numpy as np
+import pytest
 from absl.testing import absltest, parameterized
 
 from configs import tiny
@@ -123,6 +124,9 @@ def _reference_run(variant: str = "mlm") -> tuple[str, dict]:
     return workdir, final
 
 
+# One pytest-xdist worker for the tests that read the reference runs (pyproject.toml's
+# --dist loadgroup): each worker would train them again, as they are cached per process.
+@pytest.mark.xdist_group("loop_reference_runs")
 class EndToEndTest(parameterized.TestCase):
     def test_three_steps_write_metrics_config_and_checkpoints(self):
         # The step is wrapped in chex.assert_max_traces(n=1): a retrace after step 1 fails.
@@ -319,6 +323,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.xdist_group("loop_one_device_run")  # shared by both tests, as above
 class DevicesAndHostsTest(absltest.TestCase):
     """configs/tiny.py, dropout on: the same numbers on 1 and 8 devices and on 2 hosts.
 
@@ -405,6 +410,7 @@ def _at(tree, path):
     return tree
 
 
+@pytest.mark.xdist_group("loop_reference_runs")
 class InitFromTest(absltest.TestCase):
     def test_a_fresh_run_starts_from_the_other_runs_final_params(self):
         source, _ = _reference_run()
