@@ -11,7 +11,7 @@ checkpoint (by validation accuracy) of each fine-tuning run; seeds are fine-tuni
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -116,6 +116,26 @@ def finetuning_table(runs: Mapping[str, Finetuning], split: str = "test") -> str
             f"{run.final['valid/accuracy']:.3f} | {right / n:.3f} ({right} of {n}) | "
             f"p = {stats.sign_test(right, n):.2g} |"
         )
+    return "\n".join(lines)
+
+
+def finetuning_paired_table(
+    pairs: Mapping[str, tuple[Finetuning, Finetuning]], splits: Sequence[str] = ("valid", "test")
+) -> str:
+    """Markdown: for each named pair of fine-tuning runs (one seed each, scored on the same
+    examples), the accuracy difference (first minus second) on each split and its exact
+    McNemar test (examples only the first gets right : only the second, two-sided p). With one
+    seed a run, the test is over examples, not seeds: it says whether the two fine-tuned
+    models differ, not how a rerun of either would land."""
+    header = " | ".join(f"{s} difference | {s} McNemar (only first : only second)" for s in splits)
+    lines = [f"| comparison | {header} |", "|---|" + "---:|---|" * len(splits)]
+    for label, (a, b) in pairs.items():
+        cells = []
+        for split in splits:
+            test = _mcnemar(a.predictions[split], b.predictions[split])
+            diff = (test.only_a - test.only_b) / len(a.predictions[split]["label"])
+            cells += [f"{diff:+.3f}", f"{test.only_a} : {test.only_b}, p = {test.p:.2g}"]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -412,13 +412,26 @@ def _long_doc_bow(raw: RawStudy, *, page: _Page) -> str:
     return long_doc_report.bow_text(_long_doc(raw, page))
 
 
+def _finetuning(raw: RawStudy, folder: str, page: _Page) -> long_doc_study.Finetuning:
+    """A fine-tuning run kept under the study's raw folder (experiments/finetune.py
+    --raw_dir=<raw folder>/<folder>); "../<study>/<folder>" reads another study's."""
+    return long_doc_study.read_finetuning(os.path.join(page.raw_root, raw.name, folder))
+
+
 def _finetuning_table(raw: RawStudy, runs: dict, split: str = "test", *, page: _Page) -> str:
-    """long_doc_report.finetuning_table of fine-tuning runs kept in the study's raw folder,
-    {row name: folder under it} (experiments/finetune.py --raw_dir=<raw folder>/<folder>)."""
-    root = os.path.join(page.raw_root, raw.name)
+    """long_doc_report.finetuning_table of fine-tuning runs, {row name: folder}."""
     return long_doc_report.finetuning_table(
-        {name: long_doc_study.read_finetuning(os.path.join(root, f)) for name, f in runs.items()},
-        split,
+        {name: _finetuning(raw, f, page) for name, f in runs.items()}, split
+    )
+
+
+def _finetuning_paired_table(raw: RawStudy, pairs: dict, *, page: _Page) -> str:
+    """long_doc_report.finetuning_paired_table, {row name: [folder, baseline folder]}."""
+    return long_doc_report.finetuning_paired_table(
+        {
+            name: (_finetuning(raw, a, page), _finetuning(raw, b, page))
+            for name, (a, b) in pairs.items()
+        }
     )
 
 
@@ -462,8 +475,9 @@ KINDS = {
     "long_doc_bow": _long_doc_bow,
     # Fine-tuning runs beside a study's pre-training (issue 16's pilot).
     "finetuning_table": _finetuning_table,
+    "finetuning_paired_table": _finetuning_paired_table,
 }
 INLINE = {"stale", "mean", "diff", "below_from", "unigram", "targets", "long_doc_bow", "extremes"}
 _USES_PAGE = {"stale", "figure", "position_table", "long_doc_figure", "long_doc_table",
               "long_doc_paired_table", "long_doc_survival_table", "long_doc_bow",
-              "finetuning_table"}  # fmt: skip
+              "finetuning_table", "finetuning_paired_table"}  # fmt: skip

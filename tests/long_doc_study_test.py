@@ -122,6 +122,32 @@ class FinetuningTableTest(absltest.TestCase):
         self.assertEqual(rows[3], "| far | 0.500, 0.550 | 0.600, 0.900 | 2 | 0.550 | "
                                   "0.500 (10 of 20) | p = 1 |")  # fmt: skip
 
+    def test_paired_rows_count_the_examples_each_run_alone_gets_right(self):
+        labels = [0, 1] * 10  # 20 examples
+
+        def run(wrong_valid, wrong_test):
+            def split(wrong):
+                return {"prediction": [1 - y if i in wrong else y for i, y in enumerate(labels)],
+                        "label": labels}  # fmt: skip
+
+            predictions = {"valid": split(wrong_valid), "test": split(wrong_test)}
+            return long_doc_study.Finetuning([], {}, predictions)
+
+        # test: the first misses 0-4, the second 3-9: only the first gets 5-9 right, only the
+        # second 0-2; both miss 3 and 4. valid: only the second misses 1.
+        first, second = run({0}, {0, 1, 2, 3, 4}), run({0, 1}, set(range(3, 10)))
+        table = long_doc_report.finetuning_paired_table({"pairs − MLM": (first, second)})
+        rows = table.splitlines()
+        self.assertLen(rows, 3)
+        self.assertEqual(
+            rows[2], f"| pairs − MLM | +0.050 | 1 : 0, p = 1 | +0.100 | 5 : 3, p = "
+            f"{stats.sign_test(5, 8):.2g} |",
+        )  # fmt: skip
+        with self.assertRaisesRegex(ValueError, "different examples"):
+            other = long_doc_study.Finetuning([], {}, {
+                s: {"prediction": [0], "label": [1]} for s in ("valid", "test")})  # fmt: skip
+            long_doc_report.finetuning_paired_table({"x": (first, other)})
+
 
 class TripletsAsChoicesTest(absltest.TestCase):
     def test_label_indexes_the_positive(self):
