@@ -27,8 +27,10 @@ study"): the bag-of-words baseline is right on 49 of 51 test triplets from what 
 (0.961; 0.980 on whole windows), so these triplets test lexical matching, not length; and a
 pilot fine-tuning with this recipe stays at chance (validation 0.509, test 0.627). And an
 encoder trained 10x longer learns the copy control but not the far task at 128 tokens
-(configs/long_doc_pilot.py; docs/results.md section 6). Settle a pre-training objective that
-relates windows of one document, and a task a bag of words does not solve, before running this.
+(configs/long_doc_pilot.py; docs/results.md section 6), and MLM with same-document pairs does
+no better on it (configs/long_doc_pairs.py: test 0.583 against 0.566, a bag of words 0.753).
+An encoder that learns to relate windows of one document, and a task a bag of words does not
+solve, come before running this.
 """
 
 from ml_collections import ConfigDict

@@ -29,6 +29,9 @@ _WORDS = "the a cat dog sat on mat and ran to see big small red blue sun moon".s
 
 
 def setUpModule():
+    # Again after a tearDownModule: pytest-xdist may run this module's tests in more than one
+    # stretch on a worker (--dist loadgroup), tearing the module down between them.
+    os.makedirs(_TMP, exist_ok=True)
     compile_cache.start(_TMP)
 
 
@@ -277,6 +280,12 @@ class EndToEndTest(absltest.TestCase):
         self.assertAlmostEqual(final["valid/accuracy"], best["valid/accuracy"])
         self.assertBetween(final["test/accuracy"], 0.0, 1.0)
         self.assertTrue(np.isfinite(epochs[-1]["train/loss"]))
+        # Each record has the training seconds so far and the speed since the one before.
+        timed = metrics_lib.read_metrics(whole)
+        self.assertTrue(all(r["train/tokens_per_s"] > 0 for r in timed))
+        seconds = [r["elapsed_s"] for r in timed]
+        self.assertEqual(seconds, sorted(seconds))
+        self.assertGreater(seconds[0], 0)
         self.assertNotEmpty(os.listdir(os.path.join(whole, metrics_lib.TENSORBOARD_DIR)))
         self.assertNotEmpty(os.listdir(os.path.join(whole, "best")))
         raw = os.path.join(_TMP, "raw", "whole")  # what experiments/finetune.py --raw_dir keeps

@@ -34,18 +34,20 @@ from roformer_jax.training.config import ExperimentConfig, experiment_config_fro
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TMP = tempfile.mkdtemp(prefix="train_test_")
-# For subprocesses: XLA's CPU backend without its LLVM optimizations compiles the steps in
-# about 2/3 of the time, for the same numbers to ~1e-6 (well inside the tolerances below).
-_FAST_COMPILE = "--xla_backend_optimization_level=0"
 
 
 def setUpModule():
+    # Again after a tearDownModule: pytest-xdist may run this module's tests in more than one
+    # stretch on a worker (--dist loadgroup), tearing the module down between them.
+    os.makedirs(_TMP, exist_ok=True)
     compile_cache.start(_TMP)
 
 
 def tearDownModule():
     compile_cache.stop()
     shutil.rmtree(_TMP, ignore_errors=True)
+    _reference_run.cache_clear()  # their workdirs are gone
+    DevicesAndHostsTest._one_device.cache_clear()
 
 
 def _corpus() -> str:
@@ -307,7 +309,8 @@ class EndToEndTest(parameterized.TestCase):
                 cfg = json.loads({configs!r}[objective])
                 train_and_evaluate(experiment_config_from_dict(cfg), workdir)
         """)
-        flags = f"--xla_force_host_platform_device_count=8 {_FAST_COMPILE}"
+        # conftest.py's XLA_FLAGS, and 8 CPU devices
+        flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8"
         env = dict(os.environ, XLA_FLAGS=flags)
         subprocess.run(
             [sys.executable, "-c", script], cwd=_ROOT, env=env, check=True, capture_output=True
@@ -346,7 +349,9 @@ class DevicesAndHostsTest(absltest.TestCase):
             f"--config={os.path.join(_ROOT, 'configs', 'tiny.py')}", f"--workdir={workdir}",
             f"--config.train.data_cache_dir={os.path.join(_TMP, 'hosts', 'data')}", *cls._FLAGS,
         ]  # fmt: skip
-        flags = f"--xla_force_host_platform_device_count={devices} {_FAST_COMPILE}"
+        flags = (
+            f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
+        )
         env = dict(os.environ, XLA_FLAGS=flags)
         if processes > 1:
             port = _free_port()

@@ -305,6 +305,9 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
     else:
         state, progress = jax.device_put(restored[0]), restored[1]
     start, window = int(state.step), progress["window"]
+    elapsed = runtime.Clock(progress.get("elapsed_s", 0.0))
+    # Every row is padded to the task's length, so an update reads the same tokens each time.
+    step_tokens = fcfg.batch_size * int(np.prod(splits["train"].rows["input_ids"].shape[1:]))
     logging.info("%s at step %d of %d", "resuming" if start else "starting", start, total)
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
@@ -331,12 +334,13 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
 
     def save(checkpoints, step):
         meta = {"config": {**cfg_dict, "model": dataclasses.asdict(model_cfg)},
-                "window": window, "best": progress["best"]}  # fmt: skip
+                "window": window, "best": progress["best"], "elapsed_s": elapsed()}  # fmt: skip
         checkpoints.save(step, devices.first(state), meta)
 
     # --- Loop: log; at each epoch's end validate, keep the best, save the latest.
     writer = metrics_lib.MetricsWriter(workdir, resume_step=start)
     key, pending = f"valid/{cfg.task.metric}", []
+    speed_from = (start, elapsed())  # (step, seconds) where the training since the last log began
     with runtime.stop_requests() as stop_requested, contextlib.closing(writer):
         try:
             for done in range(start + 1, total + 1):
@@ -355,8 +359,10 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
                 pending.clear()
                 record = {"step": done, "epoch": done / steps_per_epoch}
                 if is_log:
+                    seconds = elapsed() - speed_from[1]
+                    rate = (done - speed_from[0]) * step_tokens / seconds if seconds > 0 else None
                     record.update(metrics_lib.window_record(window, lr=float(schedule(done - 1)),
-                                                            tokens_per_s=None))  # fmt: skip
+                                                            tokens_per_s=rate))  # fmt: skip
                     window.update(metrics_lib.empty_window())
                 if is_epoch:
                     record.update(evaluate(state.params, state.step, splits["valid"], "valid")[0])
@@ -372,10 +378,15 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
                         ),
                     )
                 if is_log:
+                    record["elapsed_s"] = elapsed()
                     writer.write(record)
-                    metrics_lib.log_progress(record, total_steps=total)
+                    eta = (total - done) * step_tokens / rate if rate else None
+                    metrics_lib.log_progress(record, total_steps=total, eta_s=eta)
                 if is_epoch or stop:
                     save(latest, done)
+                # The next window's speed counts training steps only, not this evaluation
+                # and these saves.
+                speed_from = (done, elapsed())
                 if stop:
                     raise runtime.TrainingInterrupted(
                         f"stopped at step {done} on request; checkpoint saved in "

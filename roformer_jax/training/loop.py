@@ -91,7 +91,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
     else:
         state, progress = jax.device_put(restored[0]), restored[1]
     start, window = int(state.step), progress["window"]  # window: host sums since last record
-    elapsed = _Clock(progress.get("elapsed_s", 0.0))
+    elapsed = runtime.Clock(progress.get("elapsed_s", 0.0))
     logging.info("%s at step %d", "resuming" if start else "starting", start)
     if jax.process_index() == 0:
         with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
@@ -267,19 +267,6 @@ def _stages(cfg: ExperimentConfig, devices: runtime.Devices) -> tuple[tuple[int,
             )
     devices.check_batch(tcfg.eval_batch_size or tcfg.batch_size, 1, "eval_batch_size")
     return stages
-
-
-class _Clock:
-    """Training seconds over every session of this run: `elapsed()` and `session()`."""
-
-    def __init__(self, before: float):
-        self._before, self._start = before, time.time()
-
-    def session(self) -> float:
-        return time.time() - self._start
-
-    def __call__(self) -> float:
-        return self._before + self.session()
 
 
 class _Speed:

@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import jax
 import numpy as np
@@ -101,6 +102,23 @@ class Devices:
             return jax.make_array_from_single_device_arrays(shape, sharding, copies)
 
         return jax.tree.map(put, tree)
+
+
+# ---------------------------------------------------------------- time
+
+
+class Clock:
+    """Training seconds over every session of a run: `elapsed()`, from `before` (what the
+    run's checkpoint says earlier sessions took), and `session()`, this session's alone."""
+
+    def __init__(self, before: float):
+        self._before, self._start = before, time.time()
+
+    def session(self) -> float:
+        return time.time() - self._start
+
+    def __call__(self) -> float:
+        return self._before + self.session()
 
 
 # ---------------------------------------------------------------- stopping
