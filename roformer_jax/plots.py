@@ -85,7 +85,7 @@ def plot_curves(
         if missing:  # e.g. learned positions evaluated past their table
             ax.set_title(f"no values: {', '.join(missing)}", fontsize=8)
         if floor is not None and "loss" in metric:
-            ax.axhline(floor, color="black", linestyle="--", linewidth=0.8, label="unigram")
+            _draw_floor(ax, floor)
         ax.set_xlabel("step")
         ax.set_ylabel(metric.replace("_", " "))
         ax.grid(alpha=0.3)
@@ -111,6 +111,23 @@ def plot_curves(
 
 
 _LEGEND_WIDTH = 3.0  # inches beside the panels of plot_curves
+
+
+def _draw_floor(ax, floor: float) -> None:
+    """The unigram line across a panel of losses; where it lies further from the curves than
+    their own range, the panel keeps the curves' range and names the line at its edge: a run
+    that starts from a trained encoder sits far below unigram, and the line would squash its
+    curves flat."""
+    low, high = ax.get_ylim()
+    ax.axhline(floor, color="black", linestyle="--", linewidth=0.8, label="unigram")
+    span = high - low
+    if low - span <= floor <= high + span:
+        return
+    ax.set_ylim(low, high)
+    above = floor > high
+    ax.annotate(f"unigram {floor:.3f} {'↑' if above else '↓'}", xy=(0.99, 0.98 if above else 0.02),
+                xycoords="axes fraction", ha="right", va="top" if above else "bottom",
+                fontsize=7)  # fmt: skip
 
 
 def _aligned(seeds, metric):

@@ -27,6 +27,25 @@ class PlotCurvesTest(absltest.TestCase):
         self.assertEqual(panels, [2, 2, 3])
         self.assertTrue(os.path.exists(path))
 
+    def test_a_unigram_line_far_from_the_curves_leaves_the_panel_on_them(self):
+        curves = {"a": [{"step": [1, 2], "valid_loss": [3.6, 3.5]}]}
+        path = os.path.join(tempfile.mkdtemp(), "curves.png")
+        limits, real = [], plots._save
+
+        def save(fig, *args, **kwargs):
+            limits.extend(ax.get_ylim() for ax in fig.axes)
+            return real(fig, *args, **kwargs)
+
+        with mock.patch.object(plots, "_save", save):
+            for floor in (3.55, 6.8, 0.5):  # within the curves' range, far above, far below
+                plots.plot_curves(curves, path, title="t", metrics=("valid_loss",), floor=floor)
+        near, above, below = limits
+        self.assertLess(near[0], 3.5)
+        self.assertGreater(near[1], 3.6)
+        for low, high in (above, below):  # the curves' own range, as without a floor
+            self.assertGreater(low, 3.4)
+            self.assertLess(high, 3.7)
+
 
 if __name__ == "__main__":
     absltest.main()
