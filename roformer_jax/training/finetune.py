@@ -307,7 +307,8 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
     start, window = int(state.step), progress["window"]
     elapsed = runtime.Clock(progress.get("elapsed_s", 0.0))
     # Every row is padded to the task's length, so an update reads the same tokens each time.
-    step_tokens = fcfg.batch_size * int(np.prod(splits["train"].rows["input_ids"].shape[1:]))
+    row_tokens = int(np.prod(splits["train"].rows["input_ids"].shape[1:]))
+    speed = runtime.Speed([(total, row_tokens, fcfg.batch_size)], start)
     logging.info("%s at step %d of %d", "resuming" if start else "starting", start, total)
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
@@ -340,7 +341,6 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
     # --- Loop: log; at each epoch's end validate, keep the best, save the latest.
     writer = metrics_lib.MetricsWriter(workdir, resume_step=start)
     key, pending = f"valid/{cfg.task.metric}", []
-    speed_from = (start, elapsed())  # (step, seconds) where the training since the last log began
     with runtime.stop_requests() as stop_requested, contextlib.closing(writer):
         try:
             for done in range(start + 1, total + 1):
@@ -348,6 +348,7 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
                                      steps_per_epoch, fcfg.batch_size, cfg.seed)  # fmt: skip
                 state, step_metrics = train_step(state, devices.shard(batch), step_rng)
                 pending.append(step_metrics)
+                speed.stepped(done, step_metrics)
                 if len(pending) > 2:  # at most 2 steps in flight, as in pre-training
                     jax.block_until_ready(pending[-3])
                 is_log = done % fcfg.log_every == 0 or done % steps_per_epoch == 0
@@ -359,10 +360,8 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
                 pending.clear()
                 record = {"step": done, "epoch": done / steps_per_epoch}
                 if is_log:
-                    seconds = elapsed() - speed_from[1]
-                    rate = (done - speed_from[0]) * step_tokens / seconds if seconds > 0 else None
                     record.update(metrics_lib.window_record(window, lr=float(schedule(done - 1)),
-                                                            tokens_per_s=rate))  # fmt: skip
+                                                            tokens_per_s=speed.rate()))  # fmt: skip
                     window.update(metrics_lib.empty_window())
                 if is_epoch:
                     record.update(evaluate(state.params, state.step, splits["valid"], "valid")[0])
@@ -380,13 +379,11 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
                 if is_log:
                     record["elapsed_s"] = elapsed()
                     writer.write(record)
-                    eta = (total - done) * step_tokens / rate if rate else None
+                    eta = speed.eta_s(done, record.get("train/tokens_per_s"))
                     metrics_lib.log_progress(record, total_steps=total, eta_s=eta)
                 if is_epoch or stop:
                     save(latest, done)
-                # The next window's speed counts training steps only, not this evaluation
-                # and these saves.
-                speed_from = (done, elapsed())
+                speed.restart()  # evaluations and saves are not training time
                 if stop:
                     raise runtime.TrainingInterrupted(
                         f"stopped at step {done} on request; checkpoint saved in "

@@ -18,11 +18,9 @@ import contextlib
 import dataclasses
 import json
 import os
-import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from absl import logging
 
 from roformer_jax.data import doc_pairs, staging
@@ -125,7 +123,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
 
     # --- Loop: log, evaluate, checkpoint.
     batches = staging.staged_batches(corpus, stages, seed=cfg.seed, start_step=start, **hosts)
-    speed = _Speed(stages, start)
+    speed = runtime.Speed(stages, start)
     writer = metrics_lib.MetricsWriter(workdir, resume_step=start, enabled=jax.process_index() == 0)
     pending, last = [], {"step": start}
     with (
@@ -267,37 +265,6 @@ def _stages(cfg: ExperimentConfig, devices: runtime.Devices) -> tuple[tuple[int,
             )
     devices.check_batch(tcfg.eval_batch_size or tcfg.batch_size, 1, "eval_batch_size")
     return stages
-
-
-class _Speed:
-    """Tokens/s of the training steps since `restart`, and the ETA they give.
-
-    A step that compiles (the first of a session, the first of each stage: a new shape) is
-    waited for and not timed.
-    """
-
-    def __init__(self, stages, start: int):
-        stage_steps = [s[0] for s in stages]
-        self._compiles = {start + 1, *np.cumsum([1, *stage_steps[:-1]]).tolist()}
-        self._tokens = np.repeat([s[1] * s[2] for s in stages], stage_steps)  # [t]: of step t+1
-        self.restart()
-
-    def restart(self):
-        self._from, self._steps, self._count = time.time(), 0, 0
-
-    def stepped(self, step: int, metrics):
-        if step in self._compiles:
-            jax.block_until_ready(metrics)
-            self.restart()
-        else:
-            self._steps += 1
-            self._count += int(self._tokens[step - 1])
-
-    def rate(self) -> float | None:
-        return self._count / (time.time() - self._from) if self._steps else None
-
-    def eta_s(self, step: int, tokens_per_s: float | None) -> float | None:
-        return float(self._tokens[step:].sum()) / tokens_per_s if tokens_per_s else None
 
 
 def _evaluate(eval_fn, valid_sets: dict[int, list[dict]], pair_sets: list[dict] = ()) -> dict:

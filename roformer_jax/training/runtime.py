@@ -121,6 +121,38 @@ class Clock:
         return self._before + self.session()
 
 
+class Speed:
+    """Tokens/s of the training steps since `restart`, and the ETA they give; `stages` are
+    `(steps, seq_len, batch_size)`: a step of a stage reads seq_len x batch_size tokens.
+
+    A step that compiles (the first of a session, the first of each stage: a new shape) is
+    waited for and not timed.
+    """
+
+    def __init__(self, stages, start: int):
+        stage_steps = [s[0] for s in stages]
+        self._compiles = {start + 1, *np.cumsum([1, *stage_steps[:-1]]).tolist()}
+        self._tokens = np.repeat([s[1] * s[2] for s in stages], stage_steps)  # [t]: of step t+1
+        self.restart()
+
+    def restart(self):
+        self._from, self._steps, self._count = time.time(), 0, 0
+
+    def stepped(self, step: int, metrics):
+        if step in self._compiles:
+            jax.block_until_ready(metrics)
+            self.restart()
+        else:
+            self._steps += 1
+            self._count += int(self._tokens[step - 1])
+
+    def rate(self) -> float | None:
+        return self._count / (time.time() - self._from) if self._steps else None
+
+    def eta_s(self, step: int, tokens_per_s: float | None) -> float | None:
+        return float(self._tokens[step:].sum()) / tokens_per_s if tokens_per_s else None
+
+
 # ---------------------------------------------------------------- stopping
 
 
