@@ -49,7 +49,7 @@ import numpy as np
 from absl import app, flags
 from timing import report, time_call
 
-from roformer_jax import attention, rope
+from roformer_jax.nn import attention, rope
 
 _QUICK = flags.DEFINE_bool("quick", False, "L = 512, 1024, 2048 and fewer repeats.")
 _LENGTHS = flags.DEFINE_list("lengths", [str(512 << i) for i in range(6)], "Sequence lengths.")

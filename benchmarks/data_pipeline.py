@@ -23,8 +23,8 @@ from absl import app, flags
 from timing import report
 
 from roformer_jax.data.batches import DataConfig, load_corpus
-from roformer_jax.model import RoFormer
-from roformer_jax.model_config import model_config
+from roformer_jax.nn.model import RoFormer
+from roformer_jax.nn.model_config import model_config
 from roformer_jax.training import optim
 from roformer_jax.training.step import TrainState, make_train_step
 

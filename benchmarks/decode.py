@@ -49,10 +49,10 @@ import numpy as np
 from absl import app, flags
 from timing import report, time_call
 
-from roformer_jax import decoding
-from roformer_jax.attention_step import KernelState, KVCache
-from roformer_jax.model import RoFormer
-from roformer_jax.model_config import model_config
+from roformer_jax.nn import decoding
+from roformer_jax.nn.attention_step import KernelState, KVCache
+from roformer_jax.nn.model import RoFormer
+from roformer_jax.nn.model_config import model_config
 
 _QUICK = flags.DEFINE_bool("quick", False, "L = 128, 512, 2048; batch 1; fewer repeats.")
 _LENGTHS = flags.DEFINE_list("lengths", [str(128 << i) for i in range(8)], "Context lengths L.")

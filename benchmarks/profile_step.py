@@ -37,7 +37,7 @@ from absl import app, flags
 from timing import report
 from train_step import MASK_PROB, VOCAB, _train_step
 
-from roformer_jax.model_config import model_config
+from roformer_jax.nn.model_config import model_config
 
 _STEPS = flags.DEFINE_integer("steps", 5, "Traced steps (after warm-up).")
 _TOP = flags.DEFINE_integer("top", 0, "Also list the slowest operations.")

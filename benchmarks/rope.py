@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from absl import app, flags
 from timing import report, time_call
 
-from roformer_jax import rope, rope_reference
+from roformer_jax.nn import rope, rope_reference
 
 _SHAPE = flags.DEFINE_list("shape", ["8", "4096", "8", "64"], "x shape [B, L, N, H].")
 _OUTPUT = flags.DEFINE_string("output", None, "Append JSON lines here.")

@@ -28,8 +28,8 @@ from timing import report
 
 from roformer_jax.data import masking
 from roformer_jax.data.batches import DataConfig
-from roformer_jax.model import RoFormer
-from roformer_jax.model_config import ModelConfig, model_config
+from roformer_jax.nn.model import RoFormer
+from roformer_jax.nn.model_config import ModelConfig, model_config
 from roformer_jax.training import optim
 from roformer_jax.training.step import TrainState, make_train_step
 

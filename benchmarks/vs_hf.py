@@ -43,7 +43,7 @@ from timing import report
 
 from roformer_jax import hf
 from roformer_jax.data import masking
-from roformer_jax.model_config import ModelConfig, model_config
+from roformer_jax.nn.model_config import ModelConfig, model_config
 
 _SIZES = flags.DEFINE_list("sizes", ["small", "base"], "Model sizes (model_config.SIZES).")
 _SHAPES = flags.DEFINE_list(
@@ -145,7 +145,7 @@ def _our_step(cfg: ModelConfig, data: dict[str, np.ndarray]):
     import jax
     import jax.numpy as jnp
 
-    from roformer_jax.model import RoFormer
+    from roformer_jax.nn.model import RoFormer
     from roformer_jax.training import optim
     from roformer_jax.training.step import TrainState, make_train_step
 

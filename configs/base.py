@@ -14,7 +14,7 @@ import typing
 
 from ml_collections import ConfigDict, config_dict
 
-from roformer_jax.model_config import SIZES
+from roformer_jax.nn.model_config import SIZES
 from roformer_jax.training import finetune_config
 from roformer_jax.training.config import SECTIONS, default_experiment_config
 

@@ -33,7 +33,7 @@ Then each is fine-tuned on the far task as the pilot was (lr 1e-4, the study's r
   python experiments/results_page.py
 
 Both runs start from runs/long_doc_pilot/RoPE_RoFormer_/seed0 (the pilot's encoder: run
-configs/long_doc_pilot.py first); the pair head starts afresh (training.loop.params_from).
+configs/long_doc_pilot.py first); the pair head starts afresh (training.runs.params_from).
 The pre-training and fine-tuning corpora share WikiText-2's train.txt, so the far task's
 training articles were seen in pre-training, as they were by the pilot's encoder; its
 validation and test articles (valid.txt, test.txt) were not.

@@ -17,8 +17,7 @@ import json
 
 from absl import flags
 
-from roformer_jax import long_doc_study
-from roformer_jax.data import long_doc_task
+from roformer_jax.studies import long_doc_study, long_doc_task
 from roformer_jax.training import runtime
 
 _SOURCE = flags.DEFINE_list("source", None, "Text files (or globs/directories), in order.")

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from roformer_jax import decoding  # noqa: E402
+from roformer_jax.nn import decoding  # noqa: E402
 from roformer_jax.training import runtime  # noqa: E402
 from roformer_jax.training.runs import load_run  # noqa: E402
 

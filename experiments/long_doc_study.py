@@ -25,9 +25,14 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)  # config files import `configs.*`
 
 from experiments import study_flags  # noqa: E402
-from roformer_jax import long_doc_report, long_doc_study, study, study_record  # noqa: E402
-from roformer_jax.data import long_doc_task  # noqa: E402
 from roformer_jax.data.batches import load_corpus  # noqa: E402
+from roformer_jax.studies import (  # noqa: E402
+    long_doc_report,
+    long_doc_study,
+    long_doc_task,  # noqa: E402
+    study,
+    study_record,
+)
 from roformer_jax.training import provenance, runtime  # noqa: E402
 
 _CONFIG, _WORKDIR, _RAW_DIR = study_flags.define(

@@ -10,7 +10,8 @@ f(64)=10.090, f(256)=6.543.
 import numpy as np
 from absl import flags
 
-from roformer_jax import plots, rope_reference
+from roformer_jax.nn import rope_reference
+from roformer_jax.studies import plots
 from roformer_jax.training import runtime
 
 _DIM = flags.DEFINE_integer("dim", 128, "Rotated dimension d.")

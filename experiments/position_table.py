@@ -5,10 +5,10 @@ r"""How far the learned position tables (BERT's) of a study's runs moved in trai
 
 For every run under --workdir whose model learns a position table (position="learned"), the
 table of its newest checkpoint is compared with the one the run started from, redone from its
-seed (loop.run_rngs), by positions.table_change; the word table likewise, for scale. Each run
-gets <run>/seed<k>/position_table.json in --workdir and, with --raw_dir, in the study's raw
-folder, where docs/results.md's `position_table()` marker reads it. Needs the checkpoints,
-which are not committed: the raw file is what the page is rebuilt from.
+seed (runs.run_rngs), by studies.position_table.table_change; the word table likewise, for
+scale. Each run gets <run>/seed<k>/position_table.json in --workdir and, with --raw_dir, in
+the study's raw folder, where docs/results.md's `position_table()` marker reads it. Needs the
+checkpoints, which are not committed: the raw file is what the page is rebuilt from.
 """
 
 import glob
@@ -23,9 +23,9 @@ from absl import app, flags, logging
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)
 
-from roformer_jax import positions  # noqa: E402
-from roformer_jax.study_record import POSITION_TABLE_FILE as FILE  # noqa: E402
-from roformer_jax.training import loop, runs, runtime  # noqa: E402
+from roformer_jax.studies.position_table import POSITION_TABLE_FILE as FILE  # noqa: E402
+from roformer_jax.studies.position_table import table_change  # noqa: E402
+from roformer_jax.training import runs, runtime  # noqa: E402
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A study's workdir (compare.py --workdir).")
 _RAW_DIR = flags.DEFINE_string("raw_dir", None, "The study's raw folder: copy each file there.")
@@ -49,10 +49,10 @@ def main(argv):
             if json.load(f)["model"]["position"] != "learned":
                 continue
         cfg, final, step = runs.load_params(run)
-        init = loop.model_and_optimizer(cfg)[3]
-        initial = jax.jit(init)(loop.run_rngs(cfg.seed)[0]).params
+        init = runs.model_and_optimizer(cfg)[3]
+        initial = jax.jit(init)(runs.run_rngs(cfg.seed)[0]).params
         record = {"step": step} | {
-            name: positions.table_change(_table(initial, path), _table(final, path))
+            name: table_change(_table(initial, path), _table(final, path))
             for name, path in _TABLES.items()
         }
         with open(os.path.join(run, FILE), "w", encoding="utf-8") as f:

@@ -16,7 +16,7 @@ from absl import app, flags
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)
 
-from roformer_jax import results_page  # noqa: E402
+from roformer_jax.studies import results_page  # noqa: E402
 
 _PAGE = flags.DEFINE_string("page", os.path.join(_ROOT, "docs", "results.md"), "The page.")
 _RAW = flags.DEFINE_string(

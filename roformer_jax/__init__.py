@@ -1,0 +1,36 @@
+"""roformer_jax: Rotary Position Embedding (RoPE), RoPE-compatible attention and the RoFormer
+encoder in JAX/Flax.
+
+    import roformer_jax as rj
+    q, k = rj.apply_rope(q, positions), rj.apply_rope(k, positions)   # [B, L, N, H]
+    out = rj.softmax_attention(q, k, v)
+
+The sub-packages, floor by floor (each imports only from those below): `nn` (RoPE and its
+scaling, attention kinds, positions, the model, task heads, decoding), `data` (corpora,
+tokenizers, masking, batches), `hf` (HuggingFace checkpoints in and out), `training` (the
+step, the trainer, fine-tuning), and `studies` (the lab; not imported here).
+"""
+
+from roformer_jax.hf import load_hf_roformer, save_hf_roformer
+from roformer_jax.nn.attention import cosine_attention, linear_attention, softmax_attention
+from roformer_jax.nn.decoding import generate
+from roformer_jax.nn.model import RoFormer
+from roformer_jax.nn.model_config import ModelConfig, model_config
+from roformer_jax.nn.rope import apply_rope, rope_frequencies, rope_rotation
+from roformer_jax.nn.rope_scaling import scaled_frequencies
+
+__all__ = [
+    "ModelConfig",
+    "RoFormer",
+    "apply_rope",
+    "cosine_attention",
+    "generate",
+    "linear_attention",
+    "load_hf_roformer",
+    "model_config",
+    "rope_frequencies",
+    "rope_rotation",
+    "save_hf_roformer",
+    "scaled_frequencies",
+    "softmax_attention",
+]

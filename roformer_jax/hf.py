@@ -41,11 +41,11 @@ import numpy as np
 import safetensors.numpy
 from safetensors import safe_open
 
-from roformer_jax import heads
-from roformer_jax.model import RoFormer
+from roformer_jax.nn import heads
+from roformer_jax.nn.model import RoFormer
 
 # (ModelConfig field, HF RoFormerConfig key, HF default).
-from roformer_jax.model_config import ModelConfig
+from roformer_jax.nn.model_config import ModelConfig
 
 _CONFIG_FIELDS = (
     ("vocab_size", "vocab_size", 50000),

@@ -1,4 +1,4 @@
-"""Tests for roformer_jax.attention: every kind against its explicit O(L·M) formula."""
+"""Tests for roformer_jax.nn.attention: every kind against its explicit O(L·M) formula."""
 
 import functools
 
@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax import _attention_cpu, attention, attention_step, feature_maps
-from roformer_jax.rope import rope_rotation
-from roformer_jax.rope_reference import apply_rope_dense, rotation_matrices
+from roformer_jax.nn import _attention_cpu, attention, attention_step, feature_maps
+from roformer_jax.nn.rope import rope_rotation
+from roformer_jax.nn.rope_reference import apply_rope_dense, rotation_matrices
 
 B, L, N, H = 2, 7, 2, 8
 EPS = 1e-6

@@ -20,8 +20,8 @@ import numpy as np
 from absl.testing import absltest, parameterized
 
 from roformer_jax import hf
-from roformer_jax import model as model_lib
-from roformer_jax import model_config as model_config_lib
+from roformer_jax.nn import model as model_lib
+from roformer_jax.nn import model_config as model_config_lib
 
 try:
     import torch

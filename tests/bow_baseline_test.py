@@ -3,7 +3,7 @@
 import numpy as np
 from absl.testing import absltest
 
-from roformer_jax import bow_baseline
+from roformer_jax.studies import bow_baseline
 
 
 def _triplets(n: int, *, lexical: bool, seed: int) -> list[dict]:

@@ -5,7 +5,7 @@ import dataclasses
 from absl.testing import absltest
 
 from configs import tiny
-from roformer_jax.model_config import ModelConfig
+from roformer_jax.nn.model_config import ModelConfig
 from roformer_jax.training.config import (
     ABSENT,
     config_diff,

@@ -12,9 +12,9 @@ from absl.testing import absltest, parameterized
 from ml_collections import config_flags
 
 from configs import base, studies
-from roformer_jax import study
-from roformer_jax.model import RoFormer
-from roformer_jax.model_config import SIZES
+from roformer_jax.nn.model import RoFormer
+from roformer_jax.nn.model_config import SIZES
+from roformer_jax.studies import study
 from roformer_jax.training import finetune_config
 from roformer_jax.training.config import (
     SECTIONS,

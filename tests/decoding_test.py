@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax import attention, decoding
-from roformer_jax import model as model_lib
-from roformer_jax import model_config as model_config_lib
+from roformer_jax.nn import attention, decoding
+from roformer_jax.nn import model as model_lib
+from roformer_jax.nn import model_config as model_config_lib
 
 V, P, T = 64, 5, 4  # vocabulary, prompt length, new tokens
 MASK = np.array([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1], [1, 1, 0, 0, 0]], bool)  # 3 prompts

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax import feature_maps
+from roformer_jax.nn import feature_maps
 
 H = 8
 

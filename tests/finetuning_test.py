@@ -15,10 +15,11 @@ import numpy as np
 from absl.testing import absltest, parameterized
 
 from configs import finetune_classification
-from roformer_jax import heads, hf
+from roformer_jax import hf
 from roformer_jax.data import tasks
 from roformer_jax.data.tokenizer import ByteTokenizer, WordPieceTokenizer
-from roformer_jax.model_config import model_config
+from roformer_jax.nn import heads
+from roformer_jax.nn.model_config import model_config
 from roformer_jax.training import finetune as ft
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import task_metrics as tm
@@ -204,7 +205,7 @@ def _hf_dir() -> str:
     path = os.path.join(_TMP, "hf")
     if not os.path.exists(path):
         cfg = model_config("tiny", num_layers=1, vocab_size=5 + len(_WORDS), hidden_dropout=0.1)
-        from roformer_jax.model import RoFormer
+        from roformer_jax.nn.model import RoFormer
 
         variables = RoFormer(cfg).init(jax.random.key(1), np.zeros((1, 4), np.int32))
         hf.save_hf_roformer(cfg, variables, path)

@@ -10,9 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax import heads
-from roformer_jax import model as model_lib
-from roformer_jax import model_config as model_config_lib
+from roformer_jax.nn import heads
+from roformer_jax.nn import model as model_lib
+from roformer_jax.nn import model_config as model_config_lib
 
 B, C, L, K, V = 2, 3, 8, 5, 50
 # Every head's output fields and their shapes, for input_ids [B, L] ([B, C, L] for choices).

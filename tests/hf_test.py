@@ -19,9 +19,10 @@ import numpy as np
 import safetensors.numpy
 from absl.testing import absltest, parameterized
 
-from roformer_jax import _rope_cpu, decoding, heads, hf, rope
-from roformer_jax import model as model_lib
-from roformer_jax import model_config as model_config_lib
+from roformer_jax import hf
+from roformer_jax.nn import _rope_cpu, decoding, heads, rope
+from roformer_jax.nn import model as model_lib
+from roformer_jax.nn import model_config as model_config_lib
 
 try:
     import torch

@@ -9,8 +9,8 @@ from unittest import mock
 import numpy as np
 from absl.testing import absltest
 
-from roformer_jax import length_study, study
 from roformer_jax.data.length_eval import LengthEvalSet
+from roformer_jax.studies import length_study, stats, study
 from roformer_jax.training.config import default_experiment_config
 
 
@@ -138,7 +138,7 @@ class TablesTest(absltest.TestCase):
         table = length_study.length_table(scores, (128, 256))
         self.assertIn("| a | 2 | 1.228 ± 0.14 | 1.356 ± 0.14 |", table)
         paired = length_study.length_paired_table(scores, "a", (128, 256))
-        mean, low, high = study.t_interval([0.5, 0.3])
+        mean, low, high = stats.t_interval([0.5, 0.3])
         self.assertIn(f"| b | 2 | {mean:+.3f} [{low:+.3f}, {high:+.3f}] |", paired)
         with self.assertRaisesRegex(ValueError, "baseline 'c'"):
             length_study.length_paired_table(scores, "c", (128,))

@@ -14,9 +14,9 @@ import pytest
 from absl.testing import absltest, parameterized
 
 from configs import study_long_doc
-from roformer_jax import long_doc_report, long_doc_study, results_page, stats
-from roformer_jax.data import long_doc_task, tasks
+from roformer_jax.data import tasks
 from roformer_jax.data.tokenizer import ByteTokenizer
+from roformer_jax.studies import long_doc_report, long_doc_study, long_doc_task, results_page, stats
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -11,8 +11,8 @@ import tempfile
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax.data import long_doc_task as ldt
 from roformer_jax.data.tokenizer import ByteTokenizer, train_wordpiece
+from roformer_jax.studies import long_doc_task as ldt
 
 _TAG = re.compile(r"^a(\d+)s(\d+)$")  # body words "a{article}s{section}" say where they came from
 

@@ -24,9 +24,9 @@ import pytest
 from absl.testing import absltest, parameterized
 
 from configs import tiny
-from roformer_jax import decoding
 from roformer_jax.data import batches as batches_lib
 from roformer_jax.data.length_eval import length_eval_set
+from roformer_jax.nn import decoding
 from roformer_jax.training import loop, provenance, runs, runtime
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import step as step_lib
@@ -444,9 +444,9 @@ class InitFromTest(absltest.TestCase):
         # What analyses of a finished run compare with (experiments/position_table.py).
         cfg = _config(train__steps=1, seed=3)
         started = _initial_state(cfg, os.path.join(_TMP, "run_rngs"))
-        init = loop.model_and_optimizer(cfg)[3]
-        chex.assert_trees_all_equal(jax.jit(init)(loop.run_rngs(3)[0]).params, started.params)
-        other = jax.jit(init)(loop.run_rngs(4)[0]).params  # the seed matters
+        init = runs.model_and_optimizer(cfg)[3]
+        chex.assert_trees_all_equal(jax.jit(init)(runs.run_rngs(3)[0]).params, started.params)
+        other = jax.jit(init)(runs.run_rngs(4)[0]).params  # the seed matters
         word = ("embeddings", "word_embeddings", "embedding")
         self.assertFalse(np.array_equal(_at(other, word), _at(started.params, word)))
 

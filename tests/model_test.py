@@ -10,9 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax import attention, positions
-from roformer_jax import model as model_lib
-from roformer_jax import model_config as model_config_lib
+from roformer_jax.nn import attention, positions
+from roformer_jax.nn import model as model_lib
+from roformer_jax.nn import model_config as model_config_lib
 
 # Parameters of each named size at the ModelConfig defaults (vocab 30522, rope, MLM head).
 # `base` with position="learned" has 109,514,298: exactly HF BertForMaskedLM (BERT-base).

@@ -6,7 +6,7 @@ from unittest import mock
 
 from absl.testing import absltest
 
-from roformer_jax import plots
+from roformer_jax.studies import plots
 
 
 class PlotCurvesTest(absltest.TestCase):

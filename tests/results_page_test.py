@@ -12,7 +12,7 @@ import tempfile
 
 from absl.testing import absltest, parameterized
 
-from roformer_jax import results_page, study_record
+from roformer_jax.studies import results_page, study_record
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PAGE = os.path.join(_ROOT, "docs", "results.md")

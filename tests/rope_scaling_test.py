@@ -11,9 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax import hf, rope, rope_scaling
-from roformer_jax import model as model_lib
-from roformer_jax import model_config as model_config_lib
+from roformer_jax import hf
+from roformer_jax.nn import model as model_lib
+from roformer_jax.nn import model_config as model_config_lib
+from roformer_jax.nn import rope, rope_scaling
 
 try:
     import transformers

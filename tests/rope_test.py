@@ -7,7 +7,7 @@ import numpy as np
 from absl.testing import absltest, parameterized
 from jax.test_util import check_grads
 
-from roformer_jax import _rope_cpu, rope, rope_reference
+from roformer_jax.nn import _rope_cpu, rope, rope_reference
 
 LAYOUTS = [("interleaved", "interleaved"), ("half", "half")]
 _TWO_PI = 2 * np.longdouble("3.14159265358979323846264338327950288")  # x87: 64-bit mantissa

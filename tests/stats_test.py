@@ -4,7 +4,7 @@ import numpy as np
 from absl.testing import absltest, parameterized
 from scipy import stats as scipy_stats
 
-from roformer_jax import stats
+from roformer_jax.studies import stats
 
 
 def _pairs(only_a: int, only_b: int, both: int = 3, neither: int = 2):

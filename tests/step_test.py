@@ -10,7 +10,7 @@ from scipy.special import log_softmax
 
 from configs import tiny
 from roformer_jax.data import masking
-from roformer_jax.model import RoFormer
+from roformer_jax.nn.model import RoFormer
 from roformer_jax.training import optim
 from roformer_jax.training.config import experiment_config_from_dict
 from roformer_jax.training.step import (

@@ -8,7 +8,7 @@ import tempfile
 from absl.testing import absltest
 from ml_collections import ConfigDict
 
-from roformer_jax import study, study_record
+from roformer_jax.studies import study, study_record
 from roformer_jax.training.config import experiment_config_from_dict
 
 

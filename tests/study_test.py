@@ -10,7 +10,7 @@ from unittest import mock
 import numpy as np
 from absl.testing import absltest
 
-from roformer_jax import study
+from roformer_jax.studies import study
 from roformer_jax.training.config import experiment_config_from_dict
 
 

@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax import _threefry
-from roformer_jax.model import Dropout
+from roformer_jax.nn import _threefry
+from roformer_jax.nn.model import Dropout
 
 draw = jax.jit(_threefry.bernoulli_rows, static_argnums=(2, 3))
 

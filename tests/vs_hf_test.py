@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "ben
 import vs_hf  # noqa: E402
 
 from roformer_jax import hf  # noqa: E402
-from roformer_jax.model_config import model_config  # noqa: E402
+from roformer_jax.nn.model_config import model_config  # noqa: E402
 
 try:
     import torch

@@ -24,7 +24,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from jax.experimental import multihost_utils
 
-from roformer_jax.model_config import ModelConfig
+from roformer_jax.nn.model_config import ModelConfig
 from roformer_jax.training.config import config_diff
 
 

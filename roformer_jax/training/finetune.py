@@ -36,11 +36,12 @@ import numpy as np
 import optax
 from absl import logging
 
-from roformer_jax import heads, hf
+from roformer_jax import hf
 from roformer_jax.data import tasks
 from roformer_jax.data.tokenizer import ByteTokenizer, WordPieceTokenizer
-from roformer_jax.model import PRETRAINING_HEADS, evaluation_update
-from roformer_jax.model_config import model_config
+from roformer_jax.nn import heads
+from roformer_jax.nn.model import PRETRAINING_HEADS, evaluation_update
+from roformer_jax.nn.model_config import model_config
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import optim, runs, runtime
 from roformer_jax.training import task_metrics as tm

@@ -12,8 +12,8 @@ import dataclasses
 from collections.abc import Mapping
 
 from roformer_jax.data.tasks import FORMATS, TRUNCATIONS
-from roformer_jax.heads import SUMMARY_POSITIONS
-from roformer_jax.model_config import SIZES
+from roformer_jax.nn.heads import SUMMARY_POSITIONS
+from roformer_jax.nn.model_config import SIZES
 from roformer_jax.training.config import section_from_dict
 from roformer_jax.training.optim import OptimConfig
 

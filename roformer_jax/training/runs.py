@@ -1,4 +1,4 @@
-"""A training run read back from its workdir: config, model, parameters and tokenizer.
+"""A run's model and optimizer, and a training run read back from its workdir.
 
     run = load_run("runs/causal/softmax_+_RoPE/seed0")
     tokens = decoding.generate(run.model, {"params": run.params}, ids, max_new_tokens=32,
@@ -15,12 +15,15 @@ import os
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
+from absl import logging
 
 from roformer_jax.data.batches import Corpus, load_corpus
-from roformer_jax.model import RoFormer
+from roformer_jax.nn.model import PRETRAINING_HEADS, RoFormer
+from roformer_jax.training import optim
 from roformer_jax.training.checkpoints import Checkpoints
 from roformer_jax.training.config import ExperimentConfig, experiment_config_from_dict
-from roformer_jax.training.loop import model_and_optimizer
+from roformer_jax.training.step import TrainState
 
 
 class TrainedRun(NamedTuple):
@@ -67,3 +70,72 @@ def load_params(workdir: str) -> tuple[ExperimentConfig, Any, int]:
         raise FileNotFoundError(f"{workdir} has no checkpoint yet")
     state, _ = restored
     return cfg, state.params, int(state.step)
+
+
+def model_and_optimizer(cfg: ExperimentConfig):
+    """(model, learning-rate schedule, optimizer, init): init(rng) is the initial TrainState."""
+    model = RoFormer(cfg.model, with_pair_head=cfg.data.pairs)
+    schedule = optim.learning_rate_schedule(cfg.optim, cfg.train.steps)
+    tx = optim.optimizer_on(cfg.optim, schedule)
+
+    def init(rng):
+        params = model.init(rng, jnp.zeros((1, cfg.data.seq_len), jnp.int32))["params"]
+        return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+
+    return model, schedule, tx, init
+
+
+def run_rngs(seed: int) -> tuple[jax.Array, jax.Array]:
+    """(init_rng, step_rng) of a run of `seed`: its initial parameters are
+    jax.jit(init)(init_rng) (model_and_optimizer), which analyses of a run can redo."""
+    init_rng, step_rng = jax.random.split(jax.random.key(seed))
+    return init_rng, step_rng
+
+
+def params_from(workdir: str, initial_params, tokenizer):
+    """The params of the newest checkpoint in `workdir` (train.init_from), host arrays.
+
+    initial_params: this run's fresh params. A pre-training head this run has and that run
+    lacks (model.PRETRAINING_HEADS: the pair head of "mlm_same_doc" after an MLM run) keeps
+    its initial values. tokenizer: this run's, which must be that run's: the same shapes
+    under another vocabulary would load, and mean nothing. Raises FileNotFoundError when
+    `workdir` holds no run or no checkpoint, and ValueError when the tokenizers differ or
+    naming the first other parameter whose path or shape differs from this run's.
+    """
+    try:
+        run = load_run(workdir)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"train.init_from={workdir!r}: {e}") from None
+    params, step = run.params, run.step
+    if not same_tokenizer(run.tokenizer, tokenizer):
+        raise ValueError(
+            f"train.init_from={workdir!r} was trained with another tokenizer (its corpus "
+            f"{run.config.data.source!r}, max_chars {run.config.data.max_chars}): its "
+            "embeddings would be read under the wrong ids. Use the same data settings"
+        )
+    added = [h for h in PRETRAINING_HEADS if h in initial_params and h not in params]
+    params = {**params, **{h: jax.device_get(initial_params[h]) for h in added}}
+    found, wanted = _shapes(params), _shapes(initial_params)
+    for path in [*wanted, *(p for p in found if p not in wanted)]:
+        if found.get(path) != wanted.get(path):
+            raise ValueError(
+                f"train.init_from={workdir!r} has parameters of another model: {path} is "
+                f"{found.get(path, 'absent')} there and {wanted.get(path, 'absent')} here "
+                "(only what holds no parameters may differ, e.g. rope_scaling or dropout)"
+            )
+    logging.info("parameters from %s (step %d)%s", workdir, step,
+                 f"; {', '.join(added)} initialized afresh" if added else "")  # fmt: skip
+    return params
+
+
+def same_tokenizer(a, b) -> bool:
+    """Whether two tokenizers give every text the same ids."""
+    return type(a) is type(b) and all(
+        getattr(a, name, None) == getattr(b, name, None) for name in ("vocab", "lowercase")
+    )
+
+
+def _shapes(tree) -> dict[str, tuple[int, ...]]:
+    """{path: shape} of every leaf, e.g. {"['embeddings']['LayerNorm']['bias']": (64,)}."""
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {jax.tree_util.keystr(path): tuple(x.shape) for path, x in leaves}

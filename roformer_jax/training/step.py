@@ -33,7 +33,7 @@ import optax
 from jax import lax
 
 from roformer_jax.data import masking
-from roformer_jax.model import RoFormer, evaluation_update
+from roformer_jax.nn.model import RoFormer, evaluation_update
 
 # What a sums_fn may report beside its sums: minima over its rows, reduced by min over
 # micro-batches and devices (the smallest |denominator| of linear attention, model.py).

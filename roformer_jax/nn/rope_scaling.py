@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from roformer_jax import _rope_cpu
+from roformer_jax.nn import _rope_cpu
 
 
 def _exponents(dim: int, denominator: int | None = None) -> np.ndarray:

@@ -13,7 +13,7 @@ can tell it in three places, and says which through the hooks it fills in:
 look encodings up here and never branch on their names. A new encoding is one definition and
 one entry.
 
-Hooks receive the model config (`roformer_jax.model_config.ModelConfig`) and the position ids
+Hooks receive the model config (`roformer_jax.nn.model_config.ModelConfig`) and the position ids
 (`position_ids`, the indices; `config.position` names the encoding).
 Glossary of shapes: B batch, L query length, M key length, N heads, E embedding size.
 Position ids are int [L] or [B, L].
@@ -29,9 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from roformer_jax import _rope_cpu, rope
+from roformer_jax.nn import _rope_cpu, rope
 
-ModelConfig = Any  # roformer_jax.model_config.ModelConfig, which imports this module
+ModelConfig = Any  # roformer_jax.nn.model_config.ModelConfig, which imports this module
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,24 +75,6 @@ def _learned(config, position_ids, dtype):
         name="position_embeddings",
     )
     return table(position_ids)  # [(B,) L, E]
-
-
-def table_change(initial: np.ndarray, final: np.ndarray) -> dict[str, float]:
-    """What training did to an embedding table [P, E] (a learned position table, or the word
-    table for comparison).
-
-    moved: ||final - initial|| / ||initial|| (Frobenius); row_norm, row_norm_initial: the
-    mean L2 norm of a row; neighbor_cosine: the mean cosine of rows p and p + 1 of `final`,
-    near 0 for a random table and near 1 for the smooth tables that BERT's positions become.
-    """
-    initial, final = np.asarray(initial, np.float64), np.asarray(final, np.float64)
-    rows = final / np.linalg.norm(final, axis=-1, keepdims=True)
-    return {
-        "moved": float(np.linalg.norm(final - initial) / np.linalg.norm(initial)),
-        "row_norm": float(np.linalg.norm(final, axis=-1).mean()),
-        "row_norm_initial": float(np.linalg.norm(initial, axis=-1).mean()),
-        "neighbor_cosine": float((rows[1:] * rows[:-1]).sum(-1).mean()),
-    }
 
 
 def sinusoidal_embedding(positions, dim: int) -> jax.Array:

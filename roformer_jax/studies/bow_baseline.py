@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from roformer_jax.data.long_doc_task import tfidf_vectors
+from roformer_jax.studies.long_doc_task import tfidf_vectors
 
 FEATURES = ("tfidf_cosine", "word_jaccard", "log_shared_words")
 _LABELS = ("B", "C")

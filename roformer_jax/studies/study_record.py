@@ -17,8 +17,8 @@
     which a study ran in pieces.
 Each run's own files (metrics.jsonl, config.json, provenance.json, length_eval/) are under
 `<raw_dir>/<run>/seed<k>/` (study.export_raw); a run with a learned position table may also
-have POSITION_TABLE_FILE there, what training did to that table (experiments/position_table.py,
-from the run's checkpoints).
+have position_table.POSITION_TABLE_FILE there, what training did to that table
+(experiments/position_table.py, from the run's checkpoints).
 """
 
 from __future__ import annotations
@@ -31,13 +31,12 @@ from collections.abc import Mapping, Sequence
 
 from ml_collections import ConfigDict
 
-from roformer_jax import length_study, study
+from roformer_jax.studies import length_study, study
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import provenance
 from roformer_jax.training.config import ExperimentConfig, experiment_config_from_dict
 
 FILE = "study.json"
-POSITION_TABLE_FILE = "position_table.json"  # {"step", "position", "word": table_change}
 
 
 def make_record(

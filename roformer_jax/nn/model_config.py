@@ -1,6 +1,6 @@
 """The encoder's architecture as data: `ModelConfig`, the named sizes, dtypes, activations.
 
-One frozen dataclass holds every architectural choice of `roformer_jax.model.RoFormer`: the
+One frozen dataclass holds every architectural choice of `roformer_jax.nn.model.RoFormer`: the
 position encoding (a key of `positions.ENCODINGS`), the attention kind (a key of
 `attention.ATTENTION_FUNCTIONS`) and their options, validated when the config is made.
 """
@@ -14,10 +14,10 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from roformer_jax import attention as attention_lib
-from roformer_jax import rope
-from roformer_jax.feature_maps import FEATURE_MAPS
-from roformer_jax.positions import ENCODINGS, PositionEncoding
+from roformer_jax.nn import attention as attention_lib
+from roformer_jax.nn import rope
+from roformer_jax.nn.feature_maps import FEATURE_MAPS
+from roformer_jax.nn.positions import ENCODINGS, PositionEncoding
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -66,7 +66,7 @@ class ModelConfig:
     rotary_value: bool = False  # also rotate v, as HF RoFormer's `rotary_value`
     pre_ln: bool = False  # LayerNorm before each sublayer (and once at the end) instead of after
     # Token i attends to tokens j <= i only: a decoder (HF's `is_decoder`), for next-token
-    # prediction and generation (roformer_jax.decoding); every attention kind has a causal form.
+    # prediction and generation (roformer_jax.nn.decoding); every attention kind has a causal form.
     causal: bool = False
     initializer_range: float = 0.02  # std of the normal initializer (BERT)
     hidden_act: str = "gelu"  # a key of ACTIVATIONS

@@ -22,10 +22,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from roformer_jax.model import Dropout, RoFormer, _dense
+from roformer_jax.nn.model import Dropout, RoFormer, _dense
 
 # NamedTuples, as the encoder's EncoderOutput: fields are HF's output names, read as HF's
-from roformer_jax.model_config import ACTIVATIONS, ModelConfig
+from roformer_jax.nn.model_config import ACTIVATIONS, ModelConfig
 
 
 # `out.logits`; a misspelt field fails instead of returning None; jit returns them as pytrees.

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from roformer_jax.model import RoFormer, evaluation_update
+from roformer_jax.nn.model import RoFormer, evaluation_update
 
 
 def generate(

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from roformer_jax import _attention_cpu
+from roformer_jax.nn import _attention_cpu
 
 
 @dataclasses.dataclass(frozen=True)

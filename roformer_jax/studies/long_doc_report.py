@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from roformer_jax import plots, stats, study
-from roformer_jax.long_doc_study import Cell, Finetuning, Results, cells
+from roformer_jax.studies import plots, stats, study
+from roformer_jax.studies.long_doc_study import Cell, Finetuning, Results, cells
 
 CHANCE = 0.5  # two choices, balanced labels
 

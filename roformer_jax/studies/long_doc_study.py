@@ -34,9 +34,9 @@ from typing import NamedTuple
 import numpy as np
 from ml_collections import ConfigDict
 
-from roformer_jax import bow_baseline, study
-from roformer_jax.data import long_doc_task, tasks
+from roformer_jax.data import tasks
 from roformer_jax.data.batches import load_corpus
+from roformer_jax.studies import bow_baseline, long_doc_task, study
 from roformer_jax.training import finetune as finetune_lib
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training.config import (

@@ -4,8 +4,8 @@
     p = sign_test(right, n)                                   # a two-choice accuracy vs chance
     bins = binned_accuracy(kept_fraction, correct, edges=(0, 0.25, 0.5, 0.75, 1))
 
-Pure functions over numpy arrays; N is the number of examples. (The t-interval of paired
-differences over seeds is study.t_interval.)
+Pure functions over numpy arrays; N is the number of examples, or of seeds for t_interval
+(the t-interval of the mean of paired differences over seeds).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
+from scipy import stats as scipy_stats
 
 
 class McNemar(NamedTuple):
@@ -80,3 +81,13 @@ def binned_accuracy(values, correct, *, edges: Sequence[float]) -> list[Bin]:
         accuracy = float(np.mean(hits)) if len(hits) else None
         bins.append(Bin(float(edges[i]), float(edges[i + 1]), len(hits), accuracy))
     return bins
+
+
+def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): the t-interval of the mean of `values` (at least 2 of them)."""
+    n = len(values)
+    if n < 2:
+        raise ValueError(f"an interval needs at least 2 values, got {n}")
+    mean, sem = float(np.mean(values)), float(np.std(values, ddof=1)) / np.sqrt(n)
+    half = float(scipy_stats.t.ppf(0.5 + confidence / 2, n - 1)) * sem
+    return mean, mean - half, mean + half

@@ -23,7 +23,7 @@ import numpy as np
 from flax import linen as nn
 
 from roformer_jax.data.length_eval import LengthEvalSet
-from roformer_jax.model import evaluation_update
+from roformer_jax.nn.model import evaluation_update
 from roformer_jax.training.step import target_scores
 
 

@@ -2,9 +2,9 @@
 
 RoFormer (Su et al. 2021) is BERT with the absolute position table removed and RoPE applied to
 q and k in every self-attention (eq. 34). Here both are one `RoFormer` module: the position
-encoding (any entry of `roformer_jax.positions.ENCODINGS`: "learned", "sinusoidal", "rope",
+encoding (any entry of `roformer_jax.nn.positions.ENCODINGS`: "learned", "sinusoidal", "rope",
 "alibi", "none") and the attention kind (any entry of
-`roformer_jax.attention.ATTENTION_FUNCTIONS`) are fields of a frozen `ModelConfig`.
+`roformer_jax.nn.attention.ATTENTION_FUNCTIONS`) are fields of a frozen `ModelConfig`.
 With the defaults (post-LN, exact-erf GELU, softmax, rope) it computes what HuggingFace's
 `RoFormerModel` / `RoFormerForMaskedLM` compute, parameter for parameter (see hf.py).
 
@@ -31,10 +31,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from roformer_jax import _threefry, attention_step
-from roformer_jax import attention as attention_lib
-from roformer_jax.feature_maps import FEATURE_MAPS
-from roformer_jax.model_config import ACTIVATIONS, DTYPES, ModelConfig
+from roformer_jax.nn import _threefry, attention_step
+from roformer_jax.nn import attention as attention_lib
+from roformer_jax.nn.feature_maps import FEATURE_MAPS
+from roformer_jax.nn.model_config import ACTIVATIONS, DTYPES, ModelConfig
 
 
 def feature_projection(cfg: ModelConfig, layer: int, update=None) -> jax.Array | None:
@@ -301,7 +301,7 @@ class RoFormer(nn.Module):
     random attention features (FAVOR+) are redrawn by it (`feature_projection`). Evaluation
     passes `evaluation_update(steps done)`; None: the first draw.
 
-    Decoding (a causal model; see roformer_jax.decoding): with decode_length, the total length
+    Decoding (a causal model; see roformer_jax.nn.decoding): with decode_length, the total length
     of the sequence being generated, each layer keeps what its attention kind needs of
     earlier tokens in the mutable "cache" collection (a KV cache for softmax, an O(1) state
     for linear and cosine), and each call's tokens follow those of the calls before: call

@@ -1,4 +1,4 @@
-"""Each attention kind one block of tokens at a time, for decoding (`roformer_jax.decoding`).
+"""Each attention kind one block of tokens at a time, for decoding (`roformer_jax.nn.decoding`).
 
 Each kind's step function takes what the earlier tokens left (`memory`: None before the first
 block), the new tokens' q, k, v [B, T, N, H], and returns (out [B, T, N, H], memory after
@@ -17,8 +17,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from roformer_jax import feature_maps
-from roformer_jax.attention import (
+from roformer_jax.nn import feature_maps
+from roformer_jax.nn.attention import (
     _check_linear_options,
     _compute_dtype,
     _cosine_features,
@@ -27,7 +27,7 @@ from roformer_jax.attention import (
     _linear_features,
     _softmax,
 )
-from roformer_jax.rope import Rotation
+from roformer_jax.nn.rope import Rotation
 
 
 class KVCache(NamedTuple):

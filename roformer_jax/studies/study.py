@@ -21,9 +21,9 @@ from collections.abc import Collection, Mapping, Sequence
 import numpy as np
 from absl import logging
 from ml_collections import ConfigDict
-from scipy import stats
 
-from roformer_jax import plots
+from roformer_jax.studies import plots
+from roformer_jax.studies.stats import t_interval
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import provenance
 from roformer_jax.training.config import (
@@ -442,16 +442,6 @@ def below_from(curve: Mapping[str, list[float]]) -> int | None:
     for step, high in zip(curve["step"], curve["high"]):
         first = (step if first is None else first) if high < 0 else None
     return first
-
-
-def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high): the t-interval of the mean of `values` (at least 2 of them)."""
-    n = len(values)
-    if n < 2:
-        raise ValueError(f"an interval needs at least 2 values, got {n}")
-    mean, sem = float(np.mean(values)), float(np.std(values, ddof=1)) / np.sqrt(n)
-    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sem
-    return mean, mean - half, mean + half
 
 
 def interval_text(diffs: list[float]) -> str:

@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from roformer_jax import _rope_cpu
-from roformer_jax.rope import _angle_dtype, _over_heads, _validate
+from roformer_jax.nn import _rope_cpu
+from roformer_jax.nn.rope import _angle_dtype, _over_heads, _validate
 
 
 def rotation_matrices(

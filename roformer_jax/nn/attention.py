@@ -10,7 +10,7 @@ dtype. Common keyword arguments:
   mask          [B, M] bool, True = real token. Padded keys add nothing to any numerator or
                 denominator; a query whose keys are all padded gets zeros.
   causal        query i sees keys j <= i (needs L == M).
-  rotation      how q and k are rotated (a `roformer_jax.rope.Rotation`, e.g.
+  rotation      how q and k are rotated (a `roformer_jax.nn.rope.Rotation`, e.g.
                 `rope.rope_rotation(positions)`: RoPE, Su et al. 2021, eq. 14), or None. The
                 kinds never see positions themselves, so any encoding that rotates q and k
                 (scaled RoPE, xPos, ...) needs no keyword here.
@@ -31,8 +31,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from roformer_jax import _attention_cpu, _threefry, feature_maps
-from roformer_jax.rope import Rotation
+from roformer_jax.nn import _attention_cpu, _threefry, feature_maps
+from roformer_jax.nn.rope import Rotation
 
 # Where linear attention applies the rotation (see `linear_attention`).
 PLACEMENTS = ("numerator", "both", "before_feature_map")

@@ -30,12 +30,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from roformer_jax import evaluation
 from roformer_jax.data.batches import load_corpus
 from roformer_jax.data.length_eval import length_eval_set
-from roformer_jax.model import RoFormer
-from roformer_jax.model_config import ModelConfig
-from roformer_jax.study import interval_text, mean_std_text, run_dir, summary_table
+from roformer_jax.nn.model import RoFormer
+from roformer_jax.nn.model_config import ModelConfig
+from roformer_jax.studies.study import interval_text, mean_std_text, run_dir, summary_table
+from roformer_jax.training import evaluation
 from roformer_jax.training.config import ExperimentConfig
 from roformer_jax.training.runs import load_params
 

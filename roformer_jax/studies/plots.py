@@ -13,6 +13,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from roformer_jax.studies.stats import t_interval  # noqa: E402
+
 
 def _save(fig, path: str, *, bottom: float = 0.0, right: float = 1.0) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -156,7 +158,7 @@ def plot_lengths(
     """Two panels: loss against context length, and loss by position at the longest length.
 
     Args:
-      scores: evaluation name -> one {length: scores} per seed (roformer_jax.evaluation's
+      scores: evaluation name -> one {length: scores} per seed (roformer_jax.training.evaluation's
         score_lengths). Lines are means over seeds; the first panel's bars are the 95%
         t-interval of the mean where there are 2 seeds or more.
       trained_length: drawn as a dotted line: what the models were trained at.
@@ -167,7 +169,6 @@ def plot_lengths(
         there, without the difficulty of the tokens that happen to sit in each bin.
       footnote: corpus, targets, model and hardware, wrapped under the panels.
     """
-    from roformer_jax.study import t_interval  # here: roformer_jax.study imports this module
 
     fig, (by_length, by_position) = plt.subplots(1, 2, figsize=(15, 5))
     longest = max(n for seeds in scores.values() for s in seeds for n in s)
@@ -230,7 +231,6 @@ def plot_accuracy_lengths(
       chance, reference: horizontal lines (reference: (label, accuracy)).
       footnote: data, model and hardware, wrapped under the panel.
     """
-    from roformer_jax.study import t_interval  # here: roformer_jax.study imports this module
 
     def mean_error(values):
         if len(values) < 2:

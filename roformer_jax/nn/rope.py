@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from roformer_jax import _rope_cpu, rope_scaling
+from roformer_jax.nn import _rope_cpu, rope_scaling
 
 # HF's rope scaling family (PI, NTK, dynamic NTK, YaRN, LongRoPE, Llama 3) lives in rope_scaling.py.
 scaled_frequencies = rope_scaling.scaled_frequencies

@@ -40,8 +40,16 @@ from collections.abc import Callable
 
 import numpy as np
 
-from roformer_jax import length_study, long_doc_report, long_doc_study, plots, study, study_record
-from roformer_jax.study_record import POSITION_TABLE_FILE, RawStudy, read_raw
+from roformer_jax.studies import (
+    length_study,
+    long_doc_report,
+    long_doc_study,
+    plots,
+    study,
+    study_record,
+)
+from roformer_jax.studies.position_table import POSITION_TABLE_FILE
+from roformer_jax.studies.study_record import RawStudy, read_raw
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import provenance
 
