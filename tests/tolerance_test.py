@@ -1,0 +1,33 @@
+"""Tests for tests/tolerance.py: the bounds hold on sums in float32, and are not vacuous."""
+
+import numpy as np
+import tolerance
+from absl.testing import absltest
+
+
+class ToleranceTest(absltest.TestCase):
+    def test_float32_unit_roundoff(self):
+        self.assertEqual(tolerance.unit_roundoff(np.float32), 2.0**-24)
+        self.assertEqual(tolerance.unit_roundoff(np.float64), 2.0**-53)
+
+    def test_the_bound_holds_for_any_summation_order(self):
+        rng = np.random.default_rng(0)
+        x = rng.normal(size=4096).astype(np.float32) * 10.0 ** rng.integers(-3, 3, 4096)
+        exact = np.sum(x.astype(np.float64))
+        bound = tolerance.dot(len(x), np.abs(x).sum())
+        for order in (x, x[::-1], np.sort(x), x[rng.permutation(len(x))]):
+            naive = np.float32(0)
+            for v in order:  # left to right: the worst order, with the longest chains
+                naive = np.float32(naive + v)
+            self.assertLessEqual(abs(float(naive) - exact), bound)
+            self.assertLessEqual(abs(float(np.sum(order)) - exact), bound)
+
+    def test_the_bound_is_not_vacuous(self):
+        # A sum of n ones is exact, but one of 1 + n·u-sized errors is caught.
+        self.assertLess(tolerance.dot(10, 10.0), 1e-5)
+        with self.assertRaises(ValueError):
+            tolerance.gamma(2**24)
+
+
+if __name__ == "__main__":
+    absltest.main()
