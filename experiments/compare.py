@@ -24,7 +24,7 @@ sys.path.insert(0, _ROOT)
 
 from experiments import study_flags  # noqa: E402
 from roformer_jax.data.batches import load_corpus  # noqa: E402
-from roformer_jax.studies import study, study_record  # noqa: E402
+from roformer_jax.studies import compare_report, study, study_record  # noqa: E402
 from roformer_jax.training import provenance, runtime  # noqa: E402
 
 _CONFIG, _WORKDIR, _RAW_DIR = study_flags.define(
@@ -43,8 +43,8 @@ def main(argv):
     exp = next(iter(runs.values()))[0]
     cache = exp.train.data_cache_dir or os.path.join(_WORKDIR.value, "data")
     unigram = load_corpus(exp.data, cache).unigram_cross_entropy()
-    footnote = study.footnote(exp, config.seeds, provenance.machine(), unigram)
-    png, md = study.write_report(
+    footnote = compare_report.footnote(exp, config.seeds, provenance.machine(), unigram)
+    png, md = compare_report.write_report(
         results, _WORKDIR.value, title=config.title, plot_keys=config.plot_keys,
         table_keys=config.table_keys, footnote=footnote, baseline=config.get("baseline"),
         paired_key=f"valid/loss_{exp.data.seq_len}", floor=unigram,

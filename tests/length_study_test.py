@@ -10,7 +10,7 @@ import numpy as np
 from absl.testing import absltest
 
 from roformer_jax.data.length_eval import LengthEvalSet
-from roformer_jax.studies import length_study, stats, study
+from roformer_jax.studies import length_study, run_dirs, stats, tables
 from roformer_jax.training.config import default_experiment_config
 
 
@@ -116,10 +116,10 @@ class EvaluateRunsTest(absltest.TestCase):
         again = length_study.evaluate_runs(_EVALUATIONS, self.runs, fresh, raw_dir=raw, **kwargs)
         self.assertEqual((again, len(self.seen)), (scores, 5))
         self.assertTrue(os.path.exists(length_study._cache_path(
-            study.run_dir(fresh, "rope", 1), "rope + PI")))  # fmt: skip
+            run_dirs.run_dir(fresh, "rope", 1), "rope + PI")))  # fmt: skip
         # A score missing from the raw folder (the sitting ended before it): only its run's
         # checkpoints are needed, and only it is scored.
-        os.remove(length_study._cache_path(study.run_dir(raw, "rope", 1), "rope + PI"))
+        os.remove(length_study._cache_path(run_dirs.run_dir(raw, "rope", 1), "rope + PI"))
         fresh = tempfile.mkdtemp()
         self.assertEqual(
             length_study.runs_to_score(_EVALUATIONS, self.runs, (fresh, raw), **kwargs), {"rope"}
@@ -158,7 +158,7 @@ class TablesTest(absltest.TestCase):
         self.assertTrue(report.startswith("# T\n\nnote\n\n## Held-out loss"))
         self.assertIn(length_study.length_table(scores, (128, 256), key="accuracy"), report)
         self.assertIn(length_study.length_paired_table(scores, "a", (128, 256)), report)
-        self.assertIn(study.summary_table(results, ["train/loss"]), report)
+        self.assertIn(tables.summary_table(results, ["train/loss"]), report)
         stages = length_study.stage_table(staged, results["b"])
         self.assertIn(f"## b: per stage\n\n{stages}", report)
         self.assertNotIn("## a: per stage", report)  # one stage: no stage table

@@ -8,7 +8,7 @@ import tempfile
 from absl.testing import absltest
 from ml_collections import ConfigDict
 
-from roformer_jax.studies import study, study_record
+from roformer_jax.studies import run_dirs, study_record
 from roformer_jax.training.config import experiment_config_from_dict
 
 
@@ -36,7 +36,7 @@ class StudyRecordTest(absltest.TestCase):
         workdir, raw = tempfile.mkdtemp(), os.path.join(tempfile.mkdtemp(), "mine")
         for name, configs in runs.items():
             for cfg in configs:
-                _write_run(study.run_dir(workdir, name, cfg.seed), cfg)
+                _write_run(run_dirs.run_dir(workdir, name, cfg.seed), cfg)
         record = study_record.make_record(
             argv=["experiments/compare.py", "--config=c.py:x"], config_file="c.py:x",
             config=config, wall_s=12.5, unigram=6.0,
@@ -59,10 +59,10 @@ class StudyRecordTest(absltest.TestCase):
         config, runs = _study()
         raw = tempfile.mkdtemp()
         for cfg in runs["b"]:
-            _write_run(study.run_dir(raw, "b", cfg.seed), cfg)
+            _write_run(run_dirs.run_dir(raw, "b", cfg.seed), cfg)
         for cfg in runs["a"]:  # a's config.json only
-            os.makedirs(study.run_dir(raw, "a", cfg.seed))
-            with open(os.path.join(study.run_dir(raw, "a", cfg.seed), "config.json"), "w") as f:
+            os.makedirs(run_dirs.run_dir(raw, "a", cfg.seed))
+            with open(os.path.join(run_dirs.run_dir(raw, "a", cfg.seed), "config.json"), "w") as f:
                 json.dump(dataclasses.asdict(cfg), f)
         record = study_record.make_record(
             argv=[], config_file="c.py", config=config, wall_s=1.0, unigram=6.0

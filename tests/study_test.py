@@ -1,4 +1,5 @@
-"""Tests for roformer_jax/study.py: caching of finished runs, curves and the summary table."""
+"""Tests for roformer_jax/studies/study.py and the rooms beside it (run_dirs, raw_files, tables,
+compare_report): caching of finished runs, raw export and restore, curves and the tables."""
 
 import dataclasses
 import json
@@ -10,7 +11,7 @@ from unittest import mock
 import numpy as np
 from absl.testing import absltest
 
-from roformer_jax.studies import study
+from roformer_jax.studies import compare_report, raw_files, run_dirs, study, tables
 from roformer_jax.training.config import experiment_config_from_dict
 
 
@@ -48,7 +49,7 @@ class StudyTest(absltest.TestCase):
             self.assertEqual(study.run_study(runs, workdir), results)
             self.assertEqual(fake.call_count, 3)  # all finished: nothing retrained
             # A run that stopped early is trained again (the trainer resumes it).
-            path = os.path.join(study.run_dir(workdir, "a", 1), "metrics.jsonl")
+            path = os.path.join(run_dirs.run_dir(workdir, "a", 1), "metrics.jsonl")
             with open(path, encoding="utf-8") as f:
                 lines = f.readlines()
             with open(path, "w", encoding="utf-8") as f:
@@ -56,7 +57,7 @@ class StudyTest(absltest.TestCase):
             study.run_study(runs, workdir)
             self.assertEqual(fake.call_count, 4)
         self.assertEqual([len(seeds) for seeds in results.values()], [2, 1])
-        self.assertNotIn("/", os.path.relpath(study.run_dir(workdir, "b/c", 0), workdir)[:3])
+        self.assertNotIn("/", os.path.relpath(run_dirs.run_dir(workdir, "b/c", 0), workdir)[:3])
 
     def test_cached_runs_of_older_code_are_named_in_one_warning(self):
         workdir = self.enter_context(tempfile.TemporaryDirectory())
@@ -66,8 +67,8 @@ class StudyTest(absltest.TestCase):
             study.run_study(runs, workdir)
         for name, commit in commits.items():
             for cfg in runs[name]:
-                with open(os.path.join(study.run_dir(workdir, name, cfg.seed), "provenance.json"),
-                          "w", encoding="utf-8") as f:  # fmt: skip
+                directory = run_dirs.run_dir(workdir, name, cfg.seed)
+                with open(os.path.join(directory, "provenance.json"), "w", encoding="utf-8") as f:
                     json.dump({"sessions": [{"commit": commit}]}, f)
         changed = {"old" * 8: ["roformer_jax/rope.py"], "new" * 8: []}
         with (mock.patch.object(study.provenance, "code_changed", side_effect=changed.get),
@@ -82,13 +83,13 @@ class StudyTest(absltest.TestCase):
 
     def test_a_changed_config_is_not_reused(self):
         workdir = self.enter_context(tempfile.TemporaryDirectory())
-        directory = study.run_dir(workdir, "a", 0)
+        directory = run_dirs.run_dir(workdir, "a", 0)
         os.makedirs(directory)
         with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
             json.dump(dataclasses.asdict(_config(0)), f)
-        study.check_same_config(directory, _config(0))
+        run_dirs.check_same_config(directory, _config(0))
         with self.assertRaisesRegex(ValueError, r"differs in train.steps\)"):
-            study.check_same_config(directory, _config(0, steps=5))
+            run_dirs.check_same_config(directory, _config(0, steps=5))
         with mock.patch.object(study, "train_and_evaluate", side_effect=_fake_training) as fake:
             with self.assertRaisesRegex(ValueError, "another config"):
                 study.run_study({"a": [_config(0, steps=5)]}, workdir)
@@ -113,14 +114,14 @@ class StudyTest(absltest.TestCase):
             self.assertEqual(
                 trained,
                 [
-                    (study.run_dir(workdir, "short", 0), None),
-                    (study.run_dir(workdir, "short", 1), None),
-                    (study.run_dir(workdir, "long", 0), study.run_dir(workdir, "short", 0)),
-                    (study.run_dir(workdir, "long", 1), study.run_dir(workdir, "short", 1)),
+                    (run_dirs.run_dir(workdir, "short", 0), None),
+                    (run_dirs.run_dir(workdir, "short", 1), None),
+                    (run_dirs.run_dir(workdir, "long", 0), run_dirs.run_dir(workdir, "short", 0)),
+                    (run_dirs.run_dir(workdir, "long", 1), run_dirs.run_dir(workdir, "short", 1)),
                 ],
             )
             for seed in (0, 1):  # what the trainer writes: the resolved config
-                directory = study.run_dir(workdir, "long", seed)
+                directory = run_dirs.run_dir(workdir, "long", seed)
                 with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
                     json.dump(dataclasses.asdict(fake.mock_calls[2 + seed].args[0]), f)
             study.run_study(runs, workdir)  # a rerun is the same config: nothing retrained
@@ -140,14 +141,15 @@ class StudyTest(absltest.TestCase):
 
     def test_moved_with_workdir_is_the_same_path_under_the_new_workdir(self):
         old, new = "/old/study", "/new/place/study"
-        self.assertTrue(study.moved_with_workdir(f"{old}/a/seed0", f"{new}/a/seed0", new))
-        self.assertTrue(study.moved_with_workdir(f"{old}/task/x.jsonl", f"{new}/task/x.jsonl", new))
+        self.assertTrue(run_dirs.moved_with_workdir(f"{old}/a/seed0", f"{new}/a/seed0", new))
+        moved = run_dirs.moved_with_workdir
+        self.assertTrue(moved(f"{old}/task/x.jsonl", f"{new}/task/x.jsonl", new))
         for saved, current in ((f"{old}/b/seed0", f"{new}/a/seed0"),  # another run
                                (f"{old}/a/seed0", f"{new}/a/seed1"),  # another seed
                                (f"{old}/a/seed0", "/elsewhere/a/seed0"),  # outside the workdir
                                ("a/seed0", f"{new}/a/seed0"),  # not a resolved path
                                (None, f"{new}/a/seed0"), (3, 4)):  # fmt: skip
-            self.assertFalse(study.moved_with_workdir(saved, current, new), (saved, current))
+            self.assertFalse(run_dirs.moved_with_workdir(saved, current, new), (saved, current))
 
     def test_a_run_named_by_init_from_trains_first_whatever_the_order(self):
         workdir = self.enter_context(tempfile.TemporaryDirectory())
@@ -155,7 +157,7 @@ class StudyTest(absltest.TestCase):
         with mock.patch.object(study, "train_and_evaluate", side_effect=_fake_training) as fake:
             results = study.run_study(later, workdir)
         trained = [call.args[1] for call in fake.mock_calls]
-        self.assertEqual(trained, [study.run_dir(workdir, n, 0) for n in ("a", "b", "c")])
+        self.assertEqual(trained, [run_dirs.run_dir(workdir, n, 0) for n in ("a", "b", "c")])
         self.assertEqual(list(results), ["b", "a", "c"])  # reported in the order given
 
     def test_init_from_an_unknown_run_or_a_cycle_is_an_error(self):
@@ -189,15 +191,15 @@ class StudyTest(absltest.TestCase):
         shutil.rmtree(os.path.join(raw, "a"))  # a finished run goes there when found, too
         with mock.patch.object(study, "train_and_evaluate", side_effect=_fake_training) as fake:
             results = study.run_study(runs, first, raw_dir=raw)
-            self.assertTrue(study.is_finished(study.run_dir(raw, "a", 1), 4))
+            self.assertTrue(run_dirs.is_finished(run_dirs.run_dir(raw, "a", 1), 4))
             self.assertEqual([c.args[1] for c in fake.mock_calls],
-                             [study.run_dir(first, "b", s) for s in (0, 1)])  # fmt: skip
+                             [run_dirs.run_dir(first, "b", s) for s in (0, 1)])  # fmt: skip
             fake.reset_mock()
             self.assertEqual(study.run_study(runs, fresh, raw_dir=raw), results)
             # "b" is restored; "a" is trained again: it holds the checkpoints "b" seed 0
             # starts from, which a raw folder has not.
             self.assertEqual([c.args[1] for c in fake.mock_calls],
-                             [study.run_dir(fresh, "a", s) for s in (0, 1)])  # fmt: skip
+                             [run_dirs.run_dir(fresh, "a", s) for s in (0, 1)])  # fmt: skip
             # Runs whose checkpoints the caller needs after the study are trained, too.
             fake.reset_mock()
             study.run_study(runs, os.path.join(root, "again"), raw_dir=raw,
@@ -205,13 +207,13 @@ class StudyTest(absltest.TestCase):
             self.assertEqual(fake.call_count, 4)
         other = dataclasses.asdict(_config(1, 2))
         other["optim"]["warmup_steps"] = 2
-        with open(os.path.join(study.run_dir(raw, "b", 1), "config.json"), "w") as f:
+        with open(os.path.join(run_dirs.run_dir(raw, "b", 1), "config.json"), "w") as f:
             json.dump(other, f)
         # Finished in the workdir: nothing to restore, so nothing to compare.
-        self.assertFalse(study.restore_raw(study.run_dir(fresh, "b", 1), _config(1, 2), raw, "b",
-                                           fresh))  # fmt: skip
+        finished = run_dirs.run_dir(fresh, "b", 1)
+        self.assertFalse(raw_files.restore_raw(finished, _config(1, 2), raw, "b", fresh))
         with self.assertRaisesRegex(ValueError, r"another config \(differs in optim.warmup"):
-            study.restore_raw(os.path.join(root, "new"), _config(1, 2), raw, "b", root)
+            raw_files.restore_raw(os.path.join(root, "new"), _config(1, 2), raw, "b", root)
 
     def test_export_raw_copies_each_runs_metrics_and_config_only(self):
         workdir = self.enter_context(tempfile.TemporaryDirectory())
@@ -220,21 +222,21 @@ class StudyTest(absltest.TestCase):
         with mock.patch.object(study, "train_and_evaluate", side_effect=_fake_training):
             study.run_study(runs, workdir)
         for file in ("config.json", "provenance.json"):
-            with open(os.path.join(study.run_dir(workdir, "a", 1), file), "w") as f:
+            with open(os.path.join(run_dirs.run_dir(workdir, "a", 1), file), "w") as f:
                 f.write("{}")
-        os.makedirs(os.path.join(study.run_dir(workdir, "a", 0), "checkpoints"))
-        self.assertEqual(study.export_raw(runs, workdir, dest), 4)
+        os.makedirs(os.path.join(run_dirs.run_dir(workdir, "a", 0), "checkpoints"))
+        self.assertEqual(raw_files.export_raw(runs, workdir, dest), 4)
         self.assertEqual(
-            sorted(os.listdir(study.run_dir(dest, "a", 1))), list(sorted(study.RAW_FILES))
+            sorted(os.listdir(run_dirs.run_dir(dest, "a", 1))), list(sorted(raw_files.RAW_FILES))
         )
-        self.assertEqual(os.listdir(study.run_dir(dest, "a", 0)), ["metrics.jsonl"])
-        scores = os.path.join(study.run_dir(workdir, "a", 1), "length_eval")
+        self.assertEqual(os.listdir(run_dirs.run_dir(dest, "a", 0)), ["metrics.jsonl"])
+        scores = os.path.join(run_dirs.run_dir(workdir, "a", 1), "length_eval")
         os.makedirs(scores)
         for file in ("x.json", "y.json"):
             with open(os.path.join(scores, file), "w") as f:
                 f.write("{}")
-        self.assertEqual(study.export_raw(runs, workdir, dest, folders=("length_eval",)), 6)
-        copied = os.path.join(study.run_dir(dest, "a", 1), "length_eval")
+        self.assertEqual(raw_files.export_raw(runs, workdir, dest, folders=("length_eval",)), 6)
+        copied = os.path.join(run_dirs.run_dir(dest, "a", 1), "length_eval")
         self.assertEqual(sorted(os.listdir(copied)), ["x.json", "y.json"])
 
     def test_summary_and_report(self):
@@ -244,11 +246,11 @@ class StudyTest(absltest.TestCase):
                   [{"step": 1, "train/loss": 5.0, "elapsed_s": 1.0}]],
             "y": [[{"step": 1, "train/loss": 2.0}]],
         }  # fmt: skip
-        table = study.summary_table(results, ["train/loss", "valid/loss_128"])
+        table = tables.summary_table(results, ["train/loss", "valid/loss_128"])
         self.assertIn("| x | 2 | 4 ± 1.4 | n/a | 1 ± 0 |", table)  # sample std, ddof 1
         self.assertIn("| y | 1 | 2 | n/a | n/a |", table)
         self.assertEqual(
-            study.paired_table(results, "x", "train/loss").splitlines()[2:],
+            tables.paired_table(results, "x", "train/loss").splitlines()[2:],
             ["| y | -1.000 | 1 | -1.000 |"],  # y's one seed against x's seed 0: no interval
         )
         # 3 seeds: mean 2, sample std 1, t(0.975, 2) = 4.303 -> 2 ± 4.303 / sqrt(3).
@@ -256,11 +258,11 @@ class StudyTest(absltest.TestCase):
         results["w"] = [[{"step": 1, "train/loss": loss}] for loss in (4.0, 8.0, 7.0)]
         self.assertIn(
             "| w | +2.000 [-0.484, +4.484] | 3 | +1.000, +3.000, +2.000 |",
-            study.paired_table(results, "x", "train/loss"),
+            tables.paired_table(results, "x", "train/loss"),
         )
         with self.assertRaisesRegex(ValueError, "baseline 'z' is not one of the runs"):
-            study.paired_table(results, "z", "train/loss")
-        png, md = study.write_report(
+            tables.paired_table(results, "z", "train/loss")
+        png, md = compare_report.write_report(
             results, workdir, title="t", plot_keys=["train/loss"], table_keys=["train/loss"],
             footnote="data: test", baseline="y", paired_key="train/loss",
         )  # fmt: skip
@@ -279,7 +281,7 @@ class StudyTest(absltest.TestCase):
             "eq 18": [run((5.0, 0.002, 3.0), (1.0, 40.0, 2.0)), run((4.0, 2.0, 1.0), (1,) * 3)],
             "softmax": [[{"step": 0, "train/grad_norm_max": 0.5}]],  # no denominator
         }
-        table = study.extremes_table(
+        table = tables.extremes_table(
             results, {"train/min_denominator": "min", "train/grad_norm_max": "max"}
         )
         self.assertEqual(
@@ -298,7 +300,7 @@ class StudyTest(absltest.TestCase):
             "base": [run(5.0, 4.0, 3.0), run(6.0, 5.0), run(5.5, 4.5, 3.5)],
             "new": [run(4.0, 3.0, 2.0), run(4.0, 4.0), run(5.5, 2.5, 1.5)],
         }
-        curve = study.paired_curves(results, "base", "valid/loss")["new"]
+        curve = tables.paired_curves(results, "base", "valid/loss")["new"]
         self.assertEqual(curve["step"], [10, 20])  # the steps every seed logged
         self.assertEqual(curve["n"], 3)
         # step 10: differences -1, -2, 0 -> mean -1, sample std 1, t(0.975, 2) = 4.303.
@@ -306,7 +308,7 @@ class StudyTest(absltest.TestCase):
             [curve["mean"][0], curve["low"][0], curve["high"][0]],
             [-1.0, -1.0 - 4.303 / np.sqrt(3), -1.0 + 4.303 / np.sqrt(3)], atol=1e-3,
         )  # fmt: skip
-        one = study.paired_curves({"base": [run(5.0)], "new": [run(4.5)]}, "base", "valid/loss")
+        one = tables.paired_curves({"base": [run(5.0)], "new": [run(4.5)]}, "base", "valid/loss")
         self.assertEqual((one["new"]["mean"], one["new"]["low"]), ([-0.5], [-0.5]))
 
     def test_paired_diffs_at_a_step_and_below_from(self):
@@ -318,19 +320,19 @@ class StudyTest(absltest.TestCase):
             # Ahead at step 0 and from step 20 on; behind in one seed at step 10.
             "new": [run(4.0, 4.0, 4.0, 4.1), run(4.2, 5.9, 4.2, 4.0), run(4.1, 4.0, 4.1, 4.2)],
         }
-        diffs = study.paired_diffs(results, "new", "base", "valid/loss", step=10)
+        diffs = tables.paired_diffs(results, "new", "base", "valid/loss", step=10)
         np.testing.assert_allclose(diffs, [-1.0, 0.9, -1.0])
         np.testing.assert_allclose(
-            study.paired_diffs(results, "new", "base", "valid/loss"), [-0.9, -1.0, -0.8]
+            tables.paired_diffs(results, "new", "base", "valid/loss"), [-0.9, -1.0, -0.8]
         )
-        curve = study.paired_curves(results, "base", "valid/loss")["new"]
-        self.assertEqual(study.below_from(curve), 20)  # not 0: step 10's interval holds zero
+        curve = tables.paired_curves(results, "base", "valid/loss")["new"]
+        self.assertEqual(tables.below_from(curve), 20)  # not 0: step 10's interval holds zero
         curve["high"][-1] = 0.01  # not below zero at the end: never settled
-        self.assertIsNone(study.below_from(curve))
+        self.assertIsNone(tables.below_from(curve))
 
     def test_footnote_names_data_size_machine_and_floor(self):
         machine = {"device_count": 1, "backend": "cpu", "cpus": 2, "architecture": "x86_64"}
-        note = study.footnote(_config(0), (0, 1, 2), machine, 6.7743)
+        note = compare_report.footnote(_config(0), (0, 1, 2), machine, 6.7743)
         self.assertIn("(bytes, vocab ", note)
         self.assertIn("4 steps", note)
         self.assertIn("seeds (0, 1, 2); 1 cpu device(s), 2 cores (x86_64)", note)

@@ -34,7 +34,8 @@ from roformer_jax.data.batches import load_corpus
 from roformer_jax.data.length_eval import length_eval_set
 from roformer_jax.nn.model import RoFormer
 from roformer_jax.nn.model_config import ModelConfig
-from roformer_jax.studies.study import interval_text, mean_std_text, run_dir, summary_table
+from roformer_jax.studies.run_dirs import run_dir
+from roformer_jax.studies.tables import interval_text, mean_std_text, summary_table
 from roformer_jax.training import evaluation
 from roformer_jax.training.config import ExperimentConfig
 from roformer_jax.training.runs import load_params
@@ -159,7 +160,7 @@ def read_scores(
 ) -> dict[str, list[dict]]:
     """What `evaluate_runs` returns, from its cached scores alone (no model, no data).
 
-    `workdir` is a study's workdir or its raw copy (study.export_raw with folders=(EVAL_DIR,)).
+    `workdir` is a study's workdir or its raw copy (raw_files.export_raw with folders=(EVAL_DIR,)).
     Raises ValueError where an (evaluation, seed) was not scored with these settings.
     """
     scores = {}

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from roformer_jax.studies import plots, stats, study
+from roformer_jax.studies import plots, stats, tables
 from roformer_jax.studies.long_doc_study import Cell, Finetuning, Results, cells
 
 CHANCE = 0.5  # two choices, balanced labels
@@ -38,7 +38,7 @@ def accuracy_table(results: Results, key: str = "test/accuracy") -> str:
     for row in range(len(all_cells) // per_encoder):
         group = all_cells[row * per_encoder : (row + 1) * per_encoder]
         encoder = next(c.encoder for c in group if isinstance(c, Cell))
-        texts = [study.mean_std_text(_values(results, c.name, key)) if isinstance(c, Cell)
+        texts = [tables.mean_std_text(_values(results, c.name, key)) if isinstance(c, Cell)
                  else c for c in group]  # fmt: skip
         seeds = len(config["finetune_seeds"])
         lines.append(f"| {encoder} | " + " | ".join(texts) + f" | {seeds} |")
@@ -81,7 +81,7 @@ def paired_table(results: Results, split: str = "test") -> str:
                  for a, b in zip(results.predictions[name], results.predictions[base])]  # fmt: skip
         per_seed = ", ".join(f"{d:+.3f}" for d in diffs)
         mcnemar = ", ".join(f"{t.only_a}:{t.only_b} p={t.p:.2g}" for t in tests)
-        lines.append(f"| {label} | {study.interval_text(diffs)} | {per_seed} | {mcnemar} |")
+        lines.append(f"| {label} | {tables.interval_text(diffs)} | {per_seed} | {mcnemar} |")
     return "\n".join(lines)
 
 

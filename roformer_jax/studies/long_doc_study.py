@@ -36,7 +36,7 @@ from ml_collections import ConfigDict
 
 from roformer_jax.data import tasks
 from roformer_jax.data.batches import load_corpus
-from roformer_jax.studies import bow_baseline, long_doc_task, study
+from roformer_jax.studies import bow_baseline, long_doc_task, run_dirs, study
 from roformer_jax.training import finetune as finetune_lib
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training.config import (
@@ -148,7 +148,7 @@ def finetune_config(config, cell: Cell, seed: int, encoder_dir: str, task_dir: s
 
 def finetune_dir(root: str, cell_name: str, seed: int) -> str:
     """Fine-tuning `seed` of a cell, under a workdir or a raw folder."""
-    return study.run_dir(os.path.join(root, FINETUNE_DIR), cell_name, seed)
+    return run_dirs.run_dir(os.path.join(root, FINETUNE_DIR), cell_name, seed)
 
 
 def finetunings(config) -> list[tuple[Cell, int, int]]:
@@ -183,7 +183,7 @@ def finetune_cells(
     """
     todo = finetunings(config)
     for done, (cell, seed, pretrain_seed) in enumerate(todo, 1):
-        encoder = os.path.abspath(study.run_dir(workdir, cell.encoder, pretrain_seed))
+        encoder = os.path.abspath(run_dirs.run_dir(workdir, cell.encoder, pretrain_seed))
         cfg = finetune_config(config, cell, seed, encoder, task_dir)
         directory = finetune_dir(workdir, cell.name, seed)
         raw = raw_dir and finetune_dir(raw_dir, cell.name, seed)
@@ -212,7 +212,7 @@ def _check_same(directory: str, cfg: FinetuneExperiment, workdir: str) -> None:
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             changed = config_diff(json.load(f), cfg, defaults=FinetuneExperiment())
-        changed = study.changed_unless_moved(changed, workdir)  # the encoder's and task's paths
+        changed = run_dirs.changed_unless_moved(changed, workdir)  # the encoder's and task's paths
         if changed:
             raise ValueError(
                 f"{directory} holds a fine-tuning run of another config (differs in "

@@ -54,7 +54,7 @@ def plot_curves(
 ) -> str:
     """Draws one panel per metric, one line per run name, ±1 sample std (ddof 1) of the seeds
     as a band (none for one seed); then, with `paired`, a panel of each run's difference from
-    a baseline with its 95% t-interval as the band (`study.paired_curves`).
+    a baseline with its 95% t-interval as the band (`tables.paired_curves`).
 
     Args:
       curves: run name -> list (one per seed) of {"step": [T], metric: [T], ...}. Seeds of one

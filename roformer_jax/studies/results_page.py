@@ -41,12 +41,14 @@ from collections.abc import Callable
 import numpy as np
 
 from roformer_jax.studies import (
+    compare_report,
     length_study,
     long_doc_report,
     long_doc_study,
     plots,
-    study,
+    run_dirs,
     study_record,
+    tables,
 )
 from roformer_jax.studies.position_table import POSITION_TABLE_FILE
 from roformer_jax.studies.study_record import RawStudy, read_raw
@@ -197,11 +199,11 @@ def _figure(raw: RawStudy, *, page: _Page) -> str:
             exp, baseline = next(iter(raw.runs.values()))[0], config.get("baseline")
             paired = None
             if baseline is not None:
-                paired = study.paired_curves(raw.results, baseline, _paired_key(raw))
+                paired = tables.paired_curves(raw.results, baseline, _paired_key(raw))
             plots.plot_curves(
-                study.curves(raw.results, config["plot_keys"]), path, title=config["title"],
+                tables.curves(raw.results, config["plot_keys"]), path, title=config["title"],
                 metrics=config["plot_keys"],
-                footnote=study.footnote(exp, seeds, machine, unigram), floor=unigram,
+                footnote=compare_report.footnote(exp, seeds, machine, unigram), floor=unigram,
                 paired=paired, paired_label=f"{_paired_key(raw)} − {baseline}",
             )  # fmt: skip
     spread = (
@@ -222,18 +224,18 @@ def _length_paired_table(raw: RawStudy, baseline: str) -> str:
 
 
 def _summary_table(raw: RawStudy) -> str:
-    return study.summary_table(raw.results, raw.config["table_keys"])
+    return tables.summary_table(raw.results, raw.config["table_keys"])
 
 
 def _extremes_table(raw: RawStudy, extremes: dict[str, str]) -> str:
-    """study.extremes_table: `extremes_table({"train/min_denominator": "min"})`."""
-    return study.extremes_table(raw.results, extremes)
+    """tables.extremes_table: `extremes_table({"train/min_denominator": "min"})`."""
+    return tables.extremes_table(raw.results, extremes)
 
 
 def _extremes(raw: RawStudy, run: str, key: str, how: str) -> str:
-    """The range over seeds of each seed's extreme (study.seed_extremes) of `key` in `run`, as
+    """The range over seeds of each seed's extreme (tables.seed_extremes) of `key` in `run`, as
     the extremes table rounds it: `extremes("eq 18", "train/min_denominator", "min")`."""
-    values = [v for v in study.seed_extremes(raw.results[run], key, how) if v is not None]
+    values = [v for v in tables.seed_extremes(raw.results[run], key, how) if v is not None]
     if not values:
         raise ValueError(f"run {run!r} never logged {key!r}")
     low, high = min(values), max(values)
@@ -246,7 +248,7 @@ def _paired_key(raw: RawStudy) -> str:
 
 
 def _paired_table(raw: RawStudy) -> str:
-    return study.paired_table(raw.results, raw.config["baseline"], _paired_key(raw))
+    return tables.paired_table(raw.results, raw.config["baseline"], _paired_key(raw))
 
 
 def _stage_table(raw: RawStudy, run: str) -> str:
@@ -272,15 +274,15 @@ def _diff(
         diffs = length_study.paired_diffs(raw.scores, name, baseline, length)
     else:
         baseline = baseline or raw.config["baseline"]
-        diffs = study.paired_diffs(raw.results, name, baseline, _paired_key(raw), step)
-    return study.interval_text(diffs)
+        diffs = tables.paired_diffs(raw.results, name, baseline, _paired_key(raw), step)
+    return tables.interval_text(diffs)
 
 
 def _below_from(raw: RawStudy, name: str, baseline: str) -> str:
     """ "step S" from which run `name`'s validation loss stays below `baseline`'s, the 95%
     interval of the paired difference under zero at every later evaluation; else "never"."""
-    curve = study.paired_curves(raw.results, baseline, _paired_key(raw))[name]
-    step = study.below_from(curve)
+    curve = tables.paired_curves(raw.results, baseline, _paired_key(raw))[name]
+    step = tables.below_from(curve)
     return "never" if step is None else f"step {step:,}"
 
 
@@ -293,7 +295,7 @@ def _position_table(raw: RawStudy, run: str, *, page: _Page) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for cfg in raw.runs[run]:
-        path = os.path.join(study.run_dir(os.path.join(page.raw_root, raw.name), run, cfg.seed),
+        path = os.path.join(run_dirs.run_dir(os.path.join(page.raw_root, raw.name), run, cfg.seed),
                             POSITION_TABLE_FILE)  # fmt: skip
         if not os.path.exists(path):
             raise ValueError(f"no {path}: run experiments/position_table.py with --raw_dir")
@@ -317,13 +319,13 @@ def _targets(raw: RawStudy) -> int:
     if raw.scores is not None:
         return next(iter(raw.scores.values()))[0][raw.config["eval_lengths"][0]]["targets"]
     key = _paired_key(raw).replace("loss", "tokens")
-    return int(study.final_values(next(iter(raw.results.values()))[0], key))
+    return int(tables.final_values(next(iter(raw.results.values()))[0], key))
 
 
 def _training_s(raw: RawStudy) -> float:
     """The runs' own clocks summed: each run's last `elapsed_s` (pauses excluded)."""
     return sum(
-        study.final_values(records, "elapsed_s") or 0.0
+        tables.final_values(records, "elapsed_s") or 0.0
         for seeds in raw.results.values()
         for records in seeds
     )
@@ -373,7 +375,7 @@ def _in_progress_row(raw_dir: str) -> str:
     training, cpu_s, runs = 0.0, 0.0, 0
     for path in sorted(glob.glob(os.path.join(raw_dir, "*", "*", metrics_lib.METRICS_FILE))):
         records = metrics_lib.read_metrics(os.path.dirname(path))
-        elapsed = study.final_values(records, "elapsed_s") or 0.0
+        elapsed = tables.final_values(records, "elapsed_s") or 0.0
         sessions = (provenance.read(os.path.dirname(path)) or {}).get("sessions") or [{}]
         cpus = sessions[-1].get("machine", {}).get("cpus")
         training += elapsed

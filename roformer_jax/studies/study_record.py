@@ -16,7 +16,7 @@
     the command; its code may then name "first_commit", the first of a range of commits over
     which a study ran in pieces.
 Each run's own files (metrics.jsonl, config.json, provenance.json, length_eval/) are under
-`<raw_dir>/<run>/seed<k>/` (study.export_raw); a run with a learned position table may also
+`<raw_dir>/<run>/seed<k>/` (raw_files.export_raw); a run with a learned position table may also
 have position_table.POSITION_TABLE_FILE there, what training did to that table
 (experiments/position_table.py, from the run's checkpoints).
 """
@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 
 from ml_collections import ConfigDict
 
-from roformer_jax.studies import length_study, study
+from roformer_jax.studies import length_study, raw_files, run_dirs
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import provenance
 from roformer_jax.training.config import ExperimentConfig, experiment_config_from_dict
@@ -69,9 +69,9 @@ def export(
     *,
     folders: Sequence[str] = (),
 ) -> int:
-    """Copies every run's raw files to `raw_dir` (study.export_raw) and writes `record` as
+    """Copies every run's raw files to `raw_dir` (raw_files.export_raw) and writes `record` as
     raw_dir/study.json; returns the number of files written."""
-    copied = study.export_raw(runs, workdir, raw_dir, folders=folders)
+    copied = raw_files.export_raw(runs, workdir, raw_dir, folders=folders)
     with open(os.path.join(raw_dir, FILE), "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1, ensure_ascii=False)
         f.write("\n")
@@ -111,7 +111,7 @@ def read_raw(raw_dir: str) -> RawStudy:
     config = record["config"]
     runs, results, sessions = {}, {}, []
     for name in config["runs"]:
-        directories = [study.run_dir(raw_dir, name, seed) for seed in config["seeds"]]
+        directories = [run_dirs.run_dir(raw_dir, name, seed) for seed in config["seeds"]]
         runs[name] = [_read_config(d) for d in directories]
         results[name] = [metrics_lib.read_metrics(d) for d in directories]
         if not all(results[name]):

@@ -1,0 +1,178 @@
+"""A study's numbers as text: curves, summary, paired and extremes tables, and the interval and
+mean ± std texts they print, from the runs' metrics records alone.
+
+`results` throughout is {run name: [metrics records of each seed]}, as study.run_study returns
+them and study_record.read_raw reads them back; runs of one seed see the same batches and masks,
+so differences are taken seed by seed (paired) before they are averaged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from roformer_jax.studies.stats import t_interval
+
+
+def curves(results: Mapping[str, Sequence[list[dict]]], keys: Sequence[str]) -> dict:
+    """{name: [{"step": [...], key: [...]} per seed]} from metrics records, for plots."""
+    out = {}
+    for name, seeds in results.items():
+        out[name] = []
+        for records in seeds:
+            series = {"step": [r["step"] for r in records]}
+            for key in keys:
+                series[key] = [r.get(key) for r in records]
+            out[name].append(series)
+    return out
+
+
+def paired_curves(
+    results: Mapping[str, Sequence[list[dict]]], baseline: str, key: str
+) -> dict[str, dict[str, list[float]]]:
+    """Each run's `key` minus the baseline's, seed by seed, through training:
+    {name: {"step", "mean", "low", "high": [T]}}, the 95% t-interval of the mean difference
+    at each step both logged in every seed (low = high = mean for one seed)."""
+    out = {}
+    for name, seeds in results.items():
+        if name == baseline:
+            continue
+        pairs = [
+            ({r["step"]: r[key] for r in run if r.get(key) is not None},
+             {r["step"]: r[key] for r in base if r.get(key) is not None})
+            for run, base in zip(seeds, results[baseline])
+        ]  # fmt: skip
+        steps = sorted(set.intersection(*(set(a) & set(b) for a, b in pairs))) if pairs else []
+        rows = []
+        for step in steps:
+            diffs = [a[step] - b[step] for a, b in pairs]
+            rows.append(t_interval(diffs) if len(diffs) > 1 else (diffs[0],) * 3)
+        mean, low, high = (list(column) for column in zip(*rows)) if rows else ([], [], [])
+        out[name] = {"step": steps, "mean": mean, "low": low, "high": high, "n": len(pairs)}
+    return out
+
+
+def final_values(records: list[dict], key: str) -> float | None:
+    """The last value of `key` in a run's records (None if it was never logged)."""
+    values = [r[key] for r in records if r.get(key) is not None]
+    return values[-1] if values else None
+
+
+def summary_table(results: Mapping[str, Sequence[list[dict]]], keys: Sequence[str]) -> str:
+    """Markdown table: one row per run, mean ± sample std (ddof 1) of each key's final value.
+
+    With one seed the value alone: no spread can be estimated from one run.
+    """
+    header = "| run | seeds | " + " | ".join(keys) + " | wall time (s) |"
+    lines = [header, "|" + "---|" * (len(keys) + 3)]
+    for name, seeds in results.items():
+        cells = []
+        for key in [*keys, "elapsed_s"]:
+            values = [v for v in (final_values(r, key) for r in seeds) if v is not None]
+            cells.append(mean_std_text(values))
+        lines.append(f"| {name} | {len(seeds)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def extremes_table(results: Mapping[str, Sequence[list[dict]]], extremes: Mapping[str, str]) -> str:
+    """Markdown table: one row per run, each key's most extreme value over all of training
+    ("min" or "max", as `extremes` says for that key), seed by seed.
+
+    Not a mean over seeds: an instability (a denominator near zero, a gradient spike) is the
+    one seed it happens in. "–" where a run never logged the key (e.g. softmax attention has
+    no denominator to watch).
+    """
+    keys = list(extremes)
+    lines = ["| run | seeds | " + " | ".join(f"{extremes[k]} {k} (per seed)" for k in keys) + " |",
+             "|" + "---|" * (len(keys) + 2)]  # fmt: skip
+    for name, seeds in results.items():
+        cells = [", ".join("–" if v is None else f"{v:.3g}"
+                           for v in seed_extremes(seeds, key, extremes[key]))
+                 for key in keys]  # fmt: skip
+        lines.append(f"| {name} | {len(seeds)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def seed_extremes(seeds: Sequence[list[dict]], key: str, how: str) -> list[float | None]:
+    """Each seed's smallest ("min") or largest ("max") `key` over all of its records; None for
+    a seed that never logged it."""
+    pick = {"min": min, "max": max}[how]
+    per_seed = [[r[key] for r in records if r.get(key) is not None] for records in seeds]
+    return [pick(v) if v else None for v in per_seed]
+
+
+def paired_table(results: Mapping[str, Sequence[list[dict]]], baseline: str, key: str) -> str:
+    """Markdown table: each run's final `key` minus the baseline's, seed by seed.
+
+    Runs of one seed see the same batches and masks, so much of the spread over seeds cancels
+    in these differences: a sharper comparison than two means ± std. The mean difference
+    comes with its 95% t-interval (n - 1 degrees of freedom); an interval that excludes 0
+    is a difference that the seeds do not explain.
+    """
+    if baseline not in results:
+        raise ValueError(f"baseline {baseline!r} is not one of the runs {list(results)}")
+    lines = [
+        f"| run − {baseline} | {key}: mean [95% interval] | n | per seed |",
+        "|---|---|---|---|",
+    ]
+    for name in results:
+        if name == baseline:
+            continue
+        diffs = paired_diffs(results, name, baseline, key)
+        per_seed = ", ".join(f"{d:+.3f}" for d in diffs) or "n/a"
+        lines.append(f"| {name} | {interval_text(diffs)} | {len(diffs)} | {per_seed} |")
+    return "\n".join(lines)
+
+
+def paired_diffs(
+    results: Mapping[str, Sequence[list[dict]]],
+    name: str,
+    baseline: str,
+    key: str,
+    step: int | None = None,
+) -> list[float]:
+    """Run `name`'s `key` minus the baseline's, seed by seed (seeds where both have it): the
+    final values, or those logged at `step`."""
+
+    def value(records):
+        if step is None:
+            return final_values(records, key)
+        logged = [r[key] for r in records if r["step"] == step and r.get(key) is not None]
+        return logged[-1] if logged else None
+
+    base = [value(r) for r in results[baseline]]
+    return [
+        v - b
+        for v, b in zip((value(r) for r in results[name]), base)
+        if v is not None and b is not None
+    ]
+
+
+def below_from(curve: Mapping[str, list[float]]) -> int | None:
+    """The first step from which a paired_curves entry's interval lies below zero at every
+    later step (the run stays ahead of the baseline to the end); None if it does not end
+    below zero."""
+    first = None
+    for step, high in zip(curve["step"], curve["high"]):
+        first = (step if first is None else first) if high < 0 else None
+    return first
+
+
+def interval_text(diffs: list[float]) -> str:
+    """ "mean [low, high]" of differences (their 95% t-interval); the value alone for one."""
+    if not diffs:
+        return "n/a"
+    if len(diffs) == 1:
+        return f"{diffs[0]:+.3f}"
+    mean, low, high = t_interval(diffs)
+    return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+
+def mean_std_text(values: list[float]) -> str:
+    """ "mean ± sample std (ddof 1)"; the value alone for one (no spread from one run)."""
+    if not values:
+        return "n/a"
+    if len(values) == 1:
+        return f"{values[0]:.4g}"
+    return f"{np.mean(values):.4g} ± {np.std(values, ddof=1):.2g}"
