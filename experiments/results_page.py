@@ -5,7 +5,7 @@ r"""Regenerates every generated table, value and figure of docs/results.md from 
 
 Reads docs/results/raw/<study>/ alone (study.json and each run's metrics.jsonl, config.json,
 length_eval/); no model and no corpus. The page's prose stays as written; what sits between
-`<!-- generated: ... -->` markers is rewritten (roformer_jax/results_page.py).
+`<!-- generated: ... -->` markers is rewritten (roformer_jax/studies/results_page.py).
 """
 
 import os

@@ -1,0 +1,159 @@
+"""The results page's blocks of numbers: a study's figure, its tables and the values quoted in
+its prose, each from the raw files through the functions the studies' entry points use
+(tables, length_study, plots). Each is a kind of results_page.KINDS: (RawStudy, *args) ->
+markdown.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from roformer_jax.studies import compare_report, length_study, plots, run_dirs, tables
+from roformer_jax.studies.page_source import Page, read_json
+from roformer_jax.studies.position_table import POSITION_TABLE_FILE
+from roformer_jax.studies.study_record import RawStudy
+
+FIGURES = "results"  # figures' folder, relative to the page
+
+
+def figure(raw: RawStudy, *, page: Page) -> str:
+    """The study's figure, drawn into page.figures_dir when given, with its n."""
+    config, seeds = raw.config, raw.config["seeds"]
+    if page.figures_dir is not None:
+        path = os.path.join(page.figures_dir, f"{raw.name}.png")
+        machine, unigram = raw.record["machine"], raw.record["unigram_cross_entropy"]
+        if raw.scores is not None:
+            exp = raw.runs[config["evaluations"][config["eval_baselines"][0]]["run"]][0]
+            note = length_study.footnote(exp, seeds, targets(raw), machine, unigram)
+            plots.plot_lengths(
+                raw.scores, path, title=config["title"], floor=unigram, footnote=note,
+                trained_length=length_study.trained_length(exp),
+                reference=config.get("position_reference"),
+            )  # fmt: skip
+        else:
+            exp, baseline = next(iter(raw.runs.values()))[0], config.get("baseline")
+            paired = None
+            if baseline is not None:
+                paired = tables.paired_curves(raw.results, baseline, _paired_key(raw))
+            plots.plot_curves(
+                tables.curves(raw.results, config["plot_keys"]), path, title=config["title"],
+                metrics=config["plot_keys"],
+                footnote=compare_report.footnote(exp, seeds, machine, unigram), floor=unigram,
+                paired=paired, paired_label=f"{_paired_key(raw)} − {baseline}",
+            )  # fmt: skip
+    spread = (
+        "bars: 95% t-interval of the mean"
+        if raw.scores is not None
+        else "bands: ±1 sample std (ddof 1); differences from the baseline: 95% t-interval"
+    )
+    n = f"n = {len(seeds)} seeds per line" + (f"; {spread}" if len(seeds) > 1 else "")
+    return f"![{raw.name}]({FIGURES}/{raw.name}.png)\n\n*{n}.*"
+
+
+def length_table(raw: RawStudy, key: str = "loss") -> str:
+    return length_study.length_table(raw.scores, raw.config["eval_lengths"], key=key)
+
+
+def length_paired_table(raw: RawStudy, baseline: str) -> str:
+    return length_study.length_paired_table(raw.scores, baseline, raw.config["eval_lengths"])
+
+
+def summary_table(raw: RawStudy) -> str:
+    return tables.summary_table(raw.results, raw.config["table_keys"])
+
+
+def extremes_table(raw: RawStudy, extremes: dict[str, str]) -> str:
+    """tables.extremes_table: `extremes_table({"train/min_denominator": "min"})`."""
+    return tables.extremes_table(raw.results, extremes)
+
+
+def extremes(raw: RawStudy, run: str, key: str, how: str) -> str:
+    """The range over seeds of each seed's extreme (tables.seed_extremes) of `key` in `run`, as
+    the extremes table rounds it: `extremes("eq 18", "train/min_denominator", "min")`."""
+    values = [v for v in tables.seed_extremes(raw.results[run], key, how) if v is not None]
+    if not values:
+        raise ValueError(f"run {run!r} never logged {key!r}")
+    low, high = min(values), max(values)
+    return f"{low:.3g}" if f"{low:.3g}" == f"{high:.3g}" else f"{low:.3g} to {high:.3g}"
+
+
+def _paired_key(raw: RawStudy) -> str:
+    """The key compare.py pairs: the validation loss at the runs' training length."""
+    return f"valid/loss_{next(iter(raw.runs.values()))[0].data.seq_len}"
+
+
+def paired_table(raw: RawStudy) -> str:
+    return tables.paired_table(raw.results, raw.config["baseline"], _paired_key(raw))
+
+
+def stage_table(raw: RawStudy, run: str) -> str:
+    return length_study.stage_table(raw.runs[run][0], raw.results[run])
+
+
+def mean(raw: RawStudy, evaluation: str, length: int, key: str = "loss") -> str:
+    """An evaluation's mean `key` at `length` over seeds, as the tables round it."""
+    return f"{np.mean([s[length][key] for s in raw.scores[evaluation]]):.3f}"
+
+
+def diff(
+    raw: RawStudy,
+    name: str,
+    baseline: str | None = None,
+    length: int | None = None,
+    step: int | None = None,
+) -> str:
+    """Mean [95% t-interval] of a paired difference, seed by seed: an evaluation minus
+    `baseline` at `length` (length studies), or a run's validation loss minus `baseline`'s (the
+    study's baseline run by default), final or at `step` (others)."""
+    if raw.scores is not None:
+        diffs = length_study.paired_diffs(raw.scores, name, baseline, length)
+    else:
+        baseline = baseline or raw.config["baseline"]
+        diffs = tables.paired_diffs(raw.results, name, baseline, _paired_key(raw), step)
+    return tables.interval_text(diffs)
+
+
+def below_from(raw: RawStudy, name: str, baseline: str) -> str:
+    """ "step S" from which run `name`'s validation loss stays below `baseline`'s, the 95%
+    interval of the paired difference under zero at every later evaluation; else "never"."""
+    curve = tables.paired_curves(raw.results, baseline, _paired_key(raw))[name]
+    step = tables.below_from(curve)
+    return "never" if step is None else f"step {step:,}"
+
+
+def position_table(raw: RawStudy, run: str, *, page: Page) -> str:
+    """What training did to run `run`'s learned position table, seed by seed, beside its word
+    table (experiments/position_table.py)."""
+    lines = [
+        "| seed | step | position table: moved | row norm (at init) | neighbor cosine "
+        "| word table: moved | row norm (at init) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for cfg in raw.runs[run]:
+        path = os.path.join(run_dirs.run_dir(os.path.join(page.raw_root, raw.name), run, cfg.seed),
+                            POSITION_TABLE_FILE)  # fmt: skip
+        if not os.path.exists(path):
+            raise ValueError(f"no {path}: run experiments/position_table.py with --raw_dir")
+        r = read_json(path)
+        p, w = r["position"], r["word"]
+        lines.append(
+            f"| {cfg.seed} | {r['step']:,} | {p['moved']:.3f} | {p['row_norm']:.3f} "
+            f"({p['row_norm_initial']:.3f}) | {p['neighbor_cosine']:+.3f} | {w['moved']:.3f} "
+            f"| {w['row_norm']:.3f} ({w['row_norm_initial']:.3f}) |"
+        )
+    return "\n".join(lines)
+
+
+def unigram(raw: RawStudy) -> str:
+    return f"{raw.record['unigram_cross_entropy']:.3f}"
+
+
+def targets(raw: RawStudy) -> int:
+    """Held-out targets every evaluation scores (the same at every length, and for every run
+    of a study on a fixed evaluation set)."""
+    if raw.scores is not None:
+        return next(iter(raw.scores.values()))[0][raw.config["eval_lengths"][0]]["targets"]
+    key = _paired_key(raw).replace("loss", "tokens")
+    return int(tables.final_values(next(iter(raw.results.values()))[0], key))

@@ -1,0 +1,144 @@
+"""When, where and on what code a study ran, for the results page: its header (commit, machine,
+command), whether the code changed since (staleness from git) and every study's wall time.
+
+Staleness: `stale` marks a study whose oldest commit (of its runs' training sessions, else
+study.json's) differs from HEAD in roformer_jax/ or configs/ and counts the files
+(`git diff --name-only <commit> HEAD -- roformer_jax configs`), or says "commit unknown"
+without git or the commit. results_page.differences blanks those marks on both sides
+before comparing: the check asks whether the page's numbers are what the raw files give,
+which a commit to the code does not change; a check that failed on every such commit could
+only be fixed by rerunning the studies, and would teach everyone to ignore it. Writing the
+page refreshes the marks.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shlex
+import textwrap
+
+from roformer_jax.studies import study_record, tables
+from roformer_jax.studies.page_source import Page, read_json
+from roformer_jax.studies.study_record import RawStudy
+from roformer_jax.training import metrics as metrics_lib
+from roformer_jax.training import provenance
+
+
+def header(raw: RawStudy) -> str:
+    """The commit and machine a study ran on, and its command."""
+    record, code, machine = raw.record, raw.record["code"], raw.record["machine"]
+    commit = "commit " + (_short(code.get("commit")) or "unknown")
+    if code.get("first_commit"):
+        commit = f"commits {_short(code['first_commit'])}–{_short(code.get('commit'))}"
+    if len(raw.commits) > 1:
+        commit = (f"commits {', '.join(map(_short, raw.commits))} (oldest first; each run's "
+                  "provenance.json says which)")  # fmt: skip
+    dirty = " with uncommitted changes" if code.get("dirty") else ""
+    wall = _command_wall_s(raw)
+    line = (
+        f"Ran at {commit}{dirty}, {machine['cpus']} {machine['architecture']} cores, "
+        f"JAX {machine['jax']} ({machine['backend']}): {len(raw.runs)} runs × n = "
+        f"{len(raw.config['seeds'])} seeds; "
+        + (
+            f"the command took {_minutes(wall)}."
+            if wall
+            else "it ran in pieces, so no single wall time."
+        )
+    )
+    if record.get("reconstructed"):
+        line += " (Its study.json was reconstructed by hand from this page's earlier text.)"
+    command = textwrap.wrap(
+        "python " + shlex.join(record["argv"]), 90, break_long_words=False, break_on_hyphens=False
+    )
+    return line + "\n\n    " + " \\\n        ".join(command)
+
+
+def stale(raw: RawStudy, *, page: Page) -> str:
+    """Whether the code changed since the study ran, with how much and the command that lists
+    it, so that a reader can judge whether it touches the study's numbers."""
+    # The oldest code that trained any run: what changed since then may touch some numbers.
+    code = raw.record["code"]
+    commit = raw.commits[0] if raw.commits else code.get("first_commit") or code.get("commit")
+    changed = page.changed(commit) if commit else None
+    if changed is None:
+        return "(commit unknown: cannot tell whether the code changed since)"
+    if not changed:
+        return f"The code is as at {_short(commit)}."
+    return (
+        f"**Stale:** {len(changed)} files of roformer_jax/ and configs/ changed since "
+        f"{_short(commit)} (`git diff --stat {_short(commit)} HEAD -- roformer_jax configs`)."
+    )
+
+
+def _training_s(raw: RawStudy) -> float:
+    """The runs' own clocks summed: each run's last `elapsed_s` (pauses excluded)."""
+    return sum(
+        tables.final_values(records, "elapsed_s") or 0.0
+        for seeds in raw.results.values()
+        for records in seeds
+    )
+
+
+def _command_wall_s(raw: RawStudy) -> float | None:
+    """The command's wall time, or None where it is unknown or the study ran in pieces: a
+    command that resumed finished runs records only its own part, shorter than its runs'
+    training."""
+    wall = raw.record["wall_s"]
+    return wall if wall and wall >= _training_s(raw) else None
+
+
+def wall_time_table(page: Page) -> str:
+    """Every raw study's training time (the runs' own clocks), scoring time, core-hours and
+    command wall time."""
+    lines = [
+        "| study | runs × seeds | training, all runs | length scoring | core-hours "
+        "| command wall time |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in sorted(os.listdir(page.raw_root)):
+        if not os.path.isdir(os.path.join(page.raw_root, name)):
+            continue
+        if not os.path.exists(os.path.join(page.raw_root, name, study_record.FILE)):
+            lines.append(_in_progress_row(os.path.join(page.raw_root, name)))
+            continue
+        raw = page.study(name)
+        training = _training_s(raw)
+        scoring = sum(
+            read_json(path).get("seconds", 0.0)
+            for path in glob.glob(os.path.join(page.raw_root, name, "*", "*", "length_eval", "*"))
+        )
+        core_hours = raw.record["machine"]["cpus"] * (training + scoring) / 3600
+        wall = _command_wall_s(raw)
+        lines.append(
+            f"| {name} | {sum(len(s) for s in raw.results.values())} | {_minutes(training)} | "
+            f"{_minutes(scoring) if scoring else 'n/a'} | {core_hours:.1f} | "
+            f"{_minutes(wall) if wall else 'n/a'} |"
+        )
+    return "\n".join(lines)
+
+
+def _in_progress_row(raw_dir: str) -> str:
+    """A wall-time row for a study still running: the runs it has exported so far (compare.py
+    --raw_dir exports each as it finishes; study.json comes with the last)."""
+    training, cpu_s, runs = 0.0, 0.0, 0
+    for path in sorted(glob.glob(os.path.join(raw_dir, "*", "*", metrics_lib.METRICS_FILE))):
+        records = metrics_lib.read_metrics(os.path.dirname(path))
+        elapsed = tables.final_values(records, "elapsed_s") or 0.0
+        sessions = (provenance.read(os.path.dirname(path)) or {}).get("sessions") or [{}]
+        cpus = sessions[-1].get("machine", {}).get("cpus")
+        training += elapsed
+        cpu_s = None if cpu_s is None or cpus is None else cpu_s + elapsed * cpus
+        runs += 1
+    name = os.path.basename(os.path.normpath(raw_dir))
+    core_hours = "n/a" if cpu_s is None else f"{cpu_s / 3600:.1f}"
+    minutes = _minutes(training)
+    return f"| {name} (in progress) | {runs} so far | {minutes} | n/a | {core_hours} | n/a |"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+def _short(commit: str | None) -> str | None:
+    return commit[:7] if commit else None
