@@ -27,9 +27,9 @@ sys.path.insert(0, _ROOT)  # config files import `configs.*`
 from experiments import study_flags  # noqa: E402
 from roformer_jax.data.batches import load_corpus  # noqa: E402
 from roformer_jax.studies import (  # noqa: E402
+    long_doc_articles,
     long_doc_report,
     long_doc_study,
-    long_doc_task,  # noqa: E402
     study,
     study_record,
 )
@@ -52,7 +52,7 @@ def main(argv):
     task_dir = long_doc_study.build_task(config.task, workdir)
     long_doc_study.finetune_cells(config, workdir, task_dir, raw_dir=raw, log=logging.info)
     long_doc_study.write_survival(config, runs, workdir, task_dir)
-    measure = long_doc_task.word_measure(long_doc_study.encoder_tokenizer(runs, workdir))
+    measure = long_doc_articles.word_measure(long_doc_study.encoder_tokenizer(runs, workdir))
     long_doc_study.write_bow(workdir, task_dir, measure=measure, lengths=config.lengths)
 
     results = long_doc_study.read_results(workdir, config.to_dict())

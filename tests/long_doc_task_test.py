@@ -1,4 +1,5 @@
-"""Tests for roformer_jax/data/long_doc_task.py on small WikiText-style text the tests write."""
+"""Tests for roformer_jax/studies/long_doc_task.py and what it builds from (long_doc_articles,
+long_doc_windows, tfidf), on small WikiText-style text the tests write."""
 
 import collections
 import hashlib
@@ -13,6 +14,16 @@ from absl.testing import absltest, parameterized
 
 from roformer_jax.data.tokenizer import ByteTokenizer, train_wordpiece
 from roformer_jax.studies import long_doc_task as ldt
+from roformer_jax.studies.long_doc_articles import (
+    Article,
+    Measure,
+    named_measure,
+    paragraph_spans,
+    read_articles,
+    word_measure,
+)
+from roformer_jax.studies.long_doc_windows import far_windows, window_budgets, window_pairs
+from roformer_jax.studies.tfidf import tfidf_nearest
 
 _TAG = re.compile(r"^a(\d+)s(\d+)$")  # body words "a{article}s{section}" say where they came from
 
@@ -49,10 +60,10 @@ class LongDocTaskTest(parameterized.TestCase):
         return path
 
     def build(self, sources, *, seed=0, window_tokens=30, fractions=None, measure=None, **kwargs):
-        articles = ldt.read_articles(sources, format="wikitext")
+        articles = read_articles(sources, format="wikitext")
         return ldt.build_task(
             articles,
-            measure=measure or ldt.word_measure(None),
+            measure=measure or word_measure(None),
             window_tokens=window_tokens,
             seed=seed,
             fractions=fractions,
@@ -126,21 +137,21 @@ class LongDocTaskTest(parameterized.TestCase):
             "train rail locomotive track station",
             "nothing shared here",
         ]
-        np.testing.assert_array_equal(ldt.tfidf_nearest(texts)[:4], [2, 3, 0, 1])
+        np.testing.assert_array_equal(tfidf_nearest(texts)[:4], [2, 3, 0, 1])
         # equal similarity: the lower index wins
-        np.testing.assert_array_equal(ldt.tfidf_nearest(["x y", "x y", "x y"]), [1, 0, 0])
+        np.testing.assert_array_equal(tfidf_nearest(["x y", "x y", "x y"]), [1, 0, 0])
         # a common word repeated in two texts does not make them neighbours (sublinear tf)
         texts = ["the " * 50 + "lobster claw " * 10, "the " * 50 + "rail " * 10]
         texts.append("the shell " + "lobster claw " * 10)
-        self.assertEqual(ldt.tfidf_nearest(texts)[0], 2)
+        self.assertEqual(tfidf_nearest(texts)[0], 2)
 
     def test_far_windows_never_share_a_section(self):
         lead, middle = tuple(f"l{i}" for i in range(20)), tuple(f"m{i}" for i in range(40))
         costs = {w: 1 for w in lead + middle + tuple(f"e{i}" for i in range(30))}
-        short_end = ldt.Article("t", (lead, middle, ("e0", "e1")))
-        self.assertIsNone(ldt.far_windows(short_end, costs, window_tokens=30))  # only inside A's
+        short_end = Article("t", (lead, middle, ("e0", "e1")))
+        self.assertIsNone(far_windows(short_end, costs, window_tokens=30))  # only inside A's
         end = tuple(f"e{i}" for i in range(30))
-        a, b = ldt.far_windows(ldt.Article("t", (lead, middle, end)), costs, window_tokens=30)
+        a, b = far_windows(Article("t", (lead, middle, end)), costs, window_tokens=30)
         self.assertEqual((a, b), (list(lead + middle[:10]), list(end)))
 
     @parameterized.parameters(40, 15)
@@ -148,9 +159,9 @@ class LongDocTaskTest(parameterized.TestCase):
         sources = self.sources()
         outputs = []
         for seed in (0, 0, 1):
-            articles = ldt.read_articles(sources, format="wikitext")
+            articles = read_articles(sources, format="wikitext")
             texts = [" ".join(a.words) for a in articles]
-            measure = ldt.named_measure("wordpiece", texts, vocab_size=200)
+            measure = named_measure("wordpiece", texts, vocab_size=200)
             splits, stats = ldt.build_task(
                 articles, measure=measure, window_tokens=40, seed=seed,
                 fractions=(0.5, 0.25, 0.25), min_window_tokens=min_window_tokens,
@@ -185,7 +196,7 @@ class LongDocTaskTest(parameterized.TestCase):
         # its budget long: A's and B's those of their article, C's the negative article's B.
         sources = self.sources()
         splits, stats = self.build(sources, window_tokens=30, min_window_tokens=12)
-        budgets = ldt.window_budgets(16, min_window_tokens=12, window_tokens=30, seed=0)
+        budgets = window_budgets(16, min_window_tokens=12, window_tokens=30, seed=0)
         lengths = []
         for split, rows in splits.items():
             in_split = []
@@ -205,7 +216,7 @@ class LongDocTaskTest(parameterized.TestCase):
         self.assertEqual((stats["min_window_tokens"], stats["window_tokens"]), (12, 30))
 
     def test_budgets_are_uniform_integers_keyed_by_article(self):
-        budgets = ldt.window_budgets(400, min_window_tokens=3, window_tokens=7, seed=5)
+        budgets = window_budgets(400, min_window_tokens=3, window_tokens=7, seed=5)
         self.assertEqual(budgets.shape, (400, 2))
         self.assertEqual(set(budgets.ravel().tolist()), {3, 4, 5, 6, 7})  # both ends reachable
         counts = np.bincount(budgets.ravel())[3:]
@@ -213,11 +224,11 @@ class LongDocTaskTest(parameterized.TestCase):
         self.assertGreater(np.mean(budgets[:, 0] != budgets[:, 1]), 0.7)  # A, B independent
         # Article i's budgets do not depend on how many articles there are (or which fit).
         np.testing.assert_array_equal(
-            ldt.window_budgets(10, min_window_tokens=3, window_tokens=7, seed=5), budgets[:10]
+            window_budgets(10, min_window_tokens=3, window_tokens=7, seed=5), budgets[:10]
         )
-        other = ldt.window_budgets(400, min_window_tokens=3, window_tokens=7, seed=6)
+        other = window_budgets(400, min_window_tokens=3, window_tokens=7, seed=6)
         self.assertFalse(np.array_equal(other, budgets))
-        fixed = ldt.window_budgets(4, min_window_tokens=9, window_tokens=9, seed=5)
+        fixed = window_budgets(4, min_window_tokens=9, window_tokens=9, seed=5)
         np.testing.assert_array_equal(fixed, np.full((4, 2), 9))
 
     @parameterized.parameters(None, 150)
@@ -227,7 +238,7 @@ class LongDocTaskTest(parameterized.TestCase):
         path = self.write("all.txt", wikitext(16))
         splits, stats = self.build(
             [path], window_tokens=150, fractions=(0.5, 0.25, 0.25),
-            measure=ldt.word_measure(ByteTokenizer()), min_window_tokens=min_window_tokens,
+            measure=word_measure(ByteTokenizer()), min_window_tokens=min_window_tokens,
         )  # fmt: skip
         text = "".join(
             json.dumps(r, ensure_ascii=False) + "\n" for s in ldt.SPLITS for r in splits[s]
@@ -241,12 +252,12 @@ class LongDocTaskTest(parameterized.TestCase):
     @parameterized.parameters("wordpiece", "bytes")
     def test_windows_hold_at_most_window_tokens(self, kind):
         sources = self.sources()
-        articles = ldt.read_articles(sources, format="wikitext")
+        articles = read_articles(sources, format="wikitext")
         texts = [" ".join(a.words) for a in articles]
         tok = train_wordpiece(texts, vocab_size=200) if kind == "wordpiece" else ByteTokenizer()
         window = 40 if kind == "wordpiece" else 150
         splits, stats = ldt.build_task(
-            articles, measure=ldt.word_measure(tok), window_tokens=window, seed=0, fractions=None
+            articles, measure=word_measure(tok), window_tokens=window, seed=0, fractions=None
         )
         for split, rows in splits.items():
             lengths = [len(tok.encode(row[k])) for row in rows for k in "ABC"]
@@ -258,11 +269,11 @@ class LongDocTaskTest(parameterized.TestCase):
     def test_pair_views_cut_each_pair_as_the_encoding_does(self):
         words = lambda prefix, n: " ".join(f"{prefix}{i}" for i in range(n))  # noqa: E731
         row = {"A": words("a", 10), "B": words("b", 4), "C": words("c", 20), "label": "C"}
-        (view,) = ldt.pair_views([row], ldt.word_measure(None), 3 + 12)  # room 12, 1 token/word
+        (view,) = ldt.pair_views([row], word_measure(None), 3 + 12)  # room 12, 1 token/word
         # The longer side gives up tokens first: (A, B) keeps 8 + 4; (A, C) keeps 6 + 6.
         self.assertEqual(view, {"label": "C", "A_for_B": words("a", 8), "B": words("b", 4),
                                 "A_for_C": words("a", 6), "C": words("c", 6)})  # fmt: skip
-        two = ldt.Measure(lambda ws: [2] * len(ws))  # 2 tokens a word: a word cut inside goes
+        two = Measure(lambda ws: [2] * len(ws))  # 2 tokens a word: a word cut inside goes
         row = {"A": words("a", 5), "B": words("b", 5), "C": words("c", 5), "label": "B"}
         (view,) = ldt.pair_views([row], two, 3 + 15)  # 10 + 10 tokens cut to 7 + 8
         self.assertEqual((view["A_for_B"], view["B"]), (words("a", 3), words("b", 4)))
@@ -271,7 +282,7 @@ class LongDocTaskTest(parameterized.TestCase):
 
     def test_paragraph_spans_and_far_windows(self):
         paragraphs = [" ".join(f"p{i}w{j}" for j in range(10 + i % 5)) for i in range(40)]
-        spans = ldt.paragraph_spans(paragraphs, span_words=100)
+        spans = paragraph_spans(paragraphs, span_words=100)
         words = [w for p in paragraphs for w in p.split()]
         covered = [w for span in spans for w in span.words]
         self.assertEqual(covered, words[: len(covered)])  # in order, nothing skipped
@@ -280,7 +291,7 @@ class LongDocTaskTest(parameterized.TestCase):
             self.assertGreaterEqual(len(span.words), 100)
             self.assertLess(len(span.words) - len(span.sections[-1]), 100)  # closed when full
             costs = {w: 1 for w in span.words}
-            a, b = ldt.far_windows(span, costs, window_tokens=25)
+            a, b = far_windows(span, costs, window_tokens=25)
             self.assertEqual(a, span.words[:25])
             starts = np.cumsum([0] + [len(s) for s in span.sections])[:-1]
             b_start = len(span.words) - len(span.words[span.words.index(b[0]) :])
@@ -292,18 +303,16 @@ class LongDocTaskTest(parameterized.TestCase):
     def test_window_pairs_are_every_pair_that_shares_no_section(self):
         sections = tuple(tuple(f"s{s}w{i}" for i in range(10)) for s in range(4))
         costs = {w: 1 for section in sections for w in section}
-        pairs = ldt.window_pairs(ldt.Article("t", sections), costs, window_tokens=8)
+        pairs = window_pairs(Article("t", sections), costs, window_tokens=8)
         firsts = [(a[0], b[0]) for a, b in pairs]  # A's start, B's start: by A, then B from the end
         expected = [("s0w0", "s3w0"), ("s0w0", "s2w0"), ("s0w0", "s1w0"),
                     ("s1w0", "s3w0"), ("s1w0", "s2w0"), ("s2w0", "s3w0")]  # fmt: skip
         self.assertEqual(firsts, expected)
         self.assertTrue(all(len(a) == len(b) == 8 for a, b in pairs))
-        self.assertEqual(
-            pairs[0], ldt.far_windows(ldt.Article("t", sections), costs, window_tokens=8)
-        )
+        self.assertEqual(pairs[0], far_windows(Article("t", sections), costs, window_tokens=8))
         # A of 12 spans two sections: B starts after A's last one.
-        firsts = [(a[0], b[0]) for a, b in ldt.window_pairs(
-            ldt.Article("t", sections), costs, window_tokens=12, far_window_tokens=8)]  # fmt: skip
+        firsts = [(a[0], b[0]) for a, b in window_pairs(
+            Article("t", sections), costs, window_tokens=12, far_window_tokens=8)]  # fmt: skip
         self.assertEqual(firsts, [("s0w0", "s3w0"), ("s0w0", "s2w0"), ("s1w0", "s3w0")])
 
     @parameterized.parameters(4, 10)

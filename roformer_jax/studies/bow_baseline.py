@@ -4,7 +4,7 @@
     correct = predict(model, valid_triplets) == labels(valid_triplets)
 
 If word overlap alone tells the positive apart, the task is lexical and a long-context encoder
-is not needed to solve it; at chance, it is not. Triplets are data/long_doc_task.py's rows
+is not needed to solve it; at chance, it is not. Triplets are studies/long_doc_task.py's rows
 ({"A", "B", "C", "label"}). Glossary: N triplets, F features (FEATURES).
 
 Each pair (A, X) gets FEATURES; a triplet's features are those of (A, C) minus those of
@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from roformer_jax.studies.long_doc_task import tfidf_vectors
+from roformer_jax.studies.tfidf import tfidf_vectors
 
 FEATURES = ("tfidf_cosine", "word_jaccard", "log_shared_words")
 _LABELS = ("B", "C")
@@ -39,7 +39,7 @@ def labels(triplets: Sequence[dict]) -> np.ndarray:
 def features(triplets: Sequence[dict]) -> np.ndarray:
     """float [N, F]: FEATURES of (A, C) minus those of (A, B).
 
-    TF-IDF (long_doc_task.tfidf_vectors, idf over the triplets' own texts, no labels read);
+    TF-IDF (tfidf.tfidf_vectors, idf over the triplets' own texts, no labels read);
     words for the Jaccard index and the shared count are lowercased whitespace tokens. A
     triplet may give A as each pair reads it, "A_for_B" and "A_for_C" (long_doc_task.pair_views:
     what an encoder of some length reads); else both pairs read "A".

@@ -1,5 +1,5 @@
 """The long-document study: encoders pre-trained with and without long stages, fine-tuned on
-the triplet task (data/long_doc_task.py) at several maximum lengths, with controls.
+the triplet task (studies/long_doc_task.py) at several maximum lengths, with controls.
 
     runs = pretraining_runs(config)              # {encoder: [ExperimentConfig per seed]}
     study.run_study(runs, workdir)               # pre-training, cached and resumed
@@ -37,6 +37,7 @@ from ml_collections import ConfigDict
 from roformer_jax.data import tasks
 from roformer_jax.data.batches import load_corpus
 from roformer_jax.studies import bow_baseline, long_doc_task, run_dirs, study
+from roformer_jax.studies.long_doc_articles import Measure
 from roformer_jax.training import finetune as finetune_lib
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training.config import (
@@ -265,9 +266,7 @@ def bow_scores(splits: Mapping[str, Sequence[dict]]) -> dict:
     return out
 
 
-def write_bow(
-    workdir: str, task_dir: str, *, measure: long_doc_task.Measure, lengths: Sequence[int]
-) -> dict:
+def write_bow(workdir: str, task_dir: str, *, measure: Measure, lengths: Sequence[int]) -> dict:
     """Writes and returns <workdir>/bow.json: `bow_scores` of the whole windows, and under
     "views" of what a pair encoder of each of `lengths` reads (long_doc_task.pair_views with
     `measure`, refitted on the training triplets as cut): whether the text a short input keeps
