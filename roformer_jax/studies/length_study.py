@@ -88,44 +88,61 @@ def evaluate_runs(
             if _cached(path, identity):
                 scores[name].append(_int_keys(_read(path)["scores"]))
                 continue
-            run_cfg, params, steps_done = load_params(directory)
-            cache = run_cfg.train.data_cache_dir or os.path.join(workdir, "data")
-            corpus = load_corpus(run_cfg.data, cache)
-            longest = run_cfg.model.max_length
-            readable = [n for n in lengths if longest is None or n <= longest]
-            key = (corpus.path, tuple(readable))
-            if key not in held_out_sets:
-                held_out_sets[key] = length_eval_set(
-                    corpus, readable, batch_size={n: max(1, BATCH_TOKENS // n) for n in readable},
-                    windows="documents", max_tokens=max_tokens,
-                )  # fmt: skip
-            trained = trained_length(run_cfg)
-            models = {n: _model_config(run_cfg.model, scaling_at(scaling, n, trained))
-                      for n in readable}  # fmt: skip
-            # A length where this evaluation reads the same model as an earlier one of the
-            # same run (any scaling is the identity up to the trained length) is not scored
-            # twice.
-            result = {n: same_model[directory, n, models[n]] for n in readable
-                      if (directory, n, models[n]) in same_model}  # fmt: skip
-            held_out = held_out_sets[key]
-            todo = {n: b for n, b in held_out.batches.items() if n not in result}
-            start = time.time()
-            if todo:
-                result |= evaluation.score_lengths(
-                    lambda n, models=models: RoFormer(models[n]), params,
-                    dataclasses.replace(held_out, batches=todo), steps_done=steps_done,
-                )  # fmt: skip
-            result = {n: result[n] for n in readable}
-            same_model.update({(directory, n, models[n]): result[n] for n in readable})
+            result, seconds = _score(directory, workdir, scaling, lengths, max_tokens=max_tokens,
+                            held_out_sets=held_out_sets, same_model=same_model)  # fmt: skip
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path + ".tmp", "w", encoding="utf-8") as f:
-                record = {"identity": identity, "scores": result, "seconds": time.time() - start}
+                record = {"identity": identity, "scores": result, "seconds": seconds}
                 json.dump(record, f)
             os.replace(path + ".tmp", path)
             if raw:
                 _copy(path, raw)
             scores[name].append(result)
     return scores
+
+
+def _score(
+    directory: str,
+    workdir: str,
+    scaling: dict | None,
+    lengths: Sequence[int],
+    *,
+    max_tokens: int | None,
+    held_out_sets: dict,
+    same_model: dict,
+) -> tuple[dict, float]:
+    """The scores of the run in `directory` read with `scaling`, at the `lengths` its model can
+    read, and the seconds the scoring took (loading the model and the data not counted);
+    `held_out_sets` and `same_model` (evaluate_runs's) are filled as it goes."""
+    run_cfg, params, steps_done = load_params(directory)
+    cache = run_cfg.train.data_cache_dir or os.path.join(workdir, "data")
+    corpus = load_corpus(run_cfg.data, cache)
+    longest = run_cfg.model.max_length
+    readable = [n for n in lengths if longest is None or n <= longest]
+    key = (corpus.path, tuple(readable))
+    if key not in held_out_sets:
+        held_out_sets[key] = length_eval_set(
+            corpus, readable, batch_size={n: max(1, BATCH_TOKENS // n) for n in readable},
+            windows="documents", max_tokens=max_tokens,
+        )  # fmt: skip
+    trained = trained_length(run_cfg)
+    models = {n: _model_config(run_cfg.model, scaling_at(scaling, n, trained))
+              for n in readable}  # fmt: skip
+    # A length where this evaluation reads the same model as an earlier one of the same run
+    # (any scaling is the identity up to the trained length) is not scored twice.
+    result = {n: same_model[directory, n, models[n]] for n in readable
+              if (directory, n, models[n]) in same_model}  # fmt: skip
+    held_out = held_out_sets[key]
+    todo = {n: b for n, b in held_out.batches.items() if n not in result}
+    start = time.time()
+    if todo:
+        result |= evaluation.score_lengths(
+            lambda n, models=models: RoFormer(models[n]), params,
+            dataclasses.replace(held_out, batches=todo), steps_done=steps_done,
+        )  # fmt: skip
+    result = {n: result[n] for n in readable}
+    same_model.update({(directory, n, models[n]): result[n] for n in readable})
+    return result, time.time() - start
 
 
 def runs_to_score(
