@@ -73,36 +73,9 @@ def plot_curves(
     fig, axes = plt.subplots(1, panels, figsize=(width, 4), squeeze=False)
     colors = {name: f"C{i % 10}" for i, name in enumerate(curves)}  # a run's color in every panel
     for ax, metric in zip(axes[0], metrics):
-        missing = []
-        for name, seeds in curves.items():
-            steps, values = _aligned(seeds, metric)
-            if steps.size == 0:
-                missing.append(name)
-                continue
-            mean, color = values.mean(axis=0), colors[name]
-            ax.plot(steps, mean, color=color, label=f"{name} (n={len(values)})")
-            if len(values) > 1:
-                std = values.std(axis=0, ddof=1)
-                ax.fill_between(steps, mean - std, mean + std, color=color, alpha=0.2)
-        if missing:  # e.g. learned positions evaluated past their table
-            ax.set_title(f"no values: {', '.join(missing)}", fontsize=8)
-        if floor is not None and "loss" in metric:
-            _draw_floor(ax, floor)
-        ax.set_xlabel("step")
-        ax.set_ylabel(metric.replace("_", " "))
-        ax.grid(alpha=0.3)
+        _draw_metric(ax, curves, metric, colors, floor=floor if "loss" in metric else None)
     if paired:
-        ax = axes[0][-1]
-        for name, diff in paired.items():
-            ax.plot(diff["step"], diff["mean"], color=colors[name], label=f"{name} (n={diff['n']})")
-            if diff["n"] > 1:
-                ax.fill_between(diff["step"], diff["low"], diff["high"], color=colors[name],
-                                alpha=0.2)  # fmt: skip
-        ax.axhline(0.0, color="black", linewidth=0.8)
-        ax.set_xlabel("step")
-        ax.set_ylabel(paired_label)
-        ax.set_title("paired by seed; band: 95% t-interval", fontsize=8)
-        ax.grid(alpha=0.3)
+        _draw_paired(axes[0][-1], paired, colors, paired_label)
     right = 1 - _LEGEND_WIDTH / width
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(right, 0.5))
@@ -113,6 +86,42 @@ def plot_curves(
 
 
 _LEGEND_WIDTH = 3.0  # inches beside the panels of plot_curves
+
+
+def _draw_metric(ax, curves, metric: str, colors: Mapping[str, str], *, floor: float | None):
+    """plot_curves's panel of one metric: each run's mean over seeds, ±1 sample std as a band."""
+    missing = []
+    for name, seeds in curves.items():
+        steps, values = _aligned(seeds, metric)
+        if steps.size == 0:
+            missing.append(name)
+            continue
+        mean, color = values.mean(axis=0), colors[name]
+        ax.plot(steps, mean, color=color, label=f"{name} (n={len(values)})")
+        if len(values) > 1:
+            std = values.std(axis=0, ddof=1)
+            ax.fill_between(steps, mean - std, mean + std, color=color, alpha=0.2)
+    if missing:  # e.g. learned positions evaluated past their table
+        ax.set_title(f"no values: {', '.join(missing)}", fontsize=8)
+    if floor is not None:
+        _draw_floor(ax, floor)
+    ax.set_xlabel("step")
+    ax.set_ylabel(metric.replace("_", " "))
+    ax.grid(alpha=0.3)
+
+
+def _draw_paired(ax, paired, colors: Mapping[str, str], label: str) -> None:
+    """plot_curves's panel of paired differences from the baseline, 95% t-interval as a band."""
+    for name, diff in paired.items():
+        ax.plot(diff["step"], diff["mean"], color=colors[name], label=f"{name} (n={diff['n']})")
+        if diff["n"] > 1:
+            ax.fill_between(diff["step"], diff["low"], diff["high"], color=colors[name],
+                            alpha=0.2)  # fmt: skip
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    ax.set_xlabel("step")
+    ax.set_ylabel(label)
+    ax.set_title("paired by seed; band: 95% t-interval", fontsize=8)
+    ax.grid(alpha=0.3)
 
 
 def _draw_floor(ax, floor: float) -> None:
@@ -140,6 +149,14 @@ def _aligned(seeds, metric):
         series.append(pairs)
     common = sorted(set.intersection(*(set(s) for s in series))) if series else []
     return np.array(common), np.array([[s[t] for t in common] for s in series])
+
+
+def _mean_error(values: Sequence[float]) -> tuple[float, float]:
+    """The mean of `values` and the half-width of its 95% t-interval (0 for one value)."""
+    if len(values) < 2:
+        return values[0], 0.0
+    mean, low, _ = t_interval(values)
+    return mean, mean - low
 
 
 _MORE_COLORS = ("black", "darkgoldenrod", "magenta", "teal", "navy")  # past matplotlib's 10
@@ -176,12 +193,8 @@ def plot_lengths(
         color = f"C{i}" if i < 10 else _MORE_COLORS[(i - 10) % len(_MORE_COLORS)]
         style = dict(color=color, linestyle="--" if i >= 10 else "-", label=name)
         lengths = sorted(set.intersection(*(set(s) for s in seeds)))
-        means, errors = [], []
-        for n in lengths:
-            values = [s[n]["loss"] for s in seeds]
-            mean, low, _ = t_interval(values) if len(values) > 1 else (values[0], values[0], 0)
-            means.append(mean)
-            errors.append(mean - low)
+        points = [_mean_error([s[n]["loss"] for s in seeds]) for n in lengths]
+        means, errors = [mean for mean, _ in points], [error for _, error in points]
         by_length.errorbar(lengths, means, yerr=errors, marker="o", ms=3, capsize=2, **style)
         if all(longest in s for s in seeds):
             curves = np.array([s[longest]["position_loss"] for s in seeds])
@@ -231,21 +244,14 @@ def plot_accuracy_lengths(
       chance, reference: horizontal lines (reference: (label, accuracy)).
       footnote: data, model and hardware, wrapped under the panel.
     """
-
-    def mean_error(values):
-        if len(values) < 2:
-            return values[0], 0.0
-        mean, low, _ = t_interval(values)
-        return mean, mean - low
-
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for i, (name, points) in enumerate(lines.items()):
         lengths = sorted(points)
-        means, errors = zip(*(mean_error(points[n]) for n in lengths))
+        means, errors = zip(*(_mean_error(points[n]) for n in lengths))
         ax.errorbar(lengths, means, yerr=errors, marker="o", capsize=3, color=f"C{i}", label=name)
     markers = "sDv^<>"
     for i, (name, (length, values)) in enumerate((controls or {}).items()):
-        mean, error = mean_error(values)
+        mean, error = _mean_error(values)
         ax.errorbar([length], [mean], yerr=[error], marker=markers[i % len(markers)], capsize=3,
                     linestyle="none", color=f"C{i}", mfc="white", label=name)  # fmt: skip
     if chance is not None:
