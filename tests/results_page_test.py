@@ -1,4 +1,4 @@
-"""Tests for roformer_jax/results_page.py: docs/results.md is what its raw files give.
+"""Tests for roformer_jax/studies/results_page.py: docs/results.md is what its raw files give.
 
 The page's numbers are checked against a regeneration in memory (no file written, no figure
 drawn); a raw value changed in a copy must show up as a difference; stale marks follow the
