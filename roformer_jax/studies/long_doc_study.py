@@ -35,7 +35,7 @@ import numpy as np
 from ml_collections import ConfigDict
 
 from roformer_jax.data import tasks
-from roformer_jax.data.batches import load_corpus
+from roformer_jax.data.corpus import load_corpus
 from roformer_jax.studies import bow_baseline, long_doc_task, study
 from roformer_jax.training import finetune as finetune_lib
 from roformer_jax.training import metrics as metrics_lib
