@@ -22,7 +22,9 @@ import jax
 from absl import app, flags
 from timing import report
 
-from roformer_jax.data.batches import DataConfig, load_corpus
+from roformer_jax.data.batches import train_batches
+from roformer_jax.data.corpus import load_corpus
+from roformer_jax.data.data_config import DataConfig
 from roformer_jax.nn.model import RoFormer
 from roformer_jax.nn.model_config import model_config
 from roformer_jax.training import optim
@@ -37,7 +39,7 @@ _OUTPUT = flags.DEFINE_string("output", None, "Append JSON lines here.")
 
 
 def iterator_rate(corpus, batch_size, prefetch, n):
-    batches = corpus.train_batches(batch_size=batch_size, seed=0, prefetch=prefetch)
+    batches = train_batches(corpus, batch_size=batch_size, seed=0, prefetch=prefetch)
     for _ in range(3):  # start the thread, fill the queue
         next(batches)
     start = time.perf_counter()
@@ -50,7 +52,7 @@ def step_rates(corpus, batch_size, n):
     """Steps/s of RoFormer-small's update on a fixed device batch, and fed by the iterator."""
     model = RoFormer(model_config("small", vocab_size=corpus.tokenizer.vocab_size))
     tx = optim.make_optimizer(optim.OptimConfig(warmup_steps=10), 1000)
-    batches = corpus.train_batches(batch_size=batch_size, seed=0, prefetch=2)
+    batches = train_batches(corpus, batch_size=batch_size, seed=0, prefetch=2)
     fixed = jax.device_put(next(batches))
 
     def init(rng):

@@ -27,7 +27,7 @@ from absl import app, flags
 from timing import report
 
 from roformer_jax.data import masking
-from roformer_jax.data.batches import DataConfig
+from roformer_jax.data.data_config import DataConfig
 from roformer_jax.nn.model import RoFormer
 from roformer_jax.nn.model_config import ModelConfig, model_config
 from roformer_jax.training import optim

@@ -23,7 +23,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)
 
 from experiments import study_flags  # noqa: E402
-from roformer_jax.data.batches import load_corpus  # noqa: E402
+from roformer_jax.data.corpus import load_corpus  # noqa: E402
 from roformer_jax.studies import compare_report, study, study_record  # noqa: E402
 from roformer_jax.training import provenance, runtime  # noqa: E402
 

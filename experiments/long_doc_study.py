@@ -25,7 +25,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)  # config files import `configs.*`
 
 from experiments import study_flags  # noqa: E402
-from roformer_jax.data.batches import load_corpus  # noqa: E402
+from roformer_jax.data.corpus import load_corpus  # noqa: E402
 from roformer_jax.studies import (  # noqa: E402
     long_doc_articles,
     long_doc_report,

@@ -1,4 +1,5 @@
-"""Tests for roformer_jax/data/batches.py: sources, split, cache, packing, iterator, bad input."""
+"""Tests for roformer_jax/data/corpus.py and batches.py: sources, split, cache, packing,
+iterator, bad input."""
 
 import os
 import shutil
@@ -8,8 +9,11 @@ from unittest import mock
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax.data import batches as data
-from roformer_jax.data.batches import DataConfig, load_corpus
+from roformer_jax.data import corpus as corpus_lib
+from roformer_jax.data import objectives
+from roformer_jax.data.batches import held_out_pairs, train_batches
+from roformer_jax.data.corpus import load_corpus
+from roformer_jax.data.data_config import DataConfig
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 WIKITEXT = os.path.join(DATA, "wikitext-2", "valid.txt")
@@ -89,7 +93,7 @@ class LoadTest(CorpusTestCase):
 
     def test_cache_is_reused_and_invalidated(self):
         first = self.load()
-        with mock.patch.object(data, "_build_cache", side_effect=AssertionError("rebuilt")):
+        with mock.patch.object(corpus_lib, "_build_cache", side_effect=AssertionError("rebuilt")):
             second = self.load()
         np.testing.assert_array_equal(first.train_tokens, second.train_tokens)
         self.assertIsInstance(second.train_tokens, np.memmap)
@@ -99,7 +103,7 @@ class LoadTest(CorpusTestCase):
         os.makedirs(os.path.dirname(copy))
         shutil.copy(self.path, copy)
         os.utime(copy, ns=(1, 1))
-        with mock.patch.object(data, "_build_cache", side_effect=AssertionError("rebuilt")):
+        with mock.patch.object(corpus_lib, "_build_cache", side_effect=AssertionError("rebuilt")):
             self.assertEqual(self.load(source=copy).path, first.path)
         with open(self.path, "a") as f:
             f.write("a new line\n")
@@ -110,9 +114,9 @@ class LoadTest(CorpusTestCase):
         # New fields enter the identity only away from their defaults, so caches built before
         # them keep their key.
         old = {"format", "source", "files", "max_chars", "valid_fraction", "tokenizer"}
-        _, identity = data._cache_key(DataConfig(), [])
+        _, identity = corpus_lib._cache_key(DataConfig(), [])
         self.assertEqual(set(identity), old | {"python", "vocab_size"})
-        _, identity = data._cache_key(DataConfig(source=self.path), [self.path])
+        _, identity = corpus_lib._cache_key(DataConfig(source=self.path), [self.path])
         self.assertEqual(set(identity), old | {"doc_separator", "vocab_size"})
 
     @parameterized.named_parameters(
@@ -123,19 +127,19 @@ class LoadTest(CorpusTestCase):
     )
     def test_cache_key_covers_documents(self, source, change):
         source = source or self.path
-        files = data.corpora.resolve_files(source)
-        key, _ = data._cache_key(DataConfig(source=source), files)
-        changed, _ = data._cache_key(DataConfig(source=source, **change), files)
+        files = corpus_lib.corpora.resolve_files(source)
+        key, _ = corpus_lib._cache_key(DataConfig(source=source), files)
+        changed, _ = corpus_lib._cache_key(DataConfig(source=source, **change), files)
         self.assertNotEqual(changed, key)
 
     def test_builtin_line_and_blank_share_a_key(self):
         # "builtin" reads docstrings the same way for both, so one cache serves both.
-        key, _ = data._cache_key(DataConfig(doc_separator="line"), [])
-        self.assertEqual(data._cache_key(DataConfig(doc_separator="blank"), [])[0], key)
+        key, _ = corpus_lib._cache_key(DataConfig(doc_separator="line"), [])
+        self.assertEqual(corpus_lib._cache_key(DataConfig(doc_separator="blank"), [])[0], key)
 
     def test_min_doc_chars(self):
         corpus = self.load(min_doc_chars=500)
-        expected = list(data.corpora.join_documents(self.docs, 500))
+        expected = list(corpus_lib.corpora.join_documents(self.docs, 500))
         self.assertEqual(corpus.stats["documents"], len(expected))
         self.assertEqual(corpus.stats["chars"], sum(map(len, expected)))
         self.assertNotEqual(corpus.path, self.load().path)
@@ -161,7 +165,7 @@ class LoadTest(CorpusTestCase):
     def test_builtin(self):
         corpus = self.load(source="builtin", max_chars=20_000, vocab_size=500)
         self.assertEqual(corpus.stats["chars"], 20_000)
-        batch = next(corpus.train_batches(batch_size=2, seed=0, prefetch=0))
+        batch = next(train_batches(corpus, batch_size=2, seed=0, prefetch=0))
         self.assertEqual(batch["input_ids"].shape, (2, 16))
 
     def test_max_chars(self):
@@ -180,7 +184,7 @@ class LoadTest(CorpusTestCase):
 class BatchTest(CorpusTestCase):
     def test_batch_layout(self):
         corpus = self.load()
-        batch = next(corpus.train_batches(batch_size=8, seed=0))
+        batch = next(train_batches(corpus, batch_size=8, seed=0))
         keys = {"input_ids", "attention_mask", "token_type_ids", "targets", "weights"}
         self.assertEqual(set(batch), keys | {"index"})
         for key in keys:
@@ -198,7 +202,7 @@ class BatchTest(CorpusTestCase):
         corpus = self.load()
         stream, span, num = np.asarray(corpus.train_tokens), 14, corpus.num_train_sequences()
         where = {stream[s : s + span].tobytes(): s for s in range(stream.size - span + 1)}
-        it = corpus.train_batches(batch_size=4, seed=0, prefetch=0)
+        it = train_batches(corpus, batch_size=4, seed=0, prefetch=0)
         rows = np.concatenate([_original(next(it)) for _ in range(-(-2 * num // 4))])
         for epoch in (rows[:num], rows[num : 2 * num]):
             windows = epoch[:, 1:-1].astype(stream.dtype)
@@ -208,22 +212,22 @@ class BatchTest(CorpusTestCase):
 
     def test_deterministic_and_resumable(self):
         corpus = self.load()
-        run = corpus.train_batches(batch_size=8, seed=3)
+        run = train_batches(corpus, batch_size=8, seed=3)
         full = [next(run) for _ in range(60)]  # crosses an epoch boundary
         self.assertGreater(60 * 8, corpus.num_train_sequences())
-        resumed = corpus.train_batches(batch_size=8, seed=3, start_step=41, prefetch=0)
+        resumed = train_batches(corpus, batch_size=8, seed=3, start_step=41, prefetch=0)
         for step in range(41, 60):
             _assert_batches_equal(self, full[step], next(resumed))
-        other = next(corpus.train_batches(batch_size=4, seed=4))
+        other = next(train_batches(corpus, batch_size=4, seed=4))
         self.assertFalse(np.array_equal(other["input_ids"], full[0]["input_ids"]))
         masks = [np.flatnonzero(b["weights"][0]).tolist() for b in full[:3]]
         self.assertNotEqual(masks[0], masks[1])  # each step draws its own masks
 
     def test_hosts_share_the_global_batch(self):
         corpus = self.load()
-        one = corpus.train_batches(batch_size=8, seed=1, process_index=0, process_count=1)
+        one = train_batches(corpus, batch_size=8, seed=1, process_index=0, process_count=1)
         hosts = [
-            corpus.train_batches(batch_size=8, seed=1, process_index=i, process_count=2)
+            train_batches(corpus, batch_size=8, seed=1, process_index=i, process_count=2)
             for i in range(2)
         ]
         for _ in range(3):
@@ -239,11 +243,17 @@ class BatchTest(CorpusTestCase):
         # Each row is masked (and paired) from (seed, step, global row): P hosts see the
         # batch of one.
         corpus = self.load(objective=objective, min_doc_chars=200)
-        one = corpus.train_batches(batch_size=8, seed=1, start_step=5, prefetch=0,
+        one = train_batches(corpus, batch_size=8, seed=1, start_step=5, prefetch=0,
                                    process_index=0, process_count=1)  # fmt: skip
         parts = [
-            corpus.train_batches(
-                batch_size=8, seed=1, start_step=5, prefetch=0, process_index=i, process_count=hosts
+            train_batches(
+                corpus,
+                batch_size=8,
+                seed=1,
+                start_step=5,
+                prefetch=0,
+                process_index=i,
+                process_count=hosts,
             )  # fmt: skip
             for i in range(hosts)
         ]
@@ -255,7 +265,7 @@ class BatchTest(CorpusTestCase):
     @parameterized.parameters("bytes", "wordpiece")
     def test_whole_word(self, tokenizer):
         corpus = self.load(whole_word=True, mask_prob=0.3, tokenizer=tokenizer, vocab_size=100)
-        batch = next(corpus.train_batches(batch_size=16, seed=0))
+        batch = next(train_batches(corpus, batch_size=16, seed=0))
         ids = _original(batch)
         starts = corpus.tokenizer.word_starts(ids)
         chosen = batch["weights"] > 0
@@ -266,8 +276,8 @@ class BatchTest(CorpusTestCase):
     def test_clm_batches_are_the_real_tokens_and_their_next_ones(self):
         mlm, clm = self.load(), self.load(objective="clm")
         for seed in (0, 1):  # the same windows as MLM's, unmasked
-            m = next(mlm.train_batches(batch_size=8, seed=seed, start_step=3, prefetch=0))
-            c = next(clm.train_batches(batch_size=8, seed=seed, start_step=3, prefetch=0))
+            m = next(train_batches(mlm, batch_size=8, seed=seed, start_step=3, prefetch=0))
+            c = next(train_batches(clm, batch_size=8, seed=seed, start_step=3, prefetch=0))
             np.testing.assert_array_equal(c["input_ids"], _original(m))
             np.testing.assert_array_equal(c["index"], m["index"])
         ids, targets, weights = c["input_ids"], c["targets"], c["weights"]
@@ -280,19 +290,23 @@ class BatchTest(CorpusTestCase):
         # Whole-word and mask-rate settings change nothing.
         other = self.load(objective="clm", whole_word=True, mask_prob=0.5)
         _assert_batches_equal(
-            self, c, next(other.train_batches(batch_size=8, seed=1, start_step=3, prefetch=0))
+            self, c, next(train_batches(other, batch_size=8, seed=1, start_step=3, prefetch=0))
         )
 
     def test_prefetch_matches_and_reports_errors(self):
         corpus = self.load()
-        a = corpus.train_batches(batch_size=4, seed=0, prefetch=3)
-        b = corpus.train_batches(batch_size=4, seed=0, prefetch=0)
+        a = train_batches(corpus, batch_size=4, seed=0, prefetch=3)
+        b = train_batches(corpus, batch_size=4, seed=0, prefetch=0)
         for _ in range(5):
             _assert_batches_equal(self, next(a), next(b))
         a.close()
-        with mock.patch.object(corpus, "_targets", side_effect=RuntimeError("disk on fire")):
+        with mock.patch.object(
+            objectives,
+            "row_targets",
+            return_value=mock.Mock(side_effect=RuntimeError("disk on fire")),
+        ):
             with self.assertRaisesRegex(RuntimeError, "disk on fire"):
-                next(corpus.train_batches(batch_size=4, seed=0, prefetch=2))
+                next(train_batches(corpus, batch_size=4, seed=0, prefetch=2))
 
     @parameterized.named_parameters(
         ("uneven_hosts", dict(batch_size=5, process_index=0, process_count=2), "multiple"),
@@ -303,7 +317,7 @@ class BatchTest(CorpusTestCase):
         corpus = self.load()
         kwargs = dict(seed=0) | kwargs
         with self.assertRaisesRegex(ValueError, message):
-            corpus.train_batches(**kwargs)
+            train_batches(corpus, **kwargs)
 
 
 class PairBatchTest(CorpusTestCase):
@@ -314,7 +328,7 @@ class PairBatchTest(CorpusTestCase):
 
     def test_pair_batches(self):
         corpus, tok = self.load_pairs(), self.load_pairs().tokenizer
-        batches = corpus.train_batches(batch_size=16, seed=0, prefetch=0)
+        batches = train_batches(corpus, batch_size=16, seed=0, prefetch=0)
         first = [next(batches) for _ in range(6)]
         batch = first[0]
         self.assertEqual(set(batch), {"input_ids", "attention_mask", "token_type_ids", "targets",
@@ -329,17 +343,17 @@ class PairBatchTest(CorpusTestCase):
         labels = np.concatenate([b["pair_label"] for b in first])
         self.assertBetween(labels.mean(), 0.3, 0.7)
         self.assertEqual(batch["pair_label"].dtype, np.int32)
-        resumed = next(corpus.train_batches(batch_size=16, seed=0, start_step=5, prefetch=0))
+        resumed = next(train_batches(corpus, batch_size=16, seed=0, start_step=5, prefetch=0))
         _assert_batches_equal(self, first[5], resumed)
-        other = next(corpus.train_batches(batch_size=16, seed=1, prefetch=0))
+        other = next(train_batches(corpus, batch_size=16, seed=1, prefetch=0))
         self.assertFalse(np.array_equal(other["input_ids"], batch["input_ids"]))
 
     def test_held_out_pairs_are_fixed_and_shared_by_hosts(self):
         corpus = self.load_pairs()
-        one = corpus.held_out_pairs(num_batches=2, batch_size=8)
+        one = held_out_pairs(corpus, num_batches=2, batch_size=8)
         self.assertLen(one, 2)
-        again = self.load_pairs(eval_pairs=64).held_out_pairs(num_batches=2, batch_size=8)
-        hosts = [corpus.held_out_pairs(num_batches=2, batch_size=8, process_index=i,
+        again = held_out_pairs(self.load_pairs(eval_pairs=64), num_batches=2, batch_size=8)
+        hosts = [held_out_pairs(corpus, num_batches=2, batch_size=8, process_index=i,
                                        process_count=2) for i in range(2)]  # fmt: skip
         for i, batch in enumerate(one):
             self.assertEqual(set(batch), {"input_ids", "attention_mask", "token_type_ids",
@@ -358,7 +372,7 @@ class PairBatchTest(CorpusTestCase):
     def test_too_few_long_documents(self):
         with self.assertRaisesRegex(ValueError, "'mlm_same_doc', train split: .* documents "
                                     "have the 188 tokens"):  # fmt: skip
-            self.load_pairs(seq_len=128, min_doc_chars=0).train_batches(batch_size=8, seed=0)
+            train_batches(self.load_pairs(seq_len=128, min_doc_chars=0), batch_size=8, seed=0)
 
 
 class BadInputTest(CorpusTestCase):

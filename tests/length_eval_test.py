@@ -7,7 +7,8 @@ import tempfile
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax.data.batches import DataConfig, load_corpus
+from roformer_jax.data.corpus import load_corpus
+from roformer_jax.data.data_config import DataConfig
 from roformer_jax.data.length_eval import TooLittleText, length_eval_set
 
 LENGTHS = (16, 32, 64)

@@ -256,16 +256,16 @@ class EndToEndTest(parameterized.TestCase):
         self.assertEqual(_records(parts), _records(whole))  # bitwise: floats compared with ==
 
     def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(self):
-        real = batches_lib.Corpus.train_batches
+        real = batches_lib.train_batches
 
-        def nan_at_step_3(self, **kwargs):
-            for step, batch in enumerate(real(self, **kwargs), start=kwargs["start_step"] + 1):
+        def nan_at_step_3(corpus, **kwargs):
+            for step, batch in enumerate(real(corpus, **kwargs), start=kwargs["start_step"] + 1):
                 if step == 3:  # NaN weights: a NaN loss and NaN gradients
                     batch = {**batch, "weights": np.full_like(batch["weights"], np.nan)}
                 yield batch
 
         workdir = os.path.join(_TMP, "nan")
-        with mock.patch.object(batches_lib.Corpus, "train_batches", nan_at_step_3):
+        with mock.patch.object(batches_lib, "train_batches", nan_at_step_3):
             with self.assertRaisesRegex(
                 FloatingPointError, r"at step 3\. The last good checkpoint is step 2"
             ):

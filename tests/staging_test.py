@@ -8,7 +8,8 @@ import numpy as np
 from absl.testing import absltest
 
 from roformer_jax.data import staging
-from roformer_jax.data.batches import DataConfig, load_corpus
+from roformer_jax.data.corpus import load_corpus
+from roformer_jax.data.data_config import DataConfig
 
 _HOST = dict(process_index=0, process_count=1)
 

@@ -14,7 +14,7 @@ probability proportional to their length among the documents long enough to hold
 on either side (`pair_lengths`), so short documents are neither positives nor negatives and
 the label cannot be read off a document's length.
 
-Documents are the [SEP]-terminated spans of a token stream (data/batches.py writes one
+Documents are the [SEP]-terminated spans of a token stream (data/corpus.py writes one
 [SEP] after each). Each row is drawn from its own generator, so a row depends on that
 generator alone, not on the rows beside it.
 

@@ -37,9 +37,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from roformer_jax.data.batches import EVAL_WINDOWS, Corpus, host_share
+from roformer_jax.data.corpus import Corpus
+from roformer_jax.data.data_config import EVAL_WINDOWS
+from roformer_jax.data.hosts import host_share
+from roformer_jax.data.objectives import mlm_targets
 
-_EVAL_MASK = 3  # seed domain of the held-out masks (batches.py uses 0, 1 and 4)
+_EVAL_MASK = 3  # seed domain of the held-out masks (data/batches.py uses 0, 1 and 4)
 
 
 class TooLittleText(ValueError):
@@ -72,7 +75,7 @@ def length_eval_set(
 
     Args:
       batch_size: global rows per batch, one for every length or {length: rows}; each a
-        multiple of the process count. Rows are split over hosts as in `train_batches`.
+        multiple of the process count. Rows are split over hosts as data/hosts.py says.
       windows: "documents" or "stream" (module doc).
       seed: the masks' seed; None = the corpus config's eval_seed.
       max_tokens: use pieces in held-out order until this many tokens (the last piece cut
@@ -97,21 +100,9 @@ def length_eval_set(
     span = lengths[-1] - 2
     pieces = _pieces(np.asarray(corpus.valid_tokens), tok.sep_id, span, windows, max_tokens)
     if not pieces:
-        raise TooLittleText(
-            f"the held-out text has no {'document' if windows == 'documents' else 'stretch'} "
-            f"of {span} tokens (the longest length {lengths[-1]} minus [CLS] and [SEP]); "
-            + ("use a corpus of long documents (data.doc_separator='article', or "
-               "data.min_doc_chars for books), " if windows == "documents" else "")
-            + "more held-out text (data.valid_fraction) or shorter lengths"
-        )  # fmt: skip
+        raise TooLittleText(_too_little_text(span, windows))
     causal = config.objective == "clm"
-    scored = []  # per piece: (model inputs, targets, is a target)
-    for i, piece in enumerate(pieces):
-        if causal:
-            scored.append((piece, piece, np.ones(piece.size, bool)))
-        else:
-            masked = corpus.mlm(piece[None], np.random.default_rng([_EVAL_MASK, seed, i]))
-            scored.append((masked["input_ids"][0], masked["targets"][0], masked["weights"][0] > 0))
+    scored = [_scored(piece, i, corpus, seed=seed, causal=causal) for i, piece in enumerate(pieces)]
     batches = {}
     for n in lengths:
         rows = [
@@ -124,6 +115,27 @@ def length_eval_set(
     return LengthEvalSet(
         batches, num_targets, sum(p.size for p in pieces), len(pieces), int(causal)
     )
+
+
+def _too_little_text(span: int, windows: str) -> str:
+    return (
+        f"the held-out text has no {'document' if windows == 'documents' else 'stretch'} "
+        f"of {span} tokens (the longest length {span + 2} minus [CLS] and [SEP]); "
+        + ("use a corpus of long documents (data.doc_separator='article', or "
+           "data.min_doc_chars for books), " if windows == "documents" else "")
+        + "more held-out text (data.valid_fraction) or shorter lengths"
+    )  # fmt: skip
+
+
+def _scored(piece, i: int, corpus: Corpus, *, seed: int, causal: bool):
+    """(model inputs, targets, is a target) of piece number `i`: for "clm" every token as
+    it is, else BERT's masks drawn from (seed, i) alone."""
+    if causal:
+        return piece, piece, np.ones(piece.size, bool)
+    cfg, rng = corpus.config, np.random.default_rng([_EVAL_MASK, seed, i])
+    masked = mlm_targets(piece[None], rng, tokenizer=corpus.tokenizer,
+                         mask_prob=cfg.mask_prob, whole_word=cfg.whole_word)  # fmt: skip
+    return masked["input_ids"][0], masked["targets"][0], masked["weights"][0] > 0
 
 
 def _pieces(stream, sep_id, span, windows, max_tokens) -> list[np.ndarray]:

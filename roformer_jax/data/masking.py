@@ -52,36 +52,15 @@ def mask_tokens(
       the original token where chosen, 0 elsewhere), weights (float32, 1 where chosen).
     """
     tokens = np.asarray(tokens)
-    if not np.issubdtype(tokens.dtype, np.integer):
-        raise ValueError(f"tokens must be integers, got dtype {tokens.dtype}")
-    if not 0.0 < mask_prob <= 1.0:
-        raise ValueError(f"mask_prob {mask_prob} is outside (0, 1]")
     specials = np.unique(np.asarray(special_ids, np.int64))
-    if not 0 <= mask_id < vocab_size:
-        raise ValueError(f"mask_id {mask_id} is outside the vocabulary [0, {vocab_size})")
-    if mask_id not in specials:
-        raise ValueError(f"mask_id {mask_id} must be one of special_ids {specials.tolist()}")
-    if vocab_size <= np.sum(specials < vocab_size):
-        raise ValueError(f"vocab_size {vocab_size} has no non-special token to sample")
-    if word_starts is not None and np.shape(word_starts) != tokens.shape:
-        raise ValueError(f"word_starts {np.shape(word_starts)} must match tokens {tokens.shape}")
+    _check_mask_arguments(tokens, specials, vocab_size, mask_id, mask_prob, word_starts)
     shape = tokens.shape
     tokens = np.atleast_2d(tokens).astype(np.int32)  # [B, L]
     B, L = tokens.shape
 
-    real = ~np.isin(tokens, specials)  # [B, L]
-    num_real = real.sum(axis=-1)  # [B]
-    num_chosen = np.where(num_real > 0, np.maximum(1, np.floor(mask_prob * num_real + 0.5)), 0)
-
-    # Random priorities; specials sort last. Each row takes its num_chosen lowest (words).
     if not isinstance(rng, np.random.Generator) and len(rng) != B:
         raise ValueError(f"{len(rng)} generators for {B} rows; give one per row or one")
-    score = np.where(real, _draw(rng, "random", B, L), np.inf)  # [B, L]
-    if word_starts is None:
-        kth = np.sort(score, axis=-1)[np.arange(B), np.maximum(num_chosen - 1, 0).astype(int)]
-        chosen = real & (score <= kth[:, None]) & (num_chosen[:, None] > 0)
-    else:
-        chosen = real & _choose_words(score, real, word_starts, num_chosen)
+    chosen = _choose(rng, ~np.isin(tokens, specials), mask_prob, word_starts)  # [B, L]
 
     replace = _draw(rng, "random", B, L)  # [B, L]
     random_ids = _sample_non_special(rng, (B, L), vocab_size, specials)  # [B, L]
@@ -92,6 +71,22 @@ def mask_tokens(
         "targets": np.where(chosen, tokens, 0).astype(np.int32).reshape(shape),
         "weights": chosen.astype(np.float32).reshape(shape),
     }
+
+
+def _check_mask_arguments(tokens, specials, vocab_size, mask_id, mask_prob, word_starts):
+    """Raises ValueError naming the first of `mask_tokens`' arguments that is wrong."""
+    if not np.issubdtype(tokens.dtype, np.integer):
+        raise ValueError(f"tokens must be integers, got dtype {tokens.dtype}")
+    if not 0.0 < mask_prob <= 1.0:
+        raise ValueError(f"mask_prob {mask_prob} is outside (0, 1]")
+    if not 0 <= mask_id < vocab_size:
+        raise ValueError(f"mask_id {mask_id} is outside the vocabulary [0, {vocab_size})")
+    if mask_id not in specials:
+        raise ValueError(f"mask_id {mask_id} must be one of special_ids {specials.tolist()}")
+    if vocab_size <= np.sum(specials < vocab_size):
+        raise ValueError(f"vocab_size {vocab_size} has no non-special token to sample")
+    if word_starts is not None and np.shape(word_starts) != tokens.shape:
+        raise ValueError(f"word_starts {np.shape(word_starts)} must match tokens {tokens.shape}")
 
 
 def next_token_targets(tokens: np.ndarray, *, pad_id: int) -> dict[str, np.ndarray]:
@@ -138,6 +133,19 @@ def max_targets(length: int, mask_prob: float = 0.15) -> int:
     this many positions per row holds every target (whole words can run over it).
     """
     return min(length, max(1, int(np.floor(mask_prob * length + 0.5))))
+
+
+def _choose(rng, real, mask_prob, word_starts):
+    """[B, L] True at the chosen targets among the `real` tokens [B, L] (mask_tokens)."""
+    B, L = real.shape
+    num_real = real.sum(axis=-1)  # [B]
+    num_chosen = np.where(num_real > 0, np.maximum(1, np.floor(mask_prob * num_real + 0.5)), 0)
+    # Random priorities; specials sort last. Each row takes its num_chosen lowest (words).
+    score = np.where(real, _draw(rng, "random", B, L), np.inf)  # [B, L]
+    if word_starts is None:
+        kth = np.sort(score, axis=-1)[np.arange(B), np.maximum(num_chosen - 1, 0).astype(int)]
+        return real & (score <= kth[:, None]) & (num_chosen[:, None] > 0)
+    return real & _choose_words(score, real, word_starts, num_chosen)
 
 
 def _choose_words(score, real, word_starts, num_chosen):

@@ -11,7 +11,8 @@ from collections.abc import Iterator, Sequence
 
 from absl import logging
 
-from roformer_jax.data.batches import Corpus
+from roformer_jax.data import batches as batches_lib
+from roformer_jax.data.corpus import Corpus
 from roformer_jax.data.length_eval import TooLittleText, length_eval_set
 
 
@@ -34,8 +35,8 @@ def staged_batches(
     for steps, seq_len, batch_size in stages:
         if start_step < first + steps:
             begin = max(start_step, first)
-            batches = corpus.train_batches(
-                batch_size=batch_size, seq_len=seq_len, seed=seed, start_step=begin,
+            batches = batches_lib.train_batches(
+                corpus, batch_size=batch_size, seq_len=seq_len, seed=seed, start_step=begin,
                 process_index=process_index, process_count=process_count,
             )  # fmt: skip
             with contextlib.closing(batches):

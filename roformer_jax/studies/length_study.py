@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from roformer_jax.data.batches import load_corpus
+from roformer_jax.data.corpus import load_corpus
 from roformer_jax.data.length_eval import length_eval_set
 from roformer_jax.nn.model import RoFormer
 from roformer_jax.nn.model_config import ModelConfig

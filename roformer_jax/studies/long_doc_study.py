@@ -35,7 +35,7 @@ import numpy as np
 from ml_collections import ConfigDict
 
 from roformer_jax.data import tasks
-from roformer_jax.data.batches import load_corpus
+from roformer_jax.data.corpus import load_corpus
 from roformer_jax.studies import bow_baseline, long_doc_task, run_dirs, study
 from roformer_jax.studies.long_doc_articles import Measure
 from roformer_jax.training import finetune as finetune_lib

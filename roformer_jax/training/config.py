@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from roformer_jax.data.batches import DataConfig
+from roformer_jax.data.data_config import DataConfig
 from roformer_jax.data.tokenizer import tokenizer_vocab_size
 from roformer_jax.nn.model_config import ModelConfig
 from roformer_jax.training.optim import OptimConfig

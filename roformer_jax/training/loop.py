@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 import jax
 from absl import logging
 
 from roformer_jax.data import doc_pairs, staging
-from roformer_jax.data.batches import load_corpus
+from roformer_jax.data.batches import held_out_pairs
+from roformer_jax.data.corpus import Corpus, load_corpus
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import provenance, runtime
 from roformer_jax.training.checkpoints import Checkpoints
@@ -41,12 +45,63 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
     after it), runtime.TrainingInterrupted after saving when stopped by a signal, and
     ValueError when workdir holds a checkpoint of a different model.
     """
-    tcfg, cfg_dict = cfg.train, dataclasses.asdict(cfg)
     devices = runtime.Devices()
     stages = _stages(cfg, devices)
-    hosts = dict(process_index=devices.process_index, process_count=devices.process_count)
 
-    # --- Data: this host's rows of every global batch.
+    # --- Data: this host's rows of every global batch, and the held-out sets.
+    data = _data(cfg, workdir, stages, devices)
+
+    # --- Model and optimizer; shapes first.
+    model, schedule, tx, init = model_and_optimizer(cfg)
+    init_rng, step_rng = run_rngs(cfg.seed)
+    abstract_state = jax.eval_shape(init, init_rng)
+    n_params = sum(x.size for x in jax.tree.leaves(abstract_state.params))
+    logging.info("%s parameters; %d device(s) on %d host(s)", f"{n_params:,}", jax.device_count(),
+                 jax.process_count())  # fmt: skip
+
+    # --- Restore, or initialize.
+    checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"), keep=cfg.train.keep_checkpoints)
+    restored = checkpoints.restore(abstract_state, cfg.model)
+    if restored is None:
+        state, progress = _initial_state(cfg, init, init_rng, tx, data.corpus)
+    else:
+        state, progress = jax.device_put(restored[0]), restored[1]
+    start, elapsed = int(state.step), runtime.Clock(progress.get("elapsed_s", 0.0))
+    logging.info("%s at step %d", "resuming" if start else "starting", start)
+    _record_session(cfg, workdir, start)
+
+    # --- Step functions: one code path, jitted on one device or pmapped.
+    train_step, eval_step = _step_functions(cfg, model, tx, devices)
+    state = devices.replicate(state)
+
+    # --- Loop: log, evaluate, checkpoint.
+    loop = _Loop(
+        cfg, devices, data, schedule, eval_step, checkpoints,
+        writer=metrics_lib.MetricsWriter(workdir, resume_step=start,
+                                         enabled=jax.process_index() == 0),
+        speed=runtime.Speed(stages, start),
+        elapsed=elapsed,
+        window=progress["window"],
+    )  # fmt: skip
+    return loop.run(train_step, state, step_rng, start)
+
+
+# ---------------------------------------------------------------- data
+
+
+class RunData(NamedTuple):
+    """What a run reads, turned from its config's data section once (`_data`)."""
+
+    corpus: Corpus
+    train: Callable[..., Iterator[dict]]  # (start_step=t) -> this host's batches of t + 1, ...
+    valid_sets: dict[int, list[dict]]  # length -> this host's validation batches
+    pair_sets: list[dict]  # an objective of pairs: held-out pairs for the pair accuracy
+
+
+def _data(cfg: ExperimentConfig, workdir: str, stages, devices: runtime.Devices) -> RunData:
+    """The corpus, the train stream of `stages` and the held-out sets of `cfg`."""
+    tcfg, hosts = cfg.train, dict(process_index=devices.process_index,
+                                  process_count=devices.process_count)  # fmt: skip
     corpus = load_corpus(cfg.data, tcfg.data_cache_dir or os.path.join(workdir, "data"))
     if corpus.tokenizer.vocab_size > cfg.model.vocab_size:
         raise ValueError(
@@ -59,125 +114,165 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
         max_tokens=tcfg.eval_batches and tcfg.eval_batches * eval_rows * (cfg.data.seq_len - 2),
         max_length=cfg.model.max_length, **hosts,
     )  # fmt: skip
-    pair_sets = []  # an objective of pairs: held-out pairs, scored for the pair accuracy
+    pair_sets = []
     if cfg.data.pairs:
         try:
-            pair_sets = corpus.held_out_pairs(
-                num_batches=-(-cfg.data.eval_pairs // eval_rows), batch_size=eval_rows, **hosts
-            )
+            pair_sets = held_out_pairs(
+                corpus, num_batches=-(-cfg.data.eval_pairs // eval_rows), batch_size=eval_rows,
+                **hosts,
+            )  # fmt: skip
         except doc_pairs.TooFewDocuments as e:
             logging.warning("held-out pairs skipped: %s", e)
+    train = functools.partial(staging.staged_batches, corpus, stages, seed=cfg.seed, **hosts)
+    return RunData(corpus, train, valid_sets, pair_sets)
 
-    # --- Model and optimizer; shapes first.
-    model, schedule, tx, init = model_and_optimizer(cfg)
-    init_rng, step_rng = run_rngs(cfg.seed)
-    abstract_state = jax.eval_shape(init, init_rng)
-    n_params = sum(x.size for x in jax.tree.leaves(abstract_state.params))
-    logging.info("%s parameters; %d device(s) on %d host(s)", f"{n_params:,}", jax.device_count(),
-                 jax.process_count())  # fmt: skip
 
-    # --- Restore, or initialize.
-    checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"), keep=tcfg.keep_checkpoints)
-    restored = checkpoints.restore(abstract_state, cfg.model)
-    if restored is None:
-        state, progress = jax.jit(init)(init_rng), {"window": metrics_lib.empty_window()}
-        if tcfg.init_from is not None:  # a fresh start only: a resumed run has its own params
-            params = params_from(tcfg.init_from, state.params, corpus.tokenizer)
-            params = jax.device_put(params)
-            state = state.replace(params=params, opt_state=jax.jit(tx.init)(params))
-    else:
-        state, progress = jax.device_put(restored[0]), restored[1]
-    start, window = int(state.step), progress["window"]  # window: host sums since last record
-    elapsed = runtime.Clock(progress.get("elapsed_s", 0.0))
-    logging.info("%s at step %d", "resuming" if start else "starting", start)
-    if jax.process_index() == 0:
-        with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
-            json.dump(cfg_dict, f, indent=2)
-        if start < tcfg.steps:  # a finished run rerun trains nothing: no session
-            provenance.record_session(workdir, start_step=start)
+# ---------------------------------------------------------------- restore and step functions
 
-    # --- Step functions: one code path, jitted on one device or pmapped.
+
+def _initial_state(cfg: ExperimentConfig, init, init_rng, tx, corpus: Corpus):
+    """(state, progress) of a fresh start: init(init_rng), or train.init_from's params with a
+    fresh optimizer (a fresh start only: a resumed run has its own params)."""
+    state = jax.jit(init)(init_rng)
+    if cfg.train.init_from is not None:
+        params = params_from(cfg.train.init_from, state.params, corpus.tokenizer)
+        params = jax.device_put(params)
+        state = state.replace(params=params, opt_state=jax.jit(tx.init)(params))
+    return state, {"window": metrics_lib.empty_window()}
+
+
+def _record_session(cfg: ExperimentConfig, workdir: str, start: int) -> None:
+    """workdir/config.json, and this session in provenance.json (process 0 only)."""
+    if jax.process_index() != 0:
+        return
+    with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(dataclasses.asdict(cfg), f, indent=2)
+    if start < cfg.train.steps:  # a finished run rerun trains nothing: no session
+        provenance.record_session(workdir, start_step=start)
+
+
+def _step_functions(cfg: ExperimentConfig, model, tx, devices: runtime.Devices):
+    """(train_step, eval_step), compiled for the devices (runtime.Devices.compile)."""
     # Where targets are not bounded by masking.max_targets (whole words, "clm"), the head
     # runs at every position.
     mask_prob = cfg.data.target_rate
-    train_step, eval_step = devices.compile(
+    return devices.compile(
         make_train_step(
-            model, tx, grad_accum=tcfg.grad_accum, axis_name=devices.axis, mask_prob=mask_prob
+            model, tx, grad_accum=cfg.train.grad_accum, axis_name=devices.axis,
+            mask_prob=mask_prob,
         ),
         make_eval_step(model, axis_name=devices.axis, mask_prob=mask_prob),
-    )
-    state = devices.replicate(state)
+    )  # fmt: skip
 
-    def evaluate():
-        return _evaluate(
-            lambda b: devices.first(eval_step(state.params, devices.shard(b), state.step)),
-            valid_sets,
-            pair_sets,
+
+# ---------------------------------------------------------------- the loop
+
+
+@dataclasses.dataclass
+class _Loop:
+    """What the loop steps, logs, evaluates and saves with.
+
+    window: host metric sums since the last record; it travels in the checkpoint with the
+    elapsed time, so a resumed run logs what an uninterrupted one would.
+    """
+
+    cfg: ExperimentConfig
+    devices: runtime.Devices
+    data: RunData
+    schedule: Callable[[int], Any]
+    eval_step: Callable
+    checkpoints: Checkpoints
+    writer: metrics_lib.MetricsWriter
+    speed: runtime.Speed
+    elapsed: runtime.Clock
+    window: dict
+
+    def run(self, train_step, state, step_rng, start: int) -> dict:
+        """Steps start + 1, ..., train.steps; returns the last record's values."""
+        steps, batches = self.cfg.train.steps, self.data.train(start_step=start)
+        pending, last = [], {"step": start}  # pending: metrics of steps not yet fetched
+        with (
+            runtime.stop_requests() as stop_requested,
+            contextlib.closing(self.writer),
+            contextlib.closing(batches),
+        ):
+            try:
+                for done in range(start + 1, steps + 1):
+                    state, step_metrics = train_step(
+                        state, self.devices.shard(next(batches)), step_rng
+                    )
+                    pending.append(step_metrics)
+                    if len(pending) > 2:  # at most 2 steps in flight: a stop request or a save
+                        jax.block_until_ready(pending[-3])  # waits for 2 steps, not a backlog
+                    self.speed.stepped(done, step_metrics)
+                    if done == start + 1:
+                        logging.info("first step (with compilation): %.1f s",
+                                     self.elapsed.session())  # fmt: skip
+                    self._after_step(state, done, pending, last, stop_requested)
+                if start >= steps:  # a finished run rerun: report, write nothing
+                    last.update(self._evaluate(state))
+            finally:
+                self.checkpoints.close()
+        return last
+
+    def _after_step(self, state, done: int, pending: list, last: dict, stop_requested) -> None:
+        """Logs, evaluates and saves where step `done` calls for it; stops on request."""
+        tcfg = self.cfg.train
+        is_log, is_eval, is_save = (
+            done % every == 0 or done == tcfg.steps
+            for every in (tcfg.log_every, tcfg.eval_every, tcfg.checkpoint_every)
         )
+        stop = stop_requested() or runtime.preemption(done)
+        if not (is_log or is_eval or is_save or stop):
+            return
+        # Fetch the pending metrics; a non-finite one stops the run before any save.
+        fetched = [self.devices.first(m) for m in pending]
+        _accumulate(self.window, fetched, done - len(pending) + 1, self.checkpoints)
+        pending.clear()
+        if is_log or is_eval:
+            last.update(self._record(state, done, is_log=is_log, is_eval=is_eval))
+        if is_save or stop:
+            self._save(state, done)
+        if stop:
+            raise runtime.TrainingInterrupted(
+                f"stopped at step {done} on request; checkpoint saved in "
+                f"{self.checkpoints.directory}. Rerun with the same workdir to resume."
+            )
+        self.speed.restart()  # evaluations and saves are not training time
 
-    def save(step):
-        meta = {"config": cfg_dict, "window": window, "elapsed_s": elapsed()}
-        checkpoints.save(step, devices.first(state), meta)
-        logging.info("checkpoint of step %d saved to %s", step, checkpoints.directory)
+    def _record(self, state, done: int, *, is_log: bool, is_eval: bool) -> dict:
+        """The record of step `done` (the window's metrics, validation), written and shown."""
+        record = {"step": done}
+        if is_log:
+            lr = float(self.schedule(done - 1))
+            record.update(
+                metrics_lib.window_record(self.window, lr=lr, tokens_per_s=self.speed.rate())
+            )
+            self.window.update(metrics_lib.empty_window())
+        if is_eval:
+            record.update(self._evaluate(state))
+        record["elapsed_s"] = self.elapsed()
+        self.writer.write(record)
+        eta = self.speed.eta_s(done, record.get("train/tokens_per_s"))
+        metrics_lib.log_progress(record, total_steps=self.cfg.train.steps, eta_s=eta)
+        return record
 
-    # --- Loop: log, evaluate, checkpoint.
-    batches = staging.staged_batches(corpus, stages, seed=cfg.seed, start_step=start, **hosts)
-    speed = runtime.Speed(stages, start)
-    writer = metrics_lib.MetricsWriter(workdir, resume_step=start, enabled=jax.process_index() == 0)
-    pending, last = [], {"step": start}
-    with (
-        runtime.stop_requests() as stop_requested,
-        contextlib.closing(writer),
-        contextlib.closing(batches),
-    ):
-        try:
-            for done in range(start + 1, tcfg.steps + 1):
-                state, step_metrics = train_step(state, devices.shard(next(batches)), step_rng)
-                pending.append(step_metrics)
-                if len(pending) > 2:  # at most 2 steps in flight: a stop request or a save
-                    jax.block_until_ready(pending[-3])  # waits for 2 steps, not for a backlog
-                speed.stepped(done, step_metrics)
-                if done == start + 1:
-                    logging.info("first step (with compilation): %.1f s", elapsed.session())
-                is_log, is_eval, is_save = (
-                    done % every == 0 or done == tcfg.steps
-                    for every in (tcfg.log_every, tcfg.eval_every, tcfg.checkpoint_every)
-                )
-                stop = stop_requested() or runtime.preemption(done)
-                if not (is_log or is_eval or is_save or stop):
-                    continue
-                # Fetch the pending metrics; a non-finite one stops the run before any save.
-                fetched = [devices.first(m) for m in pending]
-                _accumulate(window, fetched, done - len(pending) + 1, checkpoints)
-                pending.clear()
-                record = {"step": done}
-                if is_log:
-                    lr = float(schedule(done - 1))
-                    record.update(
-                        metrics_lib.window_record(window, lr=lr, tokens_per_s=speed.rate())
-                    )
-                    window.update(metrics_lib.empty_window())
-                if is_eval:
-                    record.update(evaluate())
-                if is_log or is_eval:
-                    record["elapsed_s"] = elapsed()
-                    writer.write(record)
-                    eta = speed.eta_s(done, record.get("train/tokens_per_s"))
-                    metrics_lib.log_progress(record, total_steps=tcfg.steps, eta_s=eta)
-                    last.update(record)
-                if is_save or stop:
-                    save(done)
-                if stop:
-                    raise runtime.TrainingInterrupted(
-                        f"stopped at step {done} on request; checkpoint saved in "
-                        f"{checkpoints.directory}. Rerun with the same workdir to resume."
-                    )
-                speed.restart()  # evaluations and saves are not training time
-            if start >= tcfg.steps:  # a finished run rerun: report, write nothing
-                last.update(evaluate())
-        finally:
-            checkpoints.close()
-    return last
+    def _evaluate(self, state) -> dict:
+        def eval_fn(batch):
+            return self.devices.first(
+                self.eval_step(state.params, self.devices.shard(batch), state.step)
+            )
+
+        return _evaluate(eval_fn, self.data.valid_sets, self.data.pair_sets)
+
+    def _save(self, state, step: int) -> None:
+        meta = {
+            "config": dataclasses.asdict(self.cfg),
+            "window": self.window,
+            "elapsed_s": self.elapsed(),
+        }
+        self.checkpoints.save(step, self.devices.first(state), meta)
+        logging.info("checkpoint of step %d saved to %s", step, self.checkpoints.directory)
 
 
 def _stages(cfg: ExperimentConfig, devices: runtime.Devices) -> tuple[tuple[int, int, int], ...]:

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from absl import logging
 
-from roformer_jax.data.batches import Corpus, load_corpus
+from roformer_jax.data.corpus import Corpus, load_corpus
 from roformer_jax.nn.model import PRETRAINING_HEADS, RoFormer
 from roformer_jax.training import optim
 from roformer_jax.training.checkpoints import Checkpoints

@@ -1,7 +1,7 @@
 """The pure train and eval steps: `(state, batch, rng) → (state, metrics)`.
 
 The batch's targets and weights say what is learnt (BERT's masked tokens, or every next token
-for a causal LM: data.batches.OBJECTIVES); the steps do not know which. Gradients and metrics
+for a causal LM: data.objectives.OBJECTIVES); the steps do not know which. Gradients and metrics
 are sums: the loss is the sum of token losses over all weighted (target) tokens of the global
 batch divided by their count, so its gradient is psum(∑ grads) / psum(count),
 the same number on 1 or 8 devices. (A lax.pmean of per-device means would weight a device
