@@ -4,14 +4,17 @@
 
 Reads top to bottom: encoder and tokenizer → data → model and optimizer → restore → step
 functions → loop (log; at each epoch's end validate, keep the best, save the latest) → the
-best checkpoint on the test file. What pre-training provides is reused: `runs.load_run` (or
-`hf.load_hf_roformer`) for the encoder, `step.make_sums_train_step` for the update (per-row
-dropout keys, sums over devices), `optim` for AdamW with warm-up, `runtime.Devices` for jit
-on one device and pmap on several, `Checkpoints` and `MetricsWriter`.
+best checkpoint on the test file. The task kind (task_kinds.TASK_KINDS[cfg.task.format])
+gives the head, the encoding, the loss and the metrics; task_model.py the encoder and the
+optimizer. What pre-training provides is reused: `runs.load_run` (or `hf.load_hf_roformer`)
+for the encoder, `step.make_sums_train_step` for the update (per-row dropout keys, sums over
+devices), `optim` for AdamW with warm-up, `runtime.Devices` for jit on one device and pmap
+on several, `runtime.Clock` and `runtime.Speed`, `Checkpoints` and `MetricsWriter`.
 
 Workdir: config.json, metrics.jsonl, tensorboard/, checkpoints/ (the latest epoch, for
 resume), best/ (the epoch with the best validation metric), data/ (a builtin task's files),
-predictions.json (classification, multiple choice), final_metrics.json.
+predictions.json (the kinds with one label per example: classification, multiple choice),
+final_metrics.json.
 
 Determinism. The rows of step t depend only on (seed, t // steps per epoch): each epoch is a
 permutation drawn from (seed, epoch), the remainder dropped; dropout as in step.py. A run
@@ -49,8 +52,8 @@ _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 # The latest epoch's state, for resume, and the best epoch's.
 _CHECKPOINTS = ("checkpoints", "best")
 FINAL_METRICS_FILE = "final_metrics.json"
-# {split: {"prediction": [N], "label": [N]}} of the best checkpoint (classification and
-# multiple choice): what a paired test of two runs on the same examples reads.
+# {split: {"prediction": [N], "label": [N]}} of the best checkpoint (the kinds with
+# TaskKind.predictions): what a paired test of two runs on the same examples reads.
 PREDICTIONS_FILE = "predictions.json"
 # A run's small outputs: what its numbers are (no checkpoints); predictions where it has them.
 RAW_FILES = (metrics_lib.METRICS_FILE, "config.json", FINAL_METRICS_FILE, PREDICTIONS_FILE)

@@ -34,7 +34,8 @@ class TaskConfig:
     metric: str = "accuracy"  # one of the kind's metrics: classification and
     # token_classification: accuracy | macro_f1; qa: exact_match | f1; multiple_choice: accuracy
     max_length: int = 128  # tokens per row, [CLS] and [SEP]s included
-    truncation: str = "head"  # "head" | "tail" | "head+tail" (qa: the context's head)
+    # "head" | "tail" | "head+tail" (qa: the context's head; token_classification: the head)
+    truncation: str = "head"
     # label (token_classification: tag) names in id order; () = the training file's, sorted
     labels: tuple[str, ...] = ()
     # multiple_choice: the token each choice is scored at (heads.MultipleChoice): "last", HF's
