@@ -3,6 +3,8 @@ r"""Fine-tunes a pre-trained encoder with a fresh task head: parses flags, calls
   python experiments/finetune.py --config=configs/finetune_classification.py \
       --workdir=/tmp/ft --config.init_from=/tmp/tiny
 
+One config per task kind: configs/finetune_{classification, token_classification, qa,
+multiple_choice}.py, each on a builtin task (training/task_kinds.py, data/builtin_tasks.py).
 --config.init_from is a pre-training workdir (experiments/train_mlm.py's) or a local HF
 RoFormer directory with its vocab.txt; without it the encoder starts from random weights.
 Rerunning with the same --workdir resumes from its latest checkpoint. Writes

@@ -15,7 +15,7 @@ from configs import base, studies
 from roformer_jax.nn.model import RoFormer
 from roformer_jax.nn.model_config import SIZES
 from roformer_jax.studies import study
-from roformer_jax.training import finetune_config
+from roformer_jax.training import finetune_config, task_kinds
 from roformer_jax.training.config import (
     SECTIONS,
     default_experiment_config,
@@ -222,14 +222,18 @@ class ConfigsTest(parameterized.TestCase):
     def test_finetune_config_is_the_dataclass_defaults_and_loads(self):
         config = base.get_finetune_base_config().to_dict()
         self.assertEqual(config, dataclasses.asdict(finetune_config.FinetuneExperiment()))
-        for arg in (None, "runlocal"):
-            finetune_config.finetune_experiment_from_dict(
-                _load("finetune_classification", arg).to_dict()
-            )
-        doc = importlib.import_module("configs.finetune_classification").__doc__
-        self.assertIn(
-            "python experiments/finetune.py --config=configs/finetune_classification", doc
-        )
+        names = [
+            os.path.basename(p)[:-3] for p in glob.glob(os.path.join(_CONFIGS_DIR, "finetune_*.py"))
+        ]
+        # One config per task kind.
+        kinds = {finetune_config.finetune_experiment_from_dict(_load(n).to_dict()).task.format
+                 for n in names}  # fmt: skip
+        self.assertEqual(kinds, set(task_kinds.TASK_KINDS))
+        for name in names:
+            for arg in (None, "runlocal"):
+                finetune_config.finetune_experiment_from_dict(_load(name, arg).to_dict())
+            doc = importlib.import_module(f"configs.{name}").__doc__
+            self.assertIn(f"python experiments/finetune.py --config=configs/{name}.py", doc)
         with self.assertRaisesRegex(ValueError, "metric 'f1' does not suit format"):
             finetune_config.TaskConfig(metric="f1")
         with self.assertRaisesRegex(ValueError, "summary_type 'mean' is not one of"):

@@ -1,20 +1,26 @@
 """Fine-tuning data: task files read, checked and encoded into fixed-length rows.
 
-    examples = read_examples("train.jsonl", "classification")   # list of dicts
+    examples = read_examples("train.jsonl", ("text", "label"))    # list of dicts
     labels = label_list(examples)                                 # sorted label names
     rows = encode_classification(examples, tok, labels, max_length=128, truncation="head+tail")
 
-Files are JSON lines (one object per line) or CSV (a header row), told apart by the suffix
-(.jsonl / .json / .csv). The columns of each format (FORMATS):
-  classification   text, label; optional text_pair (a second text, token type 1)
-  qa               question, context, answers: {"text": [...], "answer_start": [...]}
-                   (SQuAD's form; in CSV a JSON string)
-  multiple_choice  context, choices (a list of texts, the same count in every example; in
-                   CSV a JSON string), label (the index of the right choice)
+Which columns, checks and encoder make a task kind's format is its record in
+training/task_kinds.py; this module knows no kind by name. Files are JSON lines (one object
+per line) or CSV (a header row), told apart by the suffix (.jsonl / .json / .csv). The
+columns of each encoder:
+  encode_classification   text, label; optional text_pair (a second text, token type 1)
+  encode_tags             words (a list of texts), tags (one label per word); in CSV JSON
+                          strings (check_tags)
+  encode_qa               question, context, answers: {"text": [...], "answer_start": [...]}
+                          (SQuAD's form; in CSV a JSON string; check_answers)
+  encode_multiple_choice  context, choices (a list of texts, the same count in every
+                          example; in CSV a JSON string; check_choices), label (the index of
+                          the right choice)
 
 Rows are numpy arrays of shape [N, L] (input_ids, attention_mask, token_type_ids) plus the
-targets: "label" [N], or "start" and "end" [N] (token positions of the first answer).
-Multiple choice rows are [N, C, L], one [CLS] context [SEP] choice [SEP] per choice.
+targets: "label" [N]; "tags" [N, L] (-1 where no word starts); or "start" and "end" [N]
+(token positions of the first answer). Multiple choice rows are [N, C, L], one
+[CLS] context [SEP] choice [SEP] per choice.
 
 QA's limits. One window per example: the context is cut at its tail when the question and
 context do not fit, and an answer past the cut points at [CLS] (position 0), as HF marks an
@@ -29,35 +35,28 @@ An answer whose tokens occur nowhere in the context is a ValueError naming the r
 from __future__ import annotations
 
 import csv
-import itertools
 import json
 import os
-import re
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from roformer_jax.data import corpora
-
-FORMATS = {
-    "classification": ("text", "label"),  # required columns; text_pair is optional
-    "qa": ("question", "context", "answers"),
-    "multiple_choice": ("context", "choices", "label"),
-}
 TRUNCATIONS = ("head", "tail", "head+tail")
-SPLITS = ("train", "valid", "test")
+NO_TAG = -1  # "tags" of the tokens that start no word: no loss, no metric (HF's -100)
 
 
 # ---------------------------------------------------------------- reading
 
 
-def read_examples(path: str, data_format: str) -> list[dict]:
-    """The rows of a JSON-lines or CSV file, each checked for the format's columns.
+def read_examples(
+    path: str, columns: Sequence[str], check: Callable[[dict, str, str], None] | None = None
+) -> list[dict]:
+    """The rows of a JSON-lines or CSV file, each checked for `columns`, then by
+    `check(row, path, where)` (which may normalize the row in place).
 
     Raises ValueError naming the file, the line (or CSV row), the missing column and the
-    columns present; for an empty file; for an unknown format or suffix.
+    columns present; for an empty file; for an unknown suffix.
     """
-    if data_format not in FORMATS:
-        raise ValueError(f"unknown format {data_format!r}; expected one of {sorted(FORMATS)}")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"task file {path!r} does not exist")
     suffix = os.path.splitext(path)[1].lower()
@@ -70,16 +69,14 @@ def read_examples(path: str, data_format: str) -> list[dict]:
     if not rows:
         raise ValueError(f"{path} holds no examples")
     for where, row in rows:
-        missing = [c for c in FORMATS[data_format] if row.get(c) in (None, "")]
+        missing = [c for c in columns if row.get(c) in (None, "")]
         if missing:
             raise ValueError(
-                f"{path}, {where}: no column {missing[0]!r} (the {data_format} format needs "
-                f"{list(FORMATS[data_format])}); columns present: {sorted(row)}"
+                f"{path}, {where}: no column {missing[0]!r} (the format needs {list(columns)}); "
+                f"columns present: {sorted(row)}"
             )
-        if data_format == "qa":
-            row["answers"] = _answers(row["answers"], path, where)
-        if data_format == "multiple_choice":
-            row["choices"] = _choices(row, path, where)
+        if check is not None:
+            check(row, path, where)
     return [row for _, row in rows]
 
 
@@ -105,13 +102,19 @@ def _csv_rows(path: str) -> list[tuple[str, dict]]:
         return [(f"row {n}", dict(r)) for n, r in enumerate(csv.DictReader(f), start=2)]
 
 
-def _answers(value, path: str, where: str) -> dict:
-    """SQuAD's {"text": [...], "answer_start": [...]} (a JSON string in CSV), checked."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            value = None
+def _json_value(value):
+    """A list or dict as given, or parsed from its JSON string (a CSV cell); None if not JSON."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return None
+
+
+def check_answers(row: dict, path: str, where: str) -> None:
+    """row["answers"]: SQuAD's {"text": [...], "answer_start": [...]}, checked."""
+    value = _json_value(row["answers"])
     if (
         not isinstance(value, dict)
         or not value.get("text")
@@ -121,29 +124,38 @@ def _answers(value, path: str, where: str) -> dict:
             f"{path}, {where}: answers must be {{'text': [...], 'answer_start': [...]}} with "
             f"one start per text, got {value!r}"
         )
-    return value
+    row["answers"] = value
 
 
-def _choices(row: dict, path: str, where: str) -> list[str]:
-    """The choices (a JSON string in CSV), checked, with a label that indexes them."""
-    choices = row["choices"]
-    if isinstance(choices, str):
-        try:
-            choices = json.loads(choices)
-        except json.JSONDecodeError:
-            choices = None
+def check_choices(row: dict, path: str, where: str) -> None:
+    """row["choices"]: 2 or more texts, with a label that indexes them."""
+    choices = _json_value(row["choices"])
     if not isinstance(choices, list) or len(choices) < 2:
         raise ValueError(f"{path}, {where}: choices must be a list of 2 or more texts, got "
                          f"{row['choices']!r}")  # fmt: skip
     if str(row["label"]) not in {str(i) for i in range(len(choices))}:
         raise ValueError(f"{path}, {where}: label {row['label']!r} is not a choice index 0.."
                          f"{len(choices) - 1}")  # fmt: skip
-    return [str(c) for c in choices]
+    row["choices"] = [str(c) for c in choices]
+
+
+def check_tags(row: dict, path: str, where: str) -> None:
+    """row["words"], row["tags"]: lists of texts, one tag per word."""
+    words, tags = _json_value(row["words"]), _json_value(row["tags"])
+    if not isinstance(words, list) or not isinstance(tags, list) or len(words) != len(tags):
+        raise ValueError(f"{path}, {where}: words and tags must be lists of equal length, got "
+                         f"{row['words']!r} and {row['tags']!r}")  # fmt: skip
+    row["words"], row["tags"] = [str(w) for w in words], [str(t) for t in tags]
 
 
 def label_list(examples: list[dict]) -> tuple[str, ...]:
     """The distinct labels of the training examples, as strings, sorted."""
     return tuple(sorted({str(e["label"]) for e in examples}))
+
+
+def tag_list(examples: list[dict]) -> tuple[str, ...]:
+    """The distinct tags of the training examples' words, sorted."""
+    return tuple(sorted({t for e in examples for t in e["tags"]}))
 
 
 def label_ids(examples: list[dict], labels: tuple[str, ...], path: str) -> np.ndarray:
@@ -240,6 +252,36 @@ def encode_multiple_choice(
     return {**rows, "label": np.array([int(e["label"]) for e in examples], np.int32)}
 
 
+def encode_tags(
+    examples: list[dict], tok, tags: tuple[str, ...], *, max_length: int, path: str = "<examples>"
+) -> dict[str, np.ndarray]:
+    """[CLS] words [SEP], types 0; "tags" [N, L]: the index in `tags` of each word's tag at
+    the word's first token, NO_TAG elsewhere ([CLS], [SEP], later pieces of a word, padding),
+    as HF tags only a word's first token. The words are joined by the tokens of one space
+    (none for WordPiece, the space byte for bytes), so a row reads as the text of the words;
+    the words past max_length - 2 tokens are cut, their tags with them."""
+    index = {tag: i for i, tag in enumerate(tags)}
+    unknown = sorted({t for e in examples for t in e["tags"]} - set(index))
+    if unknown:
+        raise ValueError(f"{path} has tags {unknown} that are not in {list(tags)}")
+    space, room = tok.encode(" "), max_length - 2
+    pieces, targets = [], np.full((len(examples), max_length), NO_TAG, np.int32)
+    for n, e in enumerate(examples):
+        row = [tok.cls_id]
+        for word, tag in zip(tok.encode_batch(e["words"]), e["tags"]):
+            if not word:
+                continue  # WordPiece drops control characters: nothing to tag
+            gap = space if len(row) > 1 else []
+            if len(row) - 1 + len(gap) + len(word) > room:
+                break  # the cut: the later words and their tags are lost
+            row += gap
+            targets[n, len(row)] = index[tag]
+            row += word
+        row.append(tok.sep_id)
+        pieces.append((row, [0] * len(row)))
+    return {**_rows(pieces, max_length, tok.pad_id), "tags": targets}
+
+
 def answer_span(tok, context: str, context_ids: list[int], text: str, start: int, *, where):
     """(first, last) token indices of the answer inside context_ids (see module doc)."""
     answer = tok.encode(text)
@@ -289,73 +331,3 @@ def encode_qa(
         "end": np.array(ends, np.int32),
         "context_start": np.array(offsets, np.int32),
     }
-
-
-# ---------------------------------------------------------------- builtin tasks (demos)
-
-
-def write_next_sentence_task(directory: str, *, examples: int = 2400, seed: int = 0) -> dict:
-    """Writes {train,valid,test}.jsonl of a task made from the builtin corpus; returns paths.
-
-    Is sentence B the continuation of sentence A? Half the pairs are two consecutive
-    sentences of one stdlib docstring (label "next"), half take B from another docstring
-    (label "random"): BERT's next-sentence prediction, on data every machine has. Split
-    80 / 10 / 10; deterministic given `seed`.
-    """
-    sentences_of = (
-        [s for s in re.split(r"(?<=[.!?])\s+", " ".join(doc.split())) if len(s) > 20]
-        for doc in corpora.stdlib_documents()
-    )
-    docs = list(itertools.islice((d for d in sentences_of if len(d) >= 2), examples))
-    rng = np.random.default_rng(seed)
-    rows = []
-    for i, doc in enumerate(docs):
-        k = int(rng.integers(len(doc) - 1))
-        if rng.random() < 0.5:
-            rows.append({"text": doc[k], "text_pair": doc[k + 1], "label": "next"})
-        else:
-            other = docs[(i + 1 + int(rng.integers(len(docs) - 1))) % len(docs)]
-            rows.append({"text": doc[k], "text_pair": other[int(rng.integers(len(other)))],
-                         "label": "random"})  # fmt: skip
-    return _write_splits(directory, rows, rng)
-
-
-def write_source_package_task(
-    directory: str, *, packages=("asyncio", "email", "logging", "xml"), seed: int = 0
-) -> dict:
-    """Writes {train,valid,test}.jsonl: which stdlib package a docstring comes from.
-
-    Single texts, one label per package (each has 200-400 docstrings on CPython 3.11): a
-    topic task, learnable from the words alone. Split 80 / 10 / 10; deterministic given
-    `seed` and the Python version.
-    """
-    rows = [
-        {"text": " ".join(doc.split()), "label": path.split(os.sep)[0]}
-        for path, doc in corpora.stdlib_sourced_documents()
-        if path.split(os.sep)[0] in packages
-    ]
-    return _write_splits(directory, rows, np.random.default_rng(seed))
-
-
-def _write_splits(directory: str, rows: list[dict], rng) -> dict:
-    """Shuffles `rows` and writes 80 / 10 / 10 of them to {train,valid,test}.jsonl."""
-    paths = split_paths(directory)
-    rows = [rows[i] for i in rng.permutation(len(rows))]
-    cut = [int(len(rows) * 0.8), int(len(rows) * 0.9)]
-    os.makedirs(directory, exist_ok=True)
-    for path, part in zip(paths.values(), np.split(np.array(rows, object), cut)):
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(r) + "\n" for r in part)
-        os.replace(path + ".tmp", path)
-    return paths
-
-
-def split_paths(directory: str) -> dict[str, str]:
-    """{split: directory/<split>.jsonl}: where a builtin task's files go."""
-    return {split: os.path.join(directory, f"{split}.jsonl") for split in SPLITS}
-
-
-BUILTIN_TASKS = {
-    "next_sentence": write_next_sentence_task,
-    "source_package": write_source_package_task,
-}

@@ -4,14 +4,17 @@
 
 Reads top to bottom: encoder and tokenizer → data → model and optimizer → restore → step
 functions → loop (log; at each epoch's end validate, keep the best, save the latest) → the
-best checkpoint on the test file. What pre-training provides is reused: `runs.load_run` (or
-`hf.load_hf_roformer`) for the encoder, `step.make_sums_train_step` for the update (per-row
-dropout keys, sums over devices), `optim` for AdamW with warm-up, `runtime.Devices` for jit
-on one device and pmap on several, `Checkpoints` and `MetricsWriter`.
+best checkpoint on the test file. The task kind (task_kinds.TASK_KINDS[cfg.task.format])
+gives the head, the encoding, the loss and the metrics; task_model.py the encoder and the
+optimizer. What pre-training provides is reused: `runs.load_run` (or `hf.load_hf_roformer`)
+for the encoder, `step.make_sums_train_step` for the update (per-row dropout keys, sums over
+devices), `optim` for AdamW with warm-up, `runtime.Devices` for jit on one device and pmap
+on several, `runtime.Clock` and `runtime.Speed`, `Checkpoints` and `MetricsWriter`.
 
 Workdir: config.json, metrics.jsonl, tensorboard/, checkpoints/ (the latest epoch, for
 resume), best/ (the epoch with the best validation metric), data/ (a builtin task's files),
-predictions.json (classification, multiple choice), final_metrics.json.
+predictions.json (the kinds with one label per example: classification, multiple choice),
+final_metrics.json.
 
 Determinism. The rows of step t depend only on (seed, t // steps per epoch): each epoch is a
 permutation drawn from (seed, epoch), the remainder dropped; dropout as in step.py. A run
@@ -27,32 +30,30 @@ import functools
 import json
 import os
 import shutil
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
-import flax
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 from absl import logging
 
-from roformer_jax import hf
-from roformer_jax.data import tasks
-from roformer_jax.data.tokenizer import ByteTokenizer, WordPieceTokenizer
-from roformer_jax.nn import heads
-from roformer_jax.nn.model import PRETRAINING_HEADS, evaluation_update
-from roformer_jax.nn.model_config import model_config
+from roformer_jax.data import builtin_tasks
+from roformer_jax.nn.model import evaluation_update
+from roformer_jax.nn.model_config import ModelConfig
 from roformer_jax.training import metrics as metrics_lib
-from roformer_jax.training import optim, runs, runtime
-from roformer_jax.training import task_metrics as tm
+from roformer_jax.training import runtime
 from roformer_jax.training.checkpoints import Checkpoints
 from roformer_jax.training.finetune_config import FinetuneExperiment, TaskConfig
-from roformer_jax.training.step import TrainState, make_sums_train_step
+from roformer_jax.training.step import make_sums_train_step
+from roformer_jax.training.task_kinds import TASK_KINDS, TaskKind, apply_model, read_examples
+from roformer_jax.training.task_model import load_encoder, model_and_optimizer
 
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+# The latest epoch's state, for resume, and the best epoch's.
+_CHECKPOINTS = ("checkpoints", "best")
 FINAL_METRICS_FILE = "final_metrics.json"
-# {split: {"prediction": [N], "label": [N]}} of the best checkpoint (classification and
-# multiple choice): what a paired test of two runs on the same examples reads.
+# {split: {"prediction": [N], "label": [N]}} of the best checkpoint (the kinds with
+# TaskKind.predictions): what a paired test of two runs on the same examples reads.
 PREDICTIONS_FILE = "predictions.json"
 # A run's small outputs: what its numbers are (no checkpoints); predictions where it has them.
 RAW_FILES = (metrics_lib.METRICS_FILE, "config.json", FINAL_METRICS_FILE, PREDICTIONS_FILE)
@@ -70,154 +71,7 @@ def copy_raw_files(source: str, target: str) -> int:
     return len(present)
 
 
-# ---------------------------------------------------------------- the encoder
-
-
-def load_encoder(init_from: str | None, random_init_size: str = "tiny"):
-    """(ModelConfig, encoder params or None, tokenizer) to start fine-tuning from.
-
-    init_from: a pre-training workdir (it holds checkpoints/), a local HF RoFormer directory
-    (config.json, weights, vocab.txt), or None: no parameters, a ModelConfig of
-    `random_init_size` over the byte tokenizer. Any MLM, pair or task head is dropped.
-    """
-    if init_from is None:
-        tok = ByteTokenizer()
-        return model_config(random_init_size, vocab_size=tok.vocab_size), None, tok
-    if os.path.isdir(os.path.join(init_from, "checkpoints")):
-        run = runs.load_run(init_from)
-        params = {k: v for k, v in run.params.items() if k not in PRETRAINING_HEADS}
-        return run.config.model, params, run.tokenizer
-    if not os.path.isfile(os.path.join(init_from, "config.json")):
-        raise FileNotFoundError(
-            f"init_from {init_from!r} is neither a pre-training workdir (no checkpoints/) nor "
-            "an HF RoFormer directory (no config.json)"
-        )
-    model, variables = hf.load_hf_roformer(init_from)
-    params = variables["params"]
-    params = params["roformer"] if isinstance(model, heads.TaskModel) else params
-    return model.config, {k: v for k, v in params.items() if k not in PRETRAINING_HEADS}, (
-        WordPieceTokenizer.from_vocab(init_from))  # fmt: skip
-
-
-def initial_params(model: heads.TaskModel, encoder_params, rng, ids):
-    """The TaskModel's params: a fresh head (and encoder, without `encoder_params`) from
-    `rng`; ValueError when the encoder's tree or shapes are not the model's."""
-    params = model.init(rng, ids)["params"]
-    if encoder_params is None:
-        return params
-    want = jax.tree.map(jnp.shape, params["roformer"])
-    have = jax.tree.map(jnp.shape, encoder_params)
-    if want != have:
-        raise ValueError(f"the pre-trained encoder's parameters {have} are not the model's {want}")
-    return {**params, "roformer": jax.tree.map(jnp.asarray, encoder_params)}
-
-
-def layer_decay_factors(params, *, num_layers: int, decay: float):
-    """The lr factor of each leaf of a TaskModel's params (see FinetuneConfig.layer_decay):
-    head 1, encoder layer i decay^(num_layers - i), embeddings decay^(num_layers + 1)."""
-
-    def factor(path: tuple[str, ...]) -> float:
-        if path[0] != "roformer":
-            return 1.0
-        if path[1] in ("embeddings", "embeddings_project"):
-            return decay ** (num_layers + 1)
-        if path[1] == "encoder" and path[2].startswith("layer_"):
-            return decay ** (num_layers - int(path[2].removeprefix("layer_")))
-        return 1.0  # above the layers (a pre-LN model's final norm)
-
-    flat = flax.traverse_util.flatten_dict(params)
-    return flax.traverse_util.unflatten_dict({p: factor(p) for p in flat})
-
-
-def scale_by_factors(factors) -> optax.GradientTransformation:
-    """Multiplies each leaf's update by its factor: after AdamW, lr(t)·factor per leaf."""
-    return optax.stateless(lambda updates, params=None: jax.tree.map(jnp.multiply, updates,
-                                                                       factors))  # fmt: skip
-
-
-# ---------------------------------------------------------------- task kinds
-
-
-def _outputs(model, params, batch, **kwargs):
-    return model.apply({"params": params}, batch["input_ids"],
-                       attention_mask=batch["attention_mask"],
-                       token_type_ids=batch["token_type_ids"], **kwargs)  # fmt: skip
-
-
-def _classification_sums(model, params, batch, **kwargs) -> dict[str, jax.Array]:
-    logits = _outputs(model, params, batch, **kwargs).logits  # [B, K]
-    labels = batch["label"]
-    return {
-        "loss": jnp.sum(optax.softmax_cross_entropy_with_integer_labels(logits, labels)),
-        "correct": jnp.sum(jnp.argmax(logits, -1) == labels).astype(jnp.float32),
-        "count": jnp.asarray(labels.shape[0], jnp.float32),
-    }
-
-
-def _qa_sums(model, params, batch, **kwargs) -> dict[str, jax.Array]:
-    out = _outputs(model, params, batch, **kwargs)  # start, end [B, L]
-    xent = optax.softmax_cross_entropy_with_integer_labels
-    # HF's loss: the mean of the start and end cross-entropies.
-    loss = (xent(out.start_logits, batch["start"]) + xent(out.end_logits, batch["end"])) / 2
-    correct = (jnp.argmax(out.start_logits, -1) == batch["start"]) & (
-        jnp.argmax(out.end_logits, -1) == batch["end"]
-    )
-    return {"loss": jnp.sum(loss), "correct": jnp.sum(correct).astype(jnp.float32),
-            "count": jnp.asarray(loss.shape[0], jnp.float32)}  # fmt: skip
-
-
-def _classification_scores(outputs, rows, examples, labels, tok) -> dict[str, float]:
-    predictions = np.argmax(outputs.logits, -1)
-    return {
-        "accuracy": tm.accuracy(predictions, rows["label"]),
-        "macro_f1": tm.macro_f1(predictions, rows["label"], len(labels)),
-    }
-
-
-def _choice_scores(outputs, rows, examples, labels, tok) -> dict[str, float]:
-    return {"accuracy": tm.accuracy(np.argmax(outputs.logits, -1), rows["label"])}
-
-
-def _qa_scores(outputs, rows, examples, labels, tok) -> dict[str, float]:
-    texts = []
-    for i in range(len(examples)):
-        last = int(rows["attention_mask"][i].sum()) - 2  # the last context token
-        s, e = tm.best_span(outputs.start_logits[i], outputs.end_logits[i],
-                            int(rows["context_start"][i]), last)  # fmt: skip
-        texts.append(tok.decode(rows["input_ids"][i, s : e + 1]))
-    references = [e["answers"]["text"] for e in examples]
-    return {"exact_match": tm.exact_match(texts, references), "f1": tm.token_f1(texts, references)}
-
-
-class TaskKind(NamedTuple):
-    head: str  # a key of heads.HEADS
-    targets: tuple[str, ...]  # the row arrays the loss reads
-    encode: Any  # (examples, tok, labels, TaskConfig, path) -> rows
-    sums: Any  # (model, params, batch, **apply kwargs) -> {"loss", "correct", "count"}
-    scores: Any  # (outputs, rows, examples, labels, tok) -> {metric: value}
-
-
-TASK_KINDS = {
-    "classification": TaskKind(
-        "sequence_classification", ("label",),
-        lambda ex, tok, labels, t, path: tasks.encode_classification(
-            ex, tok, labels, max_length=t.max_length, truncation=t.truncation, path=path),
-        _classification_sums, _classification_scores,
-    ),
-    "qa": TaskKind(
-        "question_answering", ("start", "end"),
-        lambda ex, tok, labels, t, path: tasks.encode_qa(ex, tok, max_length=t.max_length,
-                                                         path=path),
-        _qa_sums, _qa_scores,
-    ),
-    # The loss of classification: the logits [B, C] score the choices.
-    "multiple_choice": TaskKind(
-        "multiple_choice", ("label",),
-        lambda ex, tok, labels, t, path: tasks.encode_multiple_choice(
-            ex, tok, max_length=t.max_length, truncation=t.truncation, path=path),
-        _classification_sums, _choice_scores,
-    ),
-}  # fmt: skip
+# ---------------------------------------------------------------- data
 
 
 class Split(NamedTuple):
@@ -225,196 +79,56 @@ class Split(NamedTuple):
     rows: dict[str, np.ndarray]
 
 
+class TaskData(NamedTuple):
+    """A task's encoded splits and what the model and loop read from them."""
+
+    kind: TaskKind
+    splits: dict[str, Split]  # "train", "valid" and, with a test file, "test"
+    labels: tuple[str, ...]  # label names in id order; () for a kind without
+    tok: Any  # the encoder's tokenizer
+    steps_per_epoch: int  # the remainder of an epoch's permutation is dropped
+    total: int  # updates in all
+
+    @property
+    def row_shape(self) -> tuple[int, ...]:  # (L,) or (C, L)
+        return self.splits["train"].rows["input_ids"].shape[1:]
+
+
 def task_files(task: TaskConfig, workdir: str) -> dict[str, str | None]:
     """{"train", "valid", "test"} paths; a builtin task's are written to <workdir>/data."""
     files = {"train": task.train_file, "valid": task.valid_file, "test": task.test_file}
     if task.train_file.startswith("builtin:"):
         name = task.train_file.removeprefix("builtin:")
-        if name not in tasks.BUILTIN_TASKS:
-            raise ValueError(f"unknown builtin task {name!r}; known: {sorted(tasks.BUILTIN_TASKS)}")
+        known = builtin_tasks.BUILTIN_TASKS
+        if name not in known:
+            raise ValueError(f"unknown builtin task {name!r}; known: {sorted(known)}")
         directory = os.path.join(workdir, "data", name)
-        built = tasks.split_paths(directory)
+        built = builtin_tasks.split_paths(directory)
         if not all(os.path.exists(p) for p in built.values()):
-            tasks.BUILTIN_TASKS[name](directory)
+            known[name](directory)
         files = {"train": built["train"], "valid": files["valid"] or built["valid"],
                  "test": files["test"] or built["test"]}  # fmt: skip
     return files
 
 
-def load_splits(task: TaskConfig, kind: TaskKind, tok, files) -> tuple[dict, tuple]:
-    """({split: Split}, label names) of the task's files."""
-    examples = {s: tasks.read_examples(p, task.format) for s, p in files.items() if p}
+def load_data(cfg: FinetuneExperiment, tok, workdir: str) -> TaskData:
+    """The task's files read, checked and encoded with `tok`; the schedule's length."""
+    task, kind = cfg.task, TASK_KINDS[cfg.task.format]
+    files = task_files(task, workdir)
+    examples = {s: read_examples(p, task.format) for s, p in files.items() if p}
     labels = ()
-    if task.format == "classification":
-        labels = task.labels or tasks.label_list(examples["train"])
-    splits = {
-        s: Split(ex, kind.encode(ex, tok, labels, task, files[s])) for s, ex in examples.items()
-    }
-    return splits, labels
-
-
-# ---------------------------------------------------------------- the loop
-
-
-def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
-    """Fine-tunes in `workdir`, resuming from its latest checkpoint; returns the final metrics
-    (also in <workdir>/final_metrics.json): the best epoch's valid/* and its test/*."""
-    fcfg, devices = cfg.finetune, runtime.Devices()
-    if devices.process_count > 1:
-        raise ValueError("fine-tuning runs on one host (its devices: any number)")
-    eval_batch = fcfg.eval_batch_size or fcfg.batch_size
-    devices.check_batch(fcfg.batch_size, 1, "batch_size")
-    devices.check_batch(eval_batch, 1, "eval_batch_size")
-    cfg_dict = dataclasses.asdict(cfg)
-
-    # --- Encoder, tokenizer and data.
-    model_cfg, encoder_params, tok = load_encoder(cfg.init_from, cfg.random_init_size)
-    kind = TASK_KINDS[cfg.task.format]
-    splits, labels = load_splits(cfg.task, kind, tok, task_files(cfg.task, workdir))
-    n_train = len(splits["train"].examples)
-    steps_per_epoch = n_train // fcfg.batch_size
+    if kind.label_list is not None:
+        labels = task.labels or kind.label_list(examples["train"])
+    splits = {s: Split(ex, kind.encode(ex, tok, labels, task, files[s]))
+              for s, ex in examples.items()}  # fmt: skip
+    n_train, batch_size = len(examples["train"]), cfg.finetune.batch_size
+    steps_per_epoch = n_train // batch_size
     if steps_per_epoch == 0:
-        raise ValueError(f"{n_train} training examples make no batch of {fcfg.batch_size}")
-    total = fcfg.epochs * steps_per_epoch
+        raise ValueError(f"{n_train} training examples make no batch of {batch_size}")
     logging.info("%d training examples, %d steps per epoch; labels %s", n_train,
                  steps_per_epoch, list(labels))  # fmt: skip
-
-    # --- Model and optimizer; the encoder's parameters replace the fresh ones.
-    model = heads.TaskModel(model_cfg, kind.head, max(len(labels), 1), cfg.task.summary_type)
-    schedule = optim.learning_rate_schedule(cfg.optim, total)
-
-    ids = jnp.zeros((1, *splits["train"].rows["input_ids"].shape[1:]), jnp.int32)  # [1, (C,) L]
-    factors = layer_decay_factors(
-        jax.eval_shape(model.init, jax.random.key(0), ids)["params"],
-        num_layers=model_cfg.num_layers, decay=fcfg.layer_decay,
-    )  # fmt: skip
-    tx = optax.chain(optim.optimizer_on(cfg.optim, schedule), scale_by_factors(factors))
-
-    def init(rng):
-        params = initial_params(model, encoder_params, rng, ids)
-        return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
-
-    init_rng, step_rng = jax.random.split(jax.random.key(cfg.seed))
-    abstract_state = jax.eval_shape(init, init_rng)
-
-    # --- Restore, or initialize.
-    latest = Checkpoints(os.path.join(workdir, "checkpoints"), keep=1)
-    best = Checkpoints(os.path.join(workdir, "best"), keep=1)
-    restored = latest.restore(abstract_state, model_cfg)
-    if restored is None:
-        state, progress = init(init_rng), {"window": metrics_lib.empty_window(), "best": None}
-    else:
-        state, progress = jax.device_put(restored[0]), restored[1]
-    start, window = int(state.step), progress["window"]
-    elapsed = runtime.Clock(progress.get("elapsed_s", 0.0))
-    # Every row is padded to the task's length, so an update reads the same tokens each time.
-    row_tokens = int(np.prod(splits["train"].rows["input_ids"].shape[1:]))
-    speed = runtime.Speed([(total, row_tokens, fcfg.batch_size)], start)
-    logging.info("%s at step %d of %d", "resuming" if start else "starting", start, total)
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
-        json.dump(cfg_dict, f, indent=2)
-
-    # --- Step functions.
-    train_step, predict = devices.compile(
-        make_sums_train_step(functools.partial(kind.sums, model), tx, axis_name=devices.axis),
-        lambda params, batch, steps_done: _outputs(
-            model, params, batch, deterministic=True, update=evaluation_update(steps_done)
-        ),
-    )
-    state = devices.replicate(state)
-
-    def evaluate(params, steps_done, split: Split, prefix: str) -> tuple[dict, Any]:
-        """({prefix/metric: value}, the head's outputs on every row); steps_done: the
-        updates `params` have had (replicated like them), for random attention features."""
-        outputs = _predict(
-            lambda b: devices.unshard(predict(params, devices.shard(b), steps_done)),
-            split.rows, eval_batch,
-        )  # fmt: skip
-        scores = kind.scores(outputs, split.rows, split.examples, labels, tok)
-        return {f"{prefix}/{k}": v for k, v in scores.items()}, outputs
-
-    def save(checkpoints, step):
-        meta = {"config": {**cfg_dict, "model": dataclasses.asdict(model_cfg)},
-                "window": window, "best": progress["best"], "elapsed_s": elapsed()}  # fmt: skip
-        checkpoints.save(step, devices.first(state), meta)
-
-    # --- Loop: log; at each epoch's end validate, keep the best, save the latest.
-    writer = metrics_lib.MetricsWriter(workdir, resume_step=start)
-    key, pending = f"valid/{cfg.task.metric}", []
-    with runtime.stop_requests() as stop_requested, contextlib.closing(writer):
-        try:
-            for done in range(start + 1, total + 1):
-                batch = _train_batch(splits["train"].rows, kind.targets, done - 1,
-                                     steps_per_epoch, fcfg.batch_size, cfg.seed)  # fmt: skip
-                state, step_metrics = train_step(state, devices.shard(batch), step_rng)
-                pending.append(step_metrics)
-                speed.stepped(done, step_metrics)
-                if len(pending) > 2:  # at most 2 steps in flight, as in pre-training
-                    jax.block_until_ready(pending[-3])
-                is_log = done % fcfg.log_every == 0 or done % steps_per_epoch == 0
-                is_epoch, stop = done % steps_per_epoch == 0, stop_requested()
-                if not (is_log or stop):
-                    continue
-                metrics_lib.accumulate(window, [devices.first(m) for m in pending],
-                                       done - len(pending) + 1)  # fmt: skip
-                pending.clear()
-                record = {"step": done, "epoch": done / steps_per_epoch}
-                if is_log:
-                    record.update(metrics_lib.window_record(window, lr=float(schedule(done - 1)),
-                                                            tokens_per_s=speed.rate()))  # fmt: skip
-                    window.update(metrics_lib.empty_window())
-                if is_epoch:
-                    record.update(evaluate(state.params, state.step, splits["valid"], "valid")[0])
-                    if progress["best"] is None or record[key] > progress["best"][key]:
-                        progress["best"] = {"step": done, key: record[key]}
-                        if best.latest_step() != done:  # a rerun after a crash between
-                            save(best, done)  # the two saves: the same state again
-                    logging.info(
-                        "epoch %d: %s",
-                        done // steps_per_epoch,
-                        ", ".join(
-                            f"{k} {v:.4f}" for k, v in record.items() if k.startswith("valid/")
-                        ),
-                    )
-                if is_log:
-                    record["elapsed_s"] = elapsed()
-                    writer.write(record)
-                    eta = speed.eta_s(done, record.get("train/tokens_per_s"))
-                    metrics_lib.log_progress(record, total_steps=total, eta_s=eta)
-                if is_epoch or stop:
-                    save(latest, done)
-                speed.restart()  # evaluations and saves are not training time
-                if stop:
-                    raise runtime.TrainingInterrupted(
-                        f"stopped at step {done} on request; checkpoint saved in "
-                        f"{latest.directory}. Rerun with the same workdir to resume."
-                    )
-        finally:
-            latest.close()
-            best.close()
-
-    # --- The best checkpoint on valid and test.
-    best = Checkpoints(os.path.join(workdir, "best"), keep=1)
-    try:
-        best_state, _ = best.restore(abstract_state, model_cfg)
-    finally:
-        best.close()
-    params, steps_done = devices.replicate((best_state.params, best_state.step))
-    final, predictions = {"best_step": int(best_state.step)}, {}
-    for name in ("valid", "test"):
-        if name in splits:
-            scores, outputs = evaluate(params, steps_done, splits[name], name)
-            final.update(scores)
-            if kind.targets == ("label",):  # per example, for paired tests between runs
-                predictions[name] = {"prediction": np.argmax(outputs.logits, -1).tolist(),
-                                     "label": splits[name].rows["label"].tolist()}  # fmt: skip
-    if predictions:
-        with open(os.path.join(workdir, PREDICTIONS_FILE), "w", encoding="utf-8") as f:
-            json.dump(predictions, f)
-    with open(os.path.join(workdir, FINAL_METRICS_FILE), "w", encoding="utf-8") as f:
-        json.dump(final, f, indent=2)  # last: its presence says the run is done
-    return final
+    return TaskData(kind, splits, labels, tok, steps_per_epoch,
+                    cfg.finetune.epochs * steps_per_epoch)  # fmt: skip
 
 
 def _train_batch(rows, targets, step: int, steps_per_epoch: int, batch_size: int, seed: int):
@@ -426,6 +140,100 @@ def _train_batch(rows, targets, step: int, steps_per_epoch: int, batch_size: int
     return {**batch, "index": np.arange(batch_size, dtype=np.int32)}
 
 
+# ---------------------------------------------------------------- restore
+
+
+def _restore(workdir: str, abstract_state, model_cfg: ModelConfig, init, init_rng):
+    """(state, progress) of the latest checkpoint, or the initial ones; progress holds the
+    metric window since the last record, the best epoch so far and the training seconds."""
+    latest = Checkpoints(os.path.join(workdir, "checkpoints"), keep=1)
+    try:
+        restored = latest.restore(abstract_state, model_cfg)
+    finally:
+        latest.close()
+    if restored is None:
+        return init(init_rng), {"window": metrics_lib.empty_window(), "best": None}
+    return jax.device_put(restored[0]), restored[1]
+
+
+# ---------------------------------------------------------------- the run
+
+
+class _Run(NamedTuple):
+    """What the loop and the final evaluation share; fixed for the run."""
+
+    cfg: FinetuneExperiment
+    workdir: str
+    devices: runtime.Devices
+    data: TaskData
+    model_cfg: ModelConfig
+    schedule: Any
+    abstract_state: Any
+    evaluate: Callable  # (params, steps_done, Split, prefix) -> ({prefix/metric: v}, outputs)
+
+
+def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
+    """Fine-tunes in `workdir`, resuming from its latest checkpoint; returns the final metrics
+    (also in <workdir>/final_metrics.json): the best epoch's valid/* and its test/*."""
+    fcfg, devices = cfg.finetune, runtime.Devices()
+    if devices.process_count > 1:
+        raise ValueError("fine-tuning runs on one host (its devices: any number)")
+    eval_batch = fcfg.eval_batch_size or fcfg.batch_size
+    devices.check_batch(fcfg.batch_size, 1, "batch_size")
+    devices.check_batch(eval_batch, 1, "eval_batch_size")
+
+    # --- Encoder, tokenizer and data.
+    model_cfg, encoder_params, tok = load_encoder(cfg.init_from, cfg.random_init_size)
+    data = load_data(cfg, tok, workdir)
+
+    # --- Model and optimizer; the encoder's parameters replace the fresh ones. Shapes first.
+    model, schedule, tx, init = model_and_optimizer(
+        cfg, model_cfg, encoder_params, head=data.kind.head,
+        num_labels=max(len(data.labels), 1), row_shape=data.row_shape, steps=data.total,
+    )  # fmt: skip
+    init_rng, step_rng = jax.random.split(jax.random.key(cfg.seed))
+    abstract_state = jax.eval_shape(init, init_rng)
+
+    # --- Restore, or initialize.
+    state, progress = _restore(workdir, abstract_state, model_cfg, init, init_rng)
+    logging.info("%s at step %d of %d", "resuming" if state.step else "starting",
+                 int(state.step), data.total)  # fmt: skip
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(dataclasses.asdict(cfg), f, indent=2)
+
+    # --- Step functions.
+    def sums(params, batch, **kwargs):  # the kind's loss, correct and count sums
+        return data.kind.sums(apply_model(model, params, batch, **kwargs), batch)
+
+    train_step, predict = devices.compile(
+        make_sums_train_step(sums, tx, axis_name=devices.axis),
+        lambda params, batch, steps_done: apply_model(
+            model, params, batch, deterministic=True, update=evaluation_update(steps_done)
+        ),
+    )
+    evaluate = functools.partial(_evaluate, predict, devices, eval_batch, data)
+    run = _Run(cfg, workdir, devices, data, model_cfg, schedule, abstract_state, evaluate)
+
+    # --- Loop: log; at each epoch's end validate, keep the best, save the latest.
+    _train(run, state, progress, train_step, step_rng)
+
+    # --- The best checkpoint on valid and test.
+    return _final_metrics(run)
+
+
+def _evaluate(predict, devices, batch_size: int, data: TaskData, params, steps_done,
+              split: Split, prefix: str) -> tuple[dict, Any]:  # fmt: skip
+    """({prefix/metric: value}, the head's outputs on every row); steps_done: the updates
+    `params` have had (replicated like them), for random attention features."""
+    outputs = _predict(
+        lambda b: devices.unshard(predict(params, devices.shard(b), steps_done)),
+        split.rows, batch_size,
+    )  # fmt: skip
+    scores = data.kind.scores(outputs, split.rows, split.examples, data.labels, data.tok)
+    return {f"{prefix}/{k}": v for k, v in scores.items()}, outputs
+
+
 def _predict(predict_fn, rows, batch_size: int):
     """predict_fn's outputs on every row, in batches padded with copies of row 0."""
     n = len(rows["input_ids"])
@@ -435,3 +243,107 @@ def _predict(predict_fn, rows, batch_size: int):
         take = np.where(wanted < n, wanted, 0)
         outputs.append(predict_fn({k: rows[k][take] for k in _INPUTS}))
     return jax.tree.map(lambda *x: np.concatenate(x)[:n], *outputs)
+
+
+def _train(run: _Run, state, progress: dict, train_step, step_rng) -> None:
+    """The updates from the state's step to the last; a record every log_every steps and
+    at each epoch's end, where the epoch is validated and the latest checkpoint saved."""
+    fcfg, data, devices = run.cfg.finetune, run.data, run.devices
+    start, window = int(state.step), progress["window"]
+    state = devices.replicate(state)
+    elapsed = runtime.Clock(progress.get("elapsed_s", 0.0))
+    # Every row is padded to the task's length, so an update reads the same tokens each time.
+    speed = runtime.Speed([(data.total, int(np.prod(data.row_shape)), fcfg.batch_size)], start)
+    latest, best = (Checkpoints(os.path.join(run.workdir, d), keep=1) for d in _CHECKPOINTS)
+    config = {**dataclasses.asdict(run.cfg), "model": dataclasses.asdict(run.model_cfg)}
+
+    def save(checkpoints, step):
+        if checkpoints.latest_step() == step:  # a rerun after a crash between an epoch's
+            return  # two saves: the same state is there already
+        meta = {"config": config, "window": window, "best": progress["best"],
+                "elapsed_s": elapsed()}  # fmt: skip
+        checkpoints.save(step, devices.first(state), meta)
+
+    rows, pending = data.splits["train"].rows, []
+    writer = metrics_lib.MetricsWriter(run.workdir, resume_step=start)
+    with runtime.stop_requests() as stop_requested, contextlib.closing(writer):
+        try:
+            for done in range(start + 1, data.total + 1):
+                batch = _train_batch(rows, data.kind.targets, done - 1, data.steps_per_epoch,
+                                     fcfg.batch_size, run.cfg.seed)  # fmt: skip
+                state, step_metrics = train_step(state, devices.shard(batch), step_rng)
+                pending.append(step_metrics)
+                speed.stepped(done, step_metrics)
+                if len(pending) > 2:  # at most 2 steps in flight, as in pre-training
+                    jax.block_until_ready(pending[-3])
+                is_epoch, stop = done % data.steps_per_epoch == 0, stop_requested()
+                if not (is_epoch or stop or done % fcfg.log_every == 0):
+                    continue
+                metrics_lib.accumulate(window, [devices.first(m) for m in pending],
+                                       done - len(pending) + 1)  # fmt: skip
+                pending.clear()
+                record = {"step": done, "epoch": done / data.steps_per_epoch}
+                is_log = done % fcfg.log_every == 0 or is_epoch
+                if is_log:
+                    lr = float(run.schedule(done - 1))
+                    record.update(metrics_lib.window_record(window, lr=lr,
+                                                            tokens_per_s=speed.rate()))  # fmt: skip
+                    window.update(metrics_lib.empty_window())
+                if is_epoch:
+                    save_best = functools.partial(save, best, done)
+                    record.update(_validate(run, state, done, progress, save_best))
+                if is_log:
+                    record["elapsed_s"] = elapsed()
+                    writer.write(record)
+                    eta = speed.eta_s(done, record.get("train/tokens_per_s"))
+                    metrics_lib.log_progress(record, total_steps=data.total, eta_s=eta)
+                if is_epoch or stop:
+                    save(latest, done)
+                speed.restart()  # evaluations and saves are not training time
+                if stop:
+                    raise runtime.TrainingInterrupted(f"stopped at step {done} on request; "
+                        f"checkpoint saved in {latest.directory}. Rerun with the same workdir "
+                        "to resume.")  # fmt: skip
+        finally:
+            latest.close()
+            best.close()
+
+
+def _validate(run: _Run, state, done: int, progress: dict, save_best) -> dict:
+    """valid/* of the replicated `state` after update `done`, an epoch's last; a better
+    metric than progress["best"]'s makes it the best, saved by save_best()."""
+    record = run.evaluate(state.params, state.step, run.data.splits["valid"], "valid")[0]
+    key = f"valid/{run.cfg.task.metric}"
+    if progress["best"] is None or record[key] > progress["best"][key]:
+        progress["best"] = {"step": done, key: record[key]}
+        save_best()
+    logging.info("epoch %d: %s", done // run.data.steps_per_epoch,
+                 ", ".join(f"{k} {v:.4f}" for k, v in record.items()))  # fmt: skip
+    return record
+
+
+def _final_metrics(run: _Run) -> dict:
+    """The best checkpoint's valid/* and test/*, written to final_metrics.json (last: its
+    presence says the run is done), and its predictions where the kind has them."""
+    best = Checkpoints(os.path.join(run.workdir, "best"), keep=1)
+    try:
+        best_state, _ = best.restore(run.abstract_state, run.model_cfg)
+    finally:
+        best.close()
+    kind, splits = run.data.kind, run.data.splits
+    params, steps_done = run.devices.replicate((best_state.params, best_state.step))
+    final, predictions = {"best_step": int(best_state.step)}, {}
+    for name in ("valid", "test"):
+        if name in splits:
+            scores, outputs = run.evaluate(params, steps_done, splits[name], name)
+            final.update(scores)
+            if kind.predictions is not None:  # per example, for paired tests between runs
+                labels = splits[name].rows[kind.targets[0]]
+                predictions[name] = {"prediction": kind.predictions(outputs).tolist(),
+                                     "label": labels.tolist()}  # fmt: skip
+    if predictions:
+        with open(os.path.join(run.workdir, PREDICTIONS_FILE), "w", encoding="utf-8") as f:
+            json.dump(predictions, f)
+    with open(os.path.join(run.workdir, FINAL_METRICS_FILE), "w", encoding="utf-8") as f:
+        json.dump(final, f, indent=2)
+    return final

@@ -11,48 +11,45 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from roformer_jax.data.tasks import FORMATS, TRUNCATIONS
+from roformer_jax.data.tasks import TRUNCATIONS
 from roformer_jax.nn.heads import SUMMARY_POSITIONS
 from roformer_jax.nn.model_config import SIZES
 from roformer_jax.training.config import section_from_dict
 from roformer_jax.training.optim import OptimConfig
-
-# The metrics each format reports; `TaskConfig.metric` picks the one that chooses the best
-# checkpoint.
-METRICS = {
-    "classification": ("accuracy", "macro_f1"),
-    "qa": ("exact_match", "f1"),
-    "multiple_choice": ("accuracy",),
-}
+from roformer_jax.training.task_kinds import TASK_KINDS
 
 
 @dataclasses.dataclass(frozen=True)
 class TaskConfig:
     """The data of a task, how it is encoded, and the metric that chooses the best epoch."""
 
-    # A .jsonl/.json/.csv file, or "builtin:<name>" (a task of data.tasks.BUILTIN_TASKS,
+    # A .jsonl/.json/.csv file, or "builtin:<name>" (a task of data.builtin_tasks.BUILTIN_TASKS,
     # generated into <workdir>/data with its own valid and test files).
     train_file: str = "builtin:source_package"
     valid_file: str | None = None  # None: a builtin task's, else required
     test_file: str | None = None  # evaluated once with the best checkpoint; None: a builtin's
-    format: str = "classification"  # "classification" | "qa" | "multiple_choice" (data/tasks.py)
-    metric: str = "accuracy"  # classification: accuracy | macro_f1; qa: exact_match | f1;
-    # multiple_choice: accuracy
+    # The task kind, a key of task_kinds.TASK_KINDS: "classification" |
+    # "token_classification" | "qa" | "multiple_choice"; its columns, head, loss and metrics
+    format: str = "classification"
+    metric: str = "accuracy"  # one of the kind's metrics: classification and
+    # token_classification: accuracy | macro_f1; qa: exact_match | f1; multiple_choice: accuracy
     max_length: int = 128  # tokens per row, [CLS] and [SEP]s included
-    truncation: str = "head"  # "head" | "tail" | "head+tail" (qa: the context's head)
-    labels: tuple[str, ...] = ()  # label names in id order; () = the training file's, sorted
+    # "head" | "tail" | "head+tail" (qa: the context's head; token_classification: the head)
+    truncation: str = "head"
+    # label (token_classification: tag) names in id order; () = the training file's, sorted
+    labels: tuple[str, ...] = ()
     # multiple_choice: the token each choice is scored at (heads.MultipleChoice): "last", HF's
     # default, a padding token in a padded row; "first", [CLS]
     summary_type: str = "last"
 
     def __post_init__(self):
         object.__setattr__(self, "labels", tuple(str(x) for x in self.labels))
-        if self.format not in FORMATS:
-            raise ValueError(f"format {self.format!r} is not one of {sorted(FORMATS)}")
-        if self.metric not in METRICS[self.format]:
+        if self.format not in TASK_KINDS:
+            raise ValueError(f"format {self.format!r} is not one of {sorted(TASK_KINDS)}")
+        if self.metric not in TASK_KINDS[self.format].metrics:
             raise ValueError(
                 f"metric {self.metric!r} does not suit format {self.format!r}; use one of "
-                f"{METRICS[self.format]}"
+                f"{TASK_KINDS[self.format].metrics}"
             )
         if self.truncation not in TRUNCATIONS:
             raise ValueError(f"truncation {self.truncation!r} is not one of {TRUNCATIONS}")

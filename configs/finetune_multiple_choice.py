@@ -1,0 +1,39 @@
+"""Fine-tunes multiple choice on a builtin task (offline, no download).
+
+Which of 4 texts continues a docstring? The context is a stdlib docstring's first 12
+words; the choices its next 12 and those of 3 other docstrings. 2,000 docstrings
+(roformer_jax/data/builtin_tasks.py, `continuation`), 80/10/10 into train/valid/test under
+<workdir>/data/continuation. Chance is 0.25.
+
+  python experiments/finetune.py --config=configs/finetune_multiple_choice.py \
+      --workdir=/tmp/ft_choice --config.init_from=/tmp/tiny
+
+Without --config.init_from the encoder (tiny, on bytes) starts from random weights. Your own
+data: --config.task.train_file=train.jsonl --config.task.valid_file=valid.jsonl (columns
+context, choices, label; see data/tasks.py). `:runlocal` makes it a one-epoch smoke test.
+Expected result: not measured yet.
+"""
+
+from configs import base
+
+
+def get_config(arg=None):
+    config = base.get_finetune_base_config()
+    config.task.train_file = "builtin:continuation"
+    config.task.format = "multiple_choice"
+    config.task.metric = "accuracy"
+    config.task.max_length = 192  # [CLS] 12 words [SEP] 12 words [SEP], ~6 bytes a word
+    config.task.truncation = "head"
+    # [CLS]: a padded row's last position is padding, whose state varies with the row's
+    # length (heads.MultipleChoice)
+    config.task.summary_type = "first"
+    config.finetune.epochs = 5
+    config.finetune.batch_size = 32
+    config.optim.learning_rate = 1e-3  # a tiny encoder; BERT-size ones want 2e-5 to 5e-5
+    config.optim.warmup_steps = 20
+    if arg == "runlocal":
+        config.finetune.epochs = 1
+        config.task.max_length = 96
+    elif arg:
+        raise ValueError(f"unknown config argument {arg!r}; the only one is 'runlocal'")
+    return config

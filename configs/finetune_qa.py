@@ -1,0 +1,35 @@
+"""Fine-tunes extractive question answering on a builtin task (offline, no download).
+
+"What follows <w>?" over the first 16 words of a stdlib docstring, w a word that occurs
+there once; the answer is the next word, a span of the context (SQuAD's columns).
+2,000 docstrings (roformer_jax/data/builtin_tasks.py, `next_word`), 80/10/10 into
+train/valid/test under <workdir>/data/next_word.
+
+  python experiments/finetune.py --config=configs/finetune_qa.py \
+      --workdir=/tmp/ft_qa --config.init_from=/tmp/tiny
+
+Without --config.init_from the encoder (tiny, on bytes) starts from random weights. Your own
+data: --config.task.train_file=train.jsonl --config.task.valid_file=valid.jsonl (columns
+question, context, answers; see data/tasks.py). `:runlocal` makes it a one-epoch smoke
+test. Expected result: not measured yet.
+"""
+
+from configs import base
+
+
+def get_config(arg=None):
+    config = base.get_finetune_base_config()
+    config.task.train_file = "builtin:next_word"
+    config.task.format = "qa"
+    config.task.metric = "f1"  # SQuAD's token F1: partial credit for a partly right span
+    config.task.max_length = 160  # question and 16 words of ~6 bytes: no context is cut
+    config.finetune.epochs = 5
+    config.finetune.batch_size = 32
+    config.optim.learning_rate = 1e-3  # a tiny encoder; BERT-size ones want 2e-5 to 5e-5
+    config.optim.warmup_steps = 20
+    if arg == "runlocal":
+        config.finetune.epochs = 1
+        config.task.max_length = 96
+    elif arg:
+        raise ValueError(f"unknown config argument {arg!r}; the only one is 'runlocal'")
+    return config
