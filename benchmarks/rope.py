@@ -3,8 +3,10 @@
     python benchmarks/rope.py [--shape=8,4096,8,64] [--output=rope.jsonl]
 
 RoPE reads x once and writes it once, so a jitted element-wise pass over the same array
-(negation: one read, one write) bounds it from above. Each row gives GB/s as
-(bytes read + bytes written) / median time, and the ratio to that bound in the same run.
+(negation: one read, one write) bounds it from above. The references compute their cos and
+sin tables on the host (exact angles in Decimal, see rope_reference.py), and their rows
+include that. Each row gives GB/s as (bytes read + bytes written) / median time, and the
+ratio to that bound in the same run.
 """
 
 import jax

@@ -20,7 +20,7 @@ import safetensors.numpy
 from absl.testing import absltest, parameterized
 
 from roformer_jax import hf
-from roformer_jax.nn import _rope_cpu, decoding, heads, rope
+from roformer_jax.nn import decoding, heads, rope, rope_phase
 from roformer_jax.nn import model as model_lib
 from roformer_jax.nn import model_config as model_config_lib
 
@@ -75,7 +75,7 @@ class GoldenValuesTest(parameterized.TestCase):
 
     def test_table_halves_hold_ropes_angles(self):
         # [sin | cos] of the same angles m θ_i that rope.py rotates pair i by.
-        angles = _rope_cpu.rotation_angles(jnp.arange(64), 16)  # [L, H/2]
+        angles = rope_phase.rotation_angles(jnp.arange(64), 16)  # [L, H/2]
         expected = np.concatenate([np.sin(angles), np.cos(angles)], axis=-1)
         np.testing.assert_allclose(hf.hf_sinusoidal_table(64, 16), expected, atol=1e-6)
 

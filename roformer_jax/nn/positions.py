@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from roformer_jax.nn import _rope_cpu, rope
+from roformer_jax.nn import rope, rope_phase
 
 ModelConfig = Any  # roformer_jax.nn.model_config.ModelConfig, which imports this module
 
@@ -82,7 +82,7 @@ def sinusoidal_embedding(positions, dim: int) -> jax.Array:
 
     θ_i = 10000^(-2i/dim). positions: int [L] or [B, L]. Returns [L, dim] or [B, L, dim] float32.
     """
-    angles = _rope_cpu.rotation_angles(positions, dim, base=10000.0)  # [..., L, dim/2]
+    angles = rope_phase.rotation_angles(positions, dim, base=10000.0)  # [..., L, dim/2]
     return jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1).reshape(*angles.shape[:-1], dim)
 
 

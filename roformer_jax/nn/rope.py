@@ -1,7 +1,12 @@
 """Rotary position embedding (RoPE), Su et al. 2021, "RoFormer", section 3.4.
 
-RoPE rotates each pair of features of a query or key at position m by the angle m·θ_i,
-θ_i = base^(-2i/d), so that ⟨R_m q, R_n k⟩ = ⟨q, R_{n-m} k⟩ depends on n - m only (eq. 16).
+RoPE rotates each pair (x_a, x_b) of features of a query or key at position m by the angle
+m·θ_i, θ_i = base^(-2i/R) (eq. 15):
+
+    (x_a, x_b) -> (x_a cos mθ_i - x_b sin mθ_i,  x_b cos mθ_i + x_a sin mθ_i)     eq. (34)
+
+so that ⟨R_m q, R_n k⟩ = ⟨q, R_{n-m} k⟩ depends on n - m only (eq. 16). `apply_rope` is this
+formula in three steps: the angles m·θ_i, their cos and sin, the rotation.
 
 Glossary of shapes:
   B  batch
@@ -12,17 +17,20 @@ Glossary of shapes:
   R  rotary dim (the first R of the H features are rotated; R = H by default)
   F  features of a rotated query or key: H, or a feature map's width in linear attention
 
-Layouts (which features form a rotated pair):
+Layouts (which features form a rotated pair; `rope_layouts.py`):
   "interleaved"  (0, 1), (2, 3), ...        the paper's eq. (13), HF RoFormer, bert4keras
   "half"         (i, i + R/2) for i < R/2   GPT-NeoX, LLaMA
 
-This module holds the formulas. How they are made exact and fast lives in `_rope_cpu.py`,
-each piece with the measurement that asked for it: the phase m·θ_i/2π reduced modulo one
-turn in integer arithmetic (accurate at position 10^6 as at 10), sin and cos as polynomials
-that XLA's CPU backend vectorizes, a barrier that keeps the [L, R] tables from being
-recomputed per element of x, bfloat16 converts as bit casts, and a custom JVP. The slow
-explicit forms (dense matrices, complex numbers) and the long-range decay bound are in
-`rope_reference.py`.
+Where the precision and the speed live, each a named call from `apply_rope`:
+  rope_phase.py    the angles, as the phase m·θ_i/2π in turns reduced modulo one turn in
+                   integer arithmetic: as accurate at position 10^6 as at 10, on every backend.
+  rope_layouts.py  the pairs: checks, a feature's partner, moving weights between layouts.
+  _rope_cpu.py     XLA CPU scheduling, each piece with the measurement that asked for it: sin
+                   and cos as polynomials that vectorize, a barrier that keeps the [L, R]
+                   tables from being recomputed per element of x, bfloat16 converts as bit
+                   casts, the rotation with a custom JVP.
+The slow explicit forms (dense matrices, complex numbers), which share no code with these, and
+the long-range decay bound are in `rope_reference.py`.
 """
 
 import functools
@@ -33,61 +41,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from roformer_jax.nn import _rope_cpu, rope_scaling
+from roformer_jax.nn import _rope_cpu, rope_layouts, rope_phase, rope_scaling
 
 # HF's rope scaling family (PI, NTK, dynamic NTK, YaRN, LongRoPE, Llama 3) lives in rope_scaling.py.
 scaled_frequencies = rope_scaling.scaled_frequencies
-
-# Which features form a rotated pair (see above); defined beside the checks in _rope_cpu.
-LAYOUTS = _rope_cpu.LAYOUTS
-
-
-def rope_frequencies(dim: int, *, base: float = 10000.0) -> jnp.ndarray:
-    """θ_i = base^(-2i/dim) for i < dim/2, eq. (15).
-
-    Args:
-      dim: number of rotated features R (even).
-      base: the wavelength scale; 10000 in the paper, 500000 in LLaMA 3.
-
-    Returns:
-      Array of shape [R/2], float32.
-    """
-    _rope_cpu.check_dim(dim, "rotary dim")
-    return jnp.asarray(base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim), jnp.float32)
-
-
-def _angle_dtype(x_dtype):
-    # Angles are never computed below float32 (bf16 positions would collide past 256).
-    return jnp.promote_types(x_dtype, jnp.float32)
-
-
-def _validate(x, positions, layout, rotary_dim, seq_axis):
-    _rope_cpu.check_layout(layout)
-    if x.ndim < 2:
-        raise ValueError(f"x has shape {x.shape}; expected [..., L, N, H] or [..., L, H]")
-    if not -x.ndim <= seq_axis <= -2:
-        raise ValueError(f"seq_axis {seq_axis} is not in [-{x.ndim}, -2] for x of shape {x.shape}")
-    head_dim = x.shape[-1]
-    _rope_cpu.check_dim(head_dim, "head dim")
-    rotary_dim = head_dim if rotary_dim is None else rotary_dim
-    _rope_cpu.check_dim(rotary_dim, "rotary dim")
-    if rotary_dim > head_dim:
-        raise ValueError(f"rotary dim {rotary_dim} exceeds head dim {head_dim}")
-    positions = jnp.asarray(positions)
-    length = x.shape[seq_axis]
-    if positions.ndim == 0 or positions.shape[-1] != length:
-        raise ValueError(
-            f"positions of shape {positions.shape} do not match sequence length {length} "
-            f"of x with shape {x.shape} (seq_axis={seq_axis})"
-        )
-    return positions, rotary_dim
-
-
-def _over_heads(table, seq_axis):
-    """[..., L, K] -> [..., L, 1, ..., 1, K]: one singleton per axis between L and H (heads)."""
-    for _ in range(-seq_axis - 2):
-        table = table[..., None, :]
-    return table
 
 
 def apply_rope(
@@ -127,28 +84,16 @@ def apply_rope(
     """
     positions, rotary_dim = _validate(x, positions, layout, rotary_dim, seq_axis)
     dtype = _angle_dtype(x.dtype)
-    inv_freq, attention = None, 1.0  # None: θ_i = base^(-2i/R), exact from base itself
-    if rope_scaling.kind_of(scaling) != "default":
-        seq_len = x.shape[seq_axis] if seq_len is None else seq_len
-        # float64: at position 10^6 a float32 θ_i would already be off by ~0.1 rad.
-        inv_freq, attention = scaled_frequencies(
-            rotary_dim, base=base, scaling=scaling, seq_len=seq_len, dtype=np.float64
-        )
-    # cos mθ_i and sin mθ_i per feature, in the layout's order (each pair's angle at both of
-    # its features), from the exact phase in turns: [..., L, (1,) R].
-    turns = _rope_cpu.rotation_turns(
+    seq_len = x.shape[seq_axis] if seq_len is None else seq_len
+    inv_freq, attention = _frequencies(rotary_dim, base, scaling, seq_len)
+    # The angles m·θ_i, as the exact phase m·θ_i/2π in turns, one per feature in the layout's
+    # order (each pair's angle at both of its features): [..., L, R].
+    turns = rope_phase.rotation_turns(
         positions, rotary_dim, base=base, dtype=dtype, layout=layout, inv_freq=inv_freq
     )
-    cos, sin = _rope_cpu.cos_sin_turns(_over_heads(turns, seq_axis))
-    if attention != 1.0:  # HF scales cos and sin, so q·k gains attention² (YaRN eq. 22)
-        cos, sin = cos * dtype.type(attention), sin * dtype.type(attention)
-    # (a, b) -> (a cos - b sin, b cos + a sin) = x·cos + partners(x)·[-sin, +sin], where
-    # partners(x) puts b at a's place and a at b's: one fused element-wise pass over the
-    # features in their own order (interleaving per-pair tables would not vectorize).
-    ones = np.ones(rotary_dim // 2, dtype)
-    sin = sin * _rope_cpu.merge_pairs(-ones, ones, layout)  # -sin at a, +sin at b
-    cos, sin = _rope_cpu.materialize((cos, sin))  # on the CPU: once, not per element of x
-    # x·cos + partners(x)·sin in at least float32, with a backward pass that vectorizes.
+    cos, sin = _cos_sin(_over_heads(turns, seq_axis), attention, layout)  # [..., L, (1,) R]
+    # The rotation: (a, b) -> (a cos - b sin, b cos + a sin) = x·cos + partners(x)·[-sin, +sin],
+    # partners(x) putting b at a's place and a at b's, in at least float32.
     rotated = _rope_cpu.rotate(_rope_cpu.widen(x[..., :rotary_dim], dtype), cos, sin, layout)
     out = _rope_cpu.narrow(rotated, x.dtype)  # back to x's dtype
     if rotary_dim == x.shape[-1]:
@@ -156,48 +101,78 @@ def apply_rope(
     return jnp.concatenate([out, x[..., rotary_dim:]], axis=-1)  # features past R pass through
 
 
-def layout_permutation(head_dim: int, *, src: str, dst: str, rotary_dim: int | None = None):
-    """Feature order that turns a head laid out for `src` into one laid out for `dst`.
+def _frequencies(rotary_dim, base, scaling, seq_len):
+    """(θ_i, attention factor); θ_i is None for base^(-2i/R), made exact from base itself."""
+    if rope_scaling.kind_of(scaling) == "default":
+        return None, 1.0
+    # float64: at position 10^6 a float32 θ_i would already be off by ~0.1 rad.
+    return scaled_frequencies(
+        rotary_dim, base=base, scaling=scaling, seq_len=seq_len, dtype=np.float64
+    )
 
-    `new = old[..., perm]`: in "half" layout pair i is (i, i + R/2); in "interleaved" it is
-    (2i, 2i + 1). Both layouts give pair i the frequency θ_i, so moving the features of q and k
-    this way changes no attention score.
 
-    Returns:
-      Integer numpy array of shape [H].
+def _cos_sin(turns, attention, layout):
+    """cos and sin of a phase in turns [..., R]; the sin signed -sin at a, +sin at b.
+
+    One fused element-wise pass over the features in their own order then rotates x
+    (interleaving per-pair tables would not vectorize); on the CPU the tables are computed
+    once, not per element of x (`_rope_cpu.materialize`).
     """
-    _rope_cpu.check_layout(src)
-    _rope_cpu.check_layout(dst)
+    dtype = turns.dtype
+    cos, sin = _rope_cpu.cos_sin_turns(turns)
+    if attention != 1.0:  # HF scales cos and sin, so q·k gains attention² (YaRN eq. 22)
+        cos, sin = cos * dtype.type(attention), sin * dtype.type(attention)
+    ones = np.ones(turns.shape[-1] // 2, dtype)
+    sin = sin * rope_layouts.merge_pairs(-ones, ones, layout)  # -sin at a, +sin at b
+    return _rope_cpu.materialize((cos, sin))
+
+
+def _angle_dtype(x_dtype):
+    # Angles are never computed below float32 (bf16 positions would collide past 256).
+    return jnp.promote_types(x_dtype, jnp.float32)
+
+
+def _validate(x, positions, layout, rotary_dim, seq_axis):
+    rope_layouts.check_layout(layout)
+    if x.ndim < 2:
+        raise ValueError(f"x has shape {x.shape}; expected [..., L, N, H] or [..., L, H]")
+    if not -x.ndim <= seq_axis <= -2:
+        raise ValueError(f"seq_axis {seq_axis} is not in [-{x.ndim}, -2] for x of shape {x.shape}")
+    head_dim = x.shape[-1]
+    rope_layouts.check_dim(head_dim, "head dim")
     rotary_dim = head_dim if rotary_dim is None else rotary_dim
-    _rope_cpu.check_dim(rotary_dim, "rotary dim")
+    rope_layouts.check_dim(rotary_dim, "rotary dim")
     if rotary_dim > head_dim:
         raise ValueError(f"rotary dim {rotary_dim} exceeds head dim {head_dim}")
-    to_half = np.concatenate([np.arange(0, rotary_dim, 2), np.arange(1, rotary_dim, 2)])
-    perm = {
-        (src, src): np.arange(rotary_dim),
-        ("interleaved", "half"): to_half,
-        ("half", "interleaved"): np.argsort(to_half),
-    }[(src, dst)]
-    return np.concatenate([perm, np.arange(rotary_dim, head_dim)])
+    positions = jnp.asarray(positions)
+    length = x.shape[seq_axis]
+    if positions.ndim == 0 or positions.shape[-1] != length:
+        raise ValueError(
+            f"positions of shape {positions.shape} do not match sequence length {length} "
+            f"of x with shape {x.shape} (seq_axis={seq_axis})"
+        )
+    return positions, rotary_dim
 
 
-def convert_qk_layout(w, *, head_dim: int, src: str, dst: str, rotary_dim: int | None = None):
-    """Permutes the output features of a q or k projection from layout `src` to `dst`.
+def _over_heads(table, seq_axis):
+    """[..., L, K] -> [..., L, 1, ..., 1, K]: one singleton per axis between L and H (heads)."""
+    for _ in range(-seq_axis - 2):
+        table = table[..., None, :]
+    return table
+
+
+def rope_frequencies(dim: int, *, base: float = 10000.0) -> jnp.ndarray:
+    """θ_i = base^(-2i/dim) for i < dim/2, eq. (15).
 
     Args:
-      w: kernel [..., N*H] (e.g. [D, N*H]) or bias [N*H]; features grouped per head.
-      head_dim: H.
+      dim: number of rotated features R (even).
+      base: the wavelength scale; 10000 in the paper, 500000 in LLaMA 3.
 
     Returns:
-      Array of w's shape: projections through it, rotated with `layout=dst`, give the same
-      attention scores as projections through w rotated with `layout=src`.
+      Array of shape [R/2], float32.
     """
-    if w.shape[-1] % head_dim:
-        raise ValueError(f"last axis {w.shape[-1]} of w is not a multiple of head dim {head_dim}")
-    perm = layout_permutation(head_dim, src=src, dst=dst, rotary_dim=rotary_dim)
-    heads = w.shape[-1] // head_dim
-    index = (np.arange(heads)[:, None] * head_dim + perm[None, :]).reshape(-1)
-    return w[..., index]
+    rope_layouts.check_dim(dim, "rotary dim")
+    return jnp.asarray(base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim), jnp.float32)
 
 
 class Rotation(NamedTuple):
@@ -232,7 +207,7 @@ def rope_rotation(
     """
     # The layout is checked now, so that a misspelt one fails where it is chosen; F is known
     # only when q and k arrive.
-    _rope_cpu.check_layout(layout)
+    rope_layouts.check_layout(layout)
     k_positions = q_positions if k_positions is None else k_positions
     rotate = functools.partial(
         apply_rope,
@@ -262,11 +237,11 @@ def xpos_decay(positions, dim: int, *, scale_base: float = 512.0, layout: str = 
     Returns:
       Array of shape [..., L, R], float32, in `layout`'s feature order.
     """
-    _rope_cpu.check_dim(dim, "rotary dim")
+    rope_layouts.check_dim(dim, "rotary dim")
     zeta = (np.arange(0, dim, 2, dtype=np.float64) / dim + 0.4) / 1.4  # [R/2], in (0.29, 1)
     power = jnp.asarray(positions, jnp.float32)[..., None] / np.float32(scale_base)
     decay = jnp.asarray(zeta, jnp.float32) ** power  # [..., L, R/2]
-    return _rope_cpu.merge_pairs(decay, decay, layout)
+    return rope_layouts.merge_pairs(decay, decay, layout)
 
 
 def xpos_rotation(

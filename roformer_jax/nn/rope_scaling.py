@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from roformer_jax.nn import _rope_cpu
+from roformer_jax.nn import rope_layouts
 
 
 def _exponents(dim: int, denominator: int | None = None) -> np.ndarray:
@@ -247,7 +247,7 @@ def scaled_frequencies(
     Returns:
       (inv_freq, attention_factor): numpy [R/2] of `dtype` and a Python float.
     """
-    _rope_cpu.check_dim(rotary_dim, "rotary dim")
+    rope_layouts.check_dim(rotary_dim, "rotary dim")
     params = dict(scaling or {})
     kind = kind_of(params)
     if kind not in SCALINGS:
