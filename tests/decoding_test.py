@@ -9,9 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax.nn import attention, decoding
+from roformer_jax.nn import decoding
 from roformer_jax.nn import model as model_lib
 from roformer_jax.nn import model_config as model_config_lib
+from roformer_jax.nn.attention_kinds import ATTENTION_KINDS
 
 V, P, T = 64, 5, 4  # vocabulary, prompt length, new tokens
 MASK = np.array([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1], [1, 1, 0, 0, 0]], bool)  # 3 prompts
@@ -19,8 +20,7 @@ DYNAMIC = json.dumps({"rope_type": "dynamic", "factor": 2.0, "original_max_posit
 # Every kind with RoPE; every other way positions enter (embedded, rotated and scaled, a bias
 # from the cache's key positions, frequencies by the whole length) with one kind.
 COMBINATIONS = [
-    dict(testcase_name=f"rope_{a}", position="rope", attention=a)
-    for a in attention.ATTENTION_FUNCTIONS
+    dict(testcase_name=f"rope_{a}", position="rope", attention=a) for a in ATTENTION_KINDS
 ] + [
     dict(testcase_name="rope_linear_eq18", position="rope", attention="linear", linear_rope="both"),
     dict(
