@@ -1,6 +1,7 @@
 """Tests for roformer_jax.nn.attention: every kind against its explicit O(L·M) formula."""
 
 import functools
+import inspect
 
 import chex
 import flax.linen as nn
@@ -519,6 +520,39 @@ class DecodeStepsTest(parameterized.TestCase):
             attention_step.softmax_attention_step(
                 None, q, k, v, positions=jnp.arange(L), capacity=5
             )
+
+
+# A value of each option that a form takes as **options (attention_core's dataclasses).
+SAMPLE_OPTIONS = dict(placement="both", feature_map="elu", projection=None, eps=1e-6, chunk_size=3)
+
+
+class KindsTableTest(parameterized.TestCase):
+    """attention_kinds.ATTENTION_KINDS: each record names what its forms take."""
+
+    @parameterized.parameters(*ATTENTION_KINDS)
+    def test_records_name_the_keywords_their_forms_take(self, name):
+        # A form declares its options as keywords, or takes them as **options (an options
+        # dataclass, which raises on a name it lacks): then each other recorded name is
+        # passed, at a value of SAMPLE_OPTIONS, and must be taken.
+        kind = ATTENTION_KINDS[name]
+        q, k, v = _qkv(0)
+        for form, names, common, memory in (
+            (kind.full, kind.options, {"mask", "causal", "rotation"}, ()),
+            (kind.step, kind.step_options, {"mask", "rotation"}, (None,)),
+        ):
+            parameters = inspect.signature(form).parameters.values()
+            declared = {p.name for p in parameters if p.kind is p.KEYWORD_ONLY} - common
+            if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+                self.assertEqual(declared, names, form.__name__)
+                continue
+            self.assertLessEqual(declared, names, form.__name__)
+            form(*memory, q, k, v, **{n: SAMPLE_OPTIONS[n] for n in names - declared})
+
+    @parameterized.parameters(*ATTENTION_KINDS)
+    def test_an_option_no_record_names_is_refused(self, name):
+        kind = ATTENTION_KINDS[name]
+        with self.assertRaisesRegex(TypeError, "placment"):
+            kind.full(*_qkv(0), placment="both")
 
 
 class ErrorsTest(parameterized.TestCase):
