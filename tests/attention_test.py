@@ -1,6 +1,7 @@
 """Tests for roformer_jax.nn.attention: every kind against its explicit O(L·M) formula."""
 
 import functools
+import inspect
 
 import chex
 import flax.linen as nn
@@ -9,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax.nn import _attention_cpu, attention, attention_step, feature_maps
+from roformer_jax.nn import _attention_cpu, attention, attention_core, attention_step, feature_maps
+from roformer_jax.nn.attention_kinds import ATTENTION_KINDS
 from roformer_jax.nn.rope import rope_rotation
 from roformer_jax.nn.rope_reference import apply_rope_dense, rotation_matrices
 
@@ -425,7 +427,7 @@ class LinearGradientTest(absltest.TestCase):
 
 def _decode_in_blocks(name, kw, q, k, v, mask, positions, blocks):
     """The kind's step function over consecutive blocks of the sequence, outputs joined."""
-    step = attention_step.DECODE_STEPS[name.split("_")[0]]
+    step = ATTENTION_KINDS[name.split("_")[0]].step
     outs, memory, start = [], None, 0
     for size in blocks:
         part = slice(start, start + size)
@@ -456,8 +458,8 @@ class FusedSoftmaxTest(parameterized.TestCase):
             visible = visible & jnp.tril(jnp.ones((L, L), bool))
         bias = jnp.asarray(np.random.default_rng(9).normal(size=(1, N, L, L)), jnp.float32)
         bias = bias if with_bias else None
-        want = attention._softmax(q, k, v, visible, bias)
-        got = attention._fused_softmax(q, k, v, visible, bias)
+        want = attention_core.softmax_over_visible(q, k, v, visible, bias)
+        got = attention_core._fused_softmax(q, k, v, visible, bias)
         np.testing.assert_allclose(got, want, atol=1e-6)
         np.testing.assert_array_equal(got[1], 0.0)
 
@@ -519,13 +521,43 @@ class DecodeStepsTest(parameterized.TestCase):
                 None, q, k, v, positions=jnp.arange(L), capacity=5
             )
 
-    def test_every_kind_has_a_step(self):
-        self.assertEqual(set(attention_step.DECODE_STEPS), set(attention.ATTENTION_FUNCTIONS))
+
+# A value of each option that a form takes as **options (attention_core's dataclasses).
+SAMPLE_OPTIONS = dict(placement="both", feature_map="elu", projection=None, eps=1e-6, chunk_size=3)
+
+
+class KindsTableTest(parameterized.TestCase):
+    """attention_kinds.ATTENTION_KINDS: each record names what its forms take."""
+
+    @parameterized.parameters(*ATTENTION_KINDS)
+    def test_records_name_the_keywords_their_forms_take(self, name):
+        # A form declares its options as keywords, or takes them as **options (an options
+        # dataclass, which raises on a name it lacks): then each other recorded name is
+        # passed, at a value of SAMPLE_OPTIONS, and must be taken.
+        kind = ATTENTION_KINDS[name]
+        q, k, v = _qkv(0)
+        for form, names, common, memory in (
+            (kind.full, kind.options, {"mask", "causal", "rotation"}, ()),
+            (kind.step, kind.step_options, {"mask", "rotation"}, (None,)),
+        ):
+            parameters = inspect.signature(form).parameters.values()
+            declared = {p.name for p in parameters if p.kind is p.KEYWORD_ONLY} - common
+            if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+                self.assertEqual(declared, names, form.__name__)
+                continue
+            self.assertLessEqual(declared, names, form.__name__)
+            form(*memory, q, k, v, **{n: SAMPLE_OPTIONS[n] for n in names - declared})
+
+    @parameterized.parameters(*ATTENTION_KINDS)
+    def test_an_option_no_record_names_is_refused(self, name):
+        kind = ATTENTION_KINDS[name]
+        with self.assertRaisesRegex(TypeError, "placment"):
+            kind.full(*_qkv(0), placment="both")
 
 
 class ErrorsTest(parameterized.TestCase):
     def test_table_names_every_kind(self):
-        self.assertEqual(set(attention.ATTENTION_FUNCTIONS), {"softmax", "linear", "cosine"})
+        self.assertEqual(set(ATTENTION_KINDS), {"softmax", "linear", "cosine"})
 
     @parameterized.named_parameters(
         ("rank", dict(q=jnp.zeros((L, N, H))), "must be"),
@@ -551,9 +583,9 @@ class ErrorsTest(parameterized.TestCase):
 
     def test_kinds_in_table_reject_mismatched_shapes(self):
         q, k, _ = _qkv(0)
-        for fn in attention.ATTENTION_FUNCTIONS.values():
+        for kind in ATTENTION_KINDS.values():
             with self.assertRaisesRegex(ValueError, "do not agree"):
-                fn(q, k, k[:, :-1])
+                kind.full(q, k, k[:, :-1])
 
 
 class CpuFormsTest(absltest.TestCase):

@@ -10,16 +10,17 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from roformer_jax.nn import attention, positions
 from roformer_jax.nn import model as model_lib
 from roformer_jax.nn import model_config as model_config_lib
+from roformer_jax.nn import positions
+from roformer_jax.nn.attention_kinds import ATTENTION_KINDS
 
 # Parameters of each named size at the ModelConfig defaults (vocab 30522, rope, MLM head).
 # `base` with position="learned" has 109,514,298: exactly HF BertForMaskedLM (BERT-base).
 GOLDEN_PARAM_COUNTS = {"tiny": 2_088_442, "small": 11_070_522, "base": 109_121_082}
 BERT_BASE_MLM_PARAMS = 109_514_298
 
-KINDS = tuple(attention.ATTENTION_FUNCTIONS)
+KINDS = tuple(ATTENTION_KINDS)
 # A bias on the scores (ALiBi) needs the score matrix: softmax only.
 COMBINATIONS = [
     dict(testcase_name=f"{p}_{a}", position=p, attention=a)

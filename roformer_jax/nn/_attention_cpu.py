@@ -1,7 +1,8 @@
-"""How `attention.py`'s linear kinds are made fast on XLA's CPU backend, and why.
+"""How the linear kinds (attention.py, attention_core.py) are made fast on XLA's CPU backend,
+and why.
 
-Each function here computes a formula of `attention.py` in a form chosen for the CPU.
-`feature_sums` and `exclusive_cumsum` have plain forms, which attention.py uses on other
+Each function here computes a formula of those modules in a form chosen for the CPU.
+`feature_sums` and `exclusive_cumsum` have plain forms, which attention_core.py uses on other
 backends (tests/attention_test.py checks that both agree); `elu_plus_one` and `after` are
 right everywhere and used everywhere. Every choice was measured with benchmarks/attention.py
 (2-core CPU, B·N = 8, H = 64); the numbers are in each docstring.

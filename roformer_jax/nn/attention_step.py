@@ -4,7 +4,8 @@ Each kind's step function takes what the earlier tokens left (`memory`: None bef
 block), the new tokens' q, k, v [B, T, N, H], and returns (out [B, T, N, H], memory after
 them). The new tokens attend causally among themselves and to every earlier token, so a
 prompt of T tokens followed by single tokens computes what the kind's causal form computes
-on the whole sequence. Steps take the kind's own options as its full form does.
+on the whole sequence. Steps take the kind's own options as its full form does
+(`attention_core.LinearOptions`, `KernelOptions`).
 
 Softmax keeps every earlier key and value (`KVCache`, O(length) memory); the linear kinds keep
 sums over earlier tokens (`KernelState`, O(1) in the length): the recurrent decoding that
@@ -17,15 +18,15 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from roformer_jax.nn import feature_maps
-from roformer_jax.nn.attention import (
-    _check_linear_options,
-    _compute_dtype,
-    _cosine_features,
-    _heads,
-    _kernel_attention,
-    _linear_features,
-    _softmax,
+from roformer_jax.nn.attention_core import (
+    KernelOptions,
+    LinearOptions,
+    compute_dtype,
+    cosine_features,
+    heads,
+    kernel_attention,
+    linear_features,
+    softmax_over_visible,
 )
 from roformer_jax.nn.rope import Rotation
 
@@ -80,17 +81,9 @@ def softmax_attention_step(
     Writing past the capacity is the caller's to prevent (`length` is traced).
     Returns (out [B, T, N, H], cache).
     """
-    b, t, n, h = q.shape
+    b, t = q.shape[:2]
     if cache is None:
-        if capacity is None or capacity < t:
-            raise ValueError(f"a KV cache of capacity {capacity} cannot hold {t} tokens")
-        cache = KVCache(
-            keys=jnp.zeros((b, n, capacity, h), k.dtype),
-            values=jnp.zeros((b, n, capacity, h), v.dtype),
-            positions=jnp.zeros((b, capacity), jnp.int32),
-            valid=jnp.zeros((b, capacity), bool),
-            length=jnp.zeros((), jnp.int32),
-        )
+        cache = _empty_cache(k, v, capacity)
     if rotation is not None:
         q, k = rotation.q(q), rotation.k(k)
     start = cache.length
@@ -100,8 +93,8 @@ def softmax_attention_step(
 
     new_mask = jnp.ones((b, t), bool) if mask is None else mask
     cache = KVCache(
-        keys=write(cache.keys, _heads(k), axis=2),
-        values=write(cache.values, _heads(v), axis=2),
+        keys=write(cache.keys, heads(k), axis=2),
+        values=write(cache.values, heads(v), axis=2),
         positions=write(cache.positions, jnp.broadcast_to(positions, (b, t))),
         valid=write(cache.valid, new_mask),
         length=start + t,
@@ -111,11 +104,25 @@ def softmax_attention_step(
     visible = cache.valid[:, None, None, :] & earlier[None, None]  # [B, 1, T, S]
     if bias is not None:
         bias = bias(jnp.broadcast_to(positions, (b, t)), cache.positions)
-    return _softmax(q, _heads(cache.keys), _heads(cache.values), visible, bias), cache
+    return softmax_over_visible(q, heads(cache.keys), heads(cache.values), visible, bias), cache
 
 
-def _kernel_step(state, qn, kn, v, *, den_features, mask, eps, chunk_size):
-    """`_kernel_attention`, causal, for new tokens after those summed in `state`; a prompt of
+def _empty_cache(k, v, capacity: int | None) -> KVCache:
+    """A KV cache of `capacity` slots, none written, for keys and values like k, v [B, T, N, H]."""
+    b, t, n, h = k.shape
+    if capacity is None or capacity < t:
+        raise ValueError(f"a KV cache of capacity {capacity} cannot hold {t} tokens")
+    return KVCache(
+        keys=jnp.zeros((b, n, capacity, h), k.dtype),
+        values=jnp.zeros((b, n, capacity, h), v.dtype),
+        positions=jnp.zeros((b, capacity), jnp.int32),
+        valid=jnp.zeros((b, capacity), bool),
+        length=jnp.zeros((), jnp.int32),
+    )
+
+
+def _kernel_step(state, qn, kn, v, *, den_features, mask, options: KernelOptions):
+    """`kernel_attention`, causal, for new tokens after those summed in `state`; a prompt of
     many tokens goes through in chunks, O(T) memory as the causal form."""
     if state is None:  # nothing summed yet: Σ over no tokens
         b, n, _, f = kn.shape
@@ -127,72 +134,46 @@ def _kernel_step(state, qn, kn, v, *, den_features, mask, eps, chunk_size):
             else jnp.zeros((b, n, den_features[1].shape[-1], 1), kn.dtype),
         )
     carried = tuple(x for x in state if x is not None)
-    out, _, after = _kernel_attention(
-        qn, kn, v, den_features=den_features, mask=mask, causal=True, eps=eps,
-        chunk_size=chunk_size, state=carried,
+    out, _, after = kernel_attention(
+        qn, kn, v, den_features=den_features, mask=mask, causal=True, options=options,
+        state=carried,
     )  # fmt: skip
     return out, KernelState(*after)
 
 
 def linear_attention_step(
-    state: KernelState | None,
-    q,
-    k,
-    v,
-    *,
-    mask=None,
-    rotation: Rotation | None = None,
-    placement="numerator",
-    feature_map="elu",
-    projection=None,
-    eps=1e-6,
-    chunk_size=64,
+    state: KernelState | None, q, k, v, *, mask=None, rotation: Rotation | None = None, **options
 ):
     """`linear_attention`, causal, for T new tokens after those summed in `state`.
 
-    q, k, v [B, T, N, H]; mask [B, T]. The state is O(1) in the length (`KernelState`): with
+    q, k, v [B, T, N, H]; mask [B, T]; options: the fields of `attention_core.LinearOptions`,
+    as the full form takes them. The state is O(1) in the length (`KernelState`): with
     RoPE in the numerator (eq. 19) it is Σ_j [R_j φ(k_j)] v_jᵀ and Σ_j φ(k_j), each updated
     in O(F·H) per token, so a RoFormer with linear attention generates in constant time and
     memory per token. Returns (out [B, T, N, H], state).
     """
-    _check_linear_options(feature_map, placement, projection, q.shape[-1])
-    out_dtype, dtype = q.dtype, _compute_dtype(q)
+    options = LinearOptions(**options)
+    options.check(q.shape[-1])
+    out_dtype, dtype = q.dtype, compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
-    phi = feature_maps.query_and_key_maps(feature_map, projection)
-    qn, kn, den = _linear_features(q, k, phi=phi, rotation=rotation, placement=placement)
-    out, state = _kernel_step(
-        state, qn, kn, _heads(v), den_features=den, mask=mask, eps=eps, chunk_size=chunk_size
-    )
-    return _heads(out).astype(out_dtype), state
+    qn, kn, den = linear_features(q, k, rotation=rotation, options=options)
+    out, state = _kernel_step(state, qn, kn, heads(v), den_features=den, mask=mask,
+                              options=options)  # fmt: skip
+    return heads(out).astype(out_dtype), state
 
 
 def cosine_attention_step(
-    state: KernelState | None,
-    q,
-    k,
-    v,
-    *,
-    mask=None,
-    rotation: Rotation | None = None,
-    eps=1e-6,
-    chunk_size=64,
+    state: KernelState | None, q, k, v, *, mask=None, rotation: Rotation | None = None, **options
 ):
     """`cosine_attention`, causal, for T new tokens after those summed in `state`.
 
+    options: the fields of `attention_core.KernelOptions`, as the full form takes them.
     The state is Σ_j [1, b_j][v_j, 1]ᵀ ([B, N, H + 1, H + 1]). Returns (out, state).
     """
-    out_dtype, dtype = q.dtype, _compute_dtype(q)
+    options = KernelOptions(**options)
+    out_dtype, dtype = q.dtype, compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
-    qf, kf = _cosine_features(q, k, rotation)
-    out, state = _kernel_step(
-        state, qf, kf, _heads(v), den_features=None, mask=mask, eps=eps, chunk_size=chunk_size
-    )
-    return _heads(out).astype(out_dtype), state
-
-
-# Each kind's step, beside its full form in attention.ATTENTION_FUNCTIONS.
-DECODE_STEPS: dict[str, Callable[..., tuple[jax.Array, object]]] = {
-    "softmax": softmax_attention_step,
-    "linear": linear_attention_step,
-    "cosine": cosine_attention_step,
-}
+    qf, kf = cosine_features(q, k, rotation)
+    out, state = _kernel_step(state, qf, kf, heads(v), den_features=None, mask=mask,
+                              options=options)  # fmt: skip
+    return heads(out).astype(out_dtype), state

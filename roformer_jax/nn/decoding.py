@@ -1,10 +1,10 @@
 """Generation with a causal RoFormer: the prompt once, then one token per step.
 
-Each attention layer keeps what its kind needs of the tokens so far (`attention_step.DECODE_STEPS`):
-softmax a KV cache with the keys rotated at their absolute positions, linear and cosine
-attention a state of constant size, so that their time and memory per new token do not grow
-with the length. The model computes the same logits as its causal forward pass on the whole
-sequence (tests/decoding_test.py).
+Each attention layer keeps what its kind needs of the tokens so far (the kind's step in
+`attention_kinds.ATTENTION_KINDS`): softmax a KV cache with the keys rotated at their absolute
+positions, linear and cosine attention a state of constant size, so that their time and
+memory per new token do not grow with the length. The model computes the same logits as its
+causal forward pass on the whole sequence (tests/decoding_test.py).
 
 Prompts of different lengths are laid out left-padded, as decoder-only generation wants them
 (every row's next token then goes to the same slot): row b has pad_b padding slots first, and

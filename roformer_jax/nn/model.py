@@ -4,7 +4,7 @@ RoFormer (Su et al. 2021) is BERT with the absolute position table removed and R
 q and k in every self-attention (eq. 34). Here both are one `RoFormer` module: the position
 encoding (any entry of `roformer_jax.nn.positions.ENCODINGS`: "learned", "sinusoidal", "rope",
 "alibi", "none") and the attention kind (any entry of
-`roformer_jax.nn.attention.ATTENTION_FUNCTIONS`) are fields of a frozen `ModelConfig`.
+`roformer_jax.nn.attention_kinds.ATTENTION_KINDS`) are fields of a frozen `ModelConfig`.
 With the defaults (post-LN, exact-erf GELU, softmax, rope) it computes what HuggingFace's
 `RoFormerModel` / `RoFormerForMaskedLM` compute, parameter for parameter (see hf.py).
 
@@ -23,16 +23,13 @@ Parameter tree (names follow HF's where the structure allows; hf.py maps them):
 """
 
 import functools
-import inspect
-from collections.abc import Callable
 from typing import NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from roformer_jax.nn import _threefry, attention_step
-from roformer_jax.nn import attention as attention_lib
+from roformer_jax.nn import _threefry
 from roformer_jax.nn.feature_maps import FEATURE_MAPS
 from roformer_jax.nn.model_config import ACTIVATIONS, DTYPES, ModelConfig
 
@@ -137,28 +134,16 @@ class Embeddings(nn.Module):
         return Dropout(cfg.hidden_dropout)(x, deterministic, example_ids)
 
 
-def _kind_options(function: Callable, cfg: ModelConfig, *, dropout_rng, **extra) -> dict:
-    """The kind-specific keywords of `function` that it declares, from the config and `extra`.
-
-    Every attention kind takes the common arguments (mask, causal, rotation); beyond those a
-    kind receives exactly the options its signature names, so a new kind needs no code here.
-    """
-    options = {
-        "dropout_rate": 0.0 if dropout_rng is None else cfg.attention_dropout,
-        "dropout_rng": dropout_rng,
-        "feature_map": cfg.feature_map,
-        "placement": cfg.linear_rope,
-        **extra,
-    }
-    accepted = inspect.signature(function).parameters
-    return {name: value for name, value in options.items() if name in accepted}
+def _chosen(offered: dict, names: frozenset[str]) -> dict:
+    """The options of `offered` that a kind's record names (`AttentionKind.options`)."""
+    return {name: value for name, value in offered.items() if name in names}
 
 
 class SelfAttention(nn.Module):
     """Projections q, k, v [B, L, N, H] → attention kind → output projection [B, L, D].
 
     decode_length: None, or the length of the whole sequence being decoded; then the layer
-    keeps its kind's memory of earlier tokens (`attention_step.DECODE_STEPS`) in the "cache"
+    keeps its kind's memory of earlier tokens (its `AttentionKind.step`) in the "cache"
     collection, and the L tokens of each call come after those of the calls before.
     projection: the layer's random features (`feature_projection`), or None.
     In training (not deterministic), a kind that reports its denominators sows the smallest
@@ -183,33 +168,31 @@ class SelfAttention(nn.Module):
             where["rotation"] = encoding.rotation(cfg, position_ids, decode_length)
             if cfg.rotary_value:  # HF RoFormer's option: v is rotated too, and not rotated back.
                 v = where["rotation"].k(v)
+        kind = cfg.kind
+        offered = {"feature_map": cfg.feature_map, "placement": cfg.linear_rope,
+                   "projection": projection}  # fmt: skip
         if decode_length is None:
             if encoding.bias is not None:
                 where["bias"] = encoding.bias(cfg, position_ids, position_ids)  # [B|1, N, L, L]
             use_dropout = not deterministic and cfg.attention_dropout > 0.0
-            function = attention_lib.ATTENTION_FUNCTIONS[cfg.attention]
-            options = _kind_options(
-                function,
-                cfg,
+            offered.update(
+                dropout_rate=cfg.attention_dropout if use_dropout else 0.0,
                 dropout_rng=self.make_rng("dropout") if use_dropout else None,
                 example_ids=example_ids,
-                projection=projection,
                 return_min_denominator=not deterministic,
             )
-            out = function(q, k, v, mask=mask, causal=cfg.causal, **where, **options)
+            options = _chosen(offered, kind.options)
+            out = kind.full(q, k, v, mask=mask, causal=cfg.causal, **where, **options)
             if options.get("return_min_denominator"):  # eq. (18)'s instability, measured
                 out, smallest = out
                 self.sow("intermediates", "min_denominator", smallest)
         else:  # the kind's step after the memory of the earlier calls, which it updates
             if encoding.bias is not None:  # of key positions that only the cache knows
                 where["bias"] = functools.partial(encoding.bias, cfg)
-            step = attention_step.DECODE_STEPS[cfg.attention]
-            options = _kind_options(
-                step, cfg, dropout_rng=None, positions=position_ids, capacity=decode_length,
-                projection=projection,
-            )  # fmt: skip
+            offered.update(positions=position_ids, capacity=decode_length)
+            options = _chosen(offered, kind.step_options)
             memory = self.get_variable("cache", "memory")  # None at the first call
-            out, memory = step(memory, q, k, v, mask=mask, **where, **options)
+            out, memory = kind.step(memory, q, k, v, mask=mask, **where, **options)
             self.put_variable("cache", "memory", memory)
         return _dense(cfg, d, "output")(out.reshape(b, length, d))  # [B, L, D]
 
@@ -283,6 +266,44 @@ class MlmHead(nn.Module):
         return logits + bias  # [B, L, V] float32
 
 
+def _checked_inputs(cfg: ModelConfig, input_ids, attention_mask, token_type_ids, position_ids,
+                    decode_length):  # fmt: skip
+    """`RoFormer`'s inputs checked against each other and the config, defaults filled in:
+    (position_ids [L] or [B, L], token_type_ids [B, L], mask [B, L] bool or None)."""
+    if input_ids.ndim != 2:
+        raise ValueError(f"input_ids has shape {input_ids.shape}; expected [B, L]")
+    b, length = input_ids.shape
+    if decode_length is not None:
+        if not cfg.causal:
+            raise ValueError(
+                "decoding needs a causal model (ModelConfig.causal=True): each token of "
+                "a bidirectional encoder depends on the tokens after it"
+            )
+        if length > decode_length:
+            raise ValueError(f"{length} tokens do not fit in decode_length={decode_length}")
+    total = length if decode_length is None else decode_length
+    if cfg.max_length is not None and total > cfg.max_length:
+        raise ValueError(
+            f"sequence length {total} exceeds the {cfg.max_length} positions that "
+            f"position={cfg.position!r} supports with max_len {cfg.max_len}; use "
+            "position='rope' to run past the training length"
+        )
+    position_ids = jnp.arange(length) if position_ids is None else jnp.asarray(position_ids)
+    if position_ids.shape not in ((length,), (b, length)):
+        raise ValueError(
+            f"position_ids has shape {position_ids.shape}; expected [{length}] or "
+            f"[{b}, {length}] for input_ids of shape {input_ids.shape}"
+        )
+    if token_type_ids is None:
+        token_type_ids = jnp.zeros_like(input_ids)
+    mask = None
+    if attention_mask is not None:
+        mask = jnp.asarray(attention_mask).astype(bool)
+        if mask.shape != input_ids.shape:
+            raise ValueError(f"attention_mask has shape {mask.shape}; expected {input_ids.shape}")
+    return position_ids, token_type_ids, mask
+
+
 class RoFormer(nn.Module):
     """The encoder (BERT, RoFormer, ... by `config.position`) with an optional tied MLM head,
     and for the "mlm_same_doc" objective a pair head: logits [B, 2] at [CLS] of whether the
@@ -329,40 +350,12 @@ class RoFormer(nn.Module):
     ) -> EncoderOutput:
         cfg = self.config
         input_ids = jnp.asarray(input_ids)
-        if input_ids.ndim != 2:
-            raise ValueError(f"input_ids has shape {input_ids.shape}; expected [B, L]")
-        b, length = input_ids.shape
-        if decode_length is not None:
-            if not cfg.causal:
-                raise ValueError(
-                    "decoding needs a causal model (ModelConfig.causal=True): each token of "
-                    "a bidirectional encoder depends on the tokens after it"
-                )
-            if length > decode_length:
-                raise ValueError(f"{length} tokens do not fit in decode_length={decode_length}")
+        if decode_length is not None:  # decoding runs deterministic only
             deterministic = True
-        total = length if decode_length is None else decode_length
-        if cfg.max_length is not None and total > cfg.max_length:
-            raise ValueError(
-                f"sequence length {total} exceeds the {cfg.max_length} positions that "
-                f"position={cfg.position!r} supports with max_len {cfg.max_len}; use "
-                "position='rope' to run past the training length"
-            )
-        position_ids = jnp.arange(length) if position_ids is None else jnp.asarray(position_ids)
-        if position_ids.shape not in ((length,), (b, length)):
-            raise ValueError(
-                f"position_ids has shape {position_ids.shape}; expected [{length}] or "
-                f"[{b}, {length}] for input_ids of shape {input_ids.shape}"
-            )
-        if token_type_ids is None:
-            token_type_ids = jnp.zeros_like(input_ids)
-        mask = None
-        if attention_mask is not None:
-            mask = jnp.asarray(attention_mask).astype(bool)
-            if mask.shape != input_ids.shape:
-                raise ValueError(
-                    f"attention_mask has shape {mask.shape}; expected {input_ids.shape}"
-                )
+        position_ids, token_type_ids, mask = _checked_inputs(
+            cfg, input_ids, attention_mask, token_type_ids, position_ids, decode_length
+        )
+        b = input_ids.shape[0]
 
         embeddings = Embeddings(cfg, name="embeddings")
         x = embeddings(input_ids, token_type_ids, position_ids, deterministic, example_ids)

@@ -2,20 +2,20 @@
 
 One frozen dataclass holds every architectural choice of `roformer_jax.nn.model.RoFormer`: the
 position encoding (a key of `positions.ENCODINGS`), the attention kind (a key of
-`attention.ATTENTION_FUNCTIONS`) and their options, validated when the config is made.
+`attention_kinds.ATTENTION_KINDS`) and their options, validated when the config is made.
 """
 
 import dataclasses
 import functools
-import inspect
 import json
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 
-from roformer_jax.nn import attention as attention_lib
 from roformer_jax.nn import rope
+from roformer_jax.nn.attention_core import PLACEMENTS
+from roformer_jax.nn.attention_kinds import ATTENTION_KINDS, AttentionKind
 from roformer_jax.nn.feature_maps import FEATURE_MAPS
 from roformer_jax.nn.positions import ENCODINGS, PositionEncoding
 
@@ -48,7 +48,7 @@ class ModelConfig:
     embedding_size: int | None = None  # E; None means E = D (no factorization)
     dtype: str = "float32"  # compute dtype; parameters are always float32
     position: str = "rope"  # a key of positions.ENCODINGS
-    attention: str = "softmax"  # a key of attention.ATTENTION_FUNCTIONS
+    attention: str = "softmax"  # a key of attention_kinds.ATTENTION_KINDS
     feature_map: str = "elu"  # linear attention's φ, a key of feature_maps.FEATURE_MAPS
     # A random φ (FAVOR+, feature_map="favor"): F features per head (even: RoPE may rotate
     # them in pairs), redrawn every `feature_redraw` training steps (0: drawn once), from
@@ -95,9 +95,9 @@ class ModelConfig:
         choices = {
             "dtype": tuple(DTYPES),
             "position": tuple(ENCODINGS),
-            "attention": tuple(attention_lib.ATTENTION_FUNCTIONS),
+            "attention": tuple(ATTENTION_KINDS),
             "feature_map": tuple(FEATURE_MAPS),
-            "linear_rope": attention_lib.PLACEMENTS,
+            "linear_rope": PLACEMENTS,
             "hidden_act": tuple(ACTIVATIONS),
         }
         for name, allowed in choices.items():
@@ -118,8 +118,7 @@ class ModelConfig:
                 f"rotary_value=True rotates v as q and k are rotated, but position="
                 f"{self.position!r} rotates nothing; use position='rope'"
             )
-        attention = attention_lib.ATTENTION_FUNCTIONS[self.attention]
-        if self.encoding.bias is not None and "bias" not in inspect.signature(attention).parameters:
+        if self.encoding.bias is not None and "bias" not in self.kind.options:
             raise ValueError(
                 f"position={self.position!r} adds a bias to the attention scores, but "
                 f"{self.attention!r} attention never forms the L x M score matrix (that is "
@@ -165,11 +164,14 @@ class ModelConfig:
         return ENCODINGS[self.position]
 
     @property
+    def kind(self) -> AttentionKind:
+        return ATTENTION_KINDS[self.attention]
+
+    @property
     def draws_features(self) -> bool:
         """Whether attention draws random features (FAVOR+): a kind that takes a projection,
         with a random feature map."""
-        function = attention_lib.ATTENTION_FUNCTIONS[self.attention]
-        takes = "projection" in inspect.signature(function).parameters
+        takes = "projection" in self.kind.options
         return takes and FEATURE_MAPS[self.feature_map].draw is not None
 
     @property

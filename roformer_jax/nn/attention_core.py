@@ -1,0 +1,251 @@
+"""What the attention kinds' full forms (attention.py) and decode steps (attention_step.py)
+share: softmax over the visible keys, the linear kinds' options, features and kernel sums.
+
+Glossary of shapes:
+  B batch, L query length, M key length, N heads, H head dim,
+  F feature dim (of a feature map φ), E value columns (H, or H + 1 with a column of ones),
+  K number of chunks, C chunk length.
+Heads-major arrays ([B, N, L, F]) are what the kernel sums take: XLA's CPU matmuls want the
+batch axes first, so one transpose in and out beats one per product.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from roformer_jax.nn import _attention_cpu, _threefry, feature_maps
+
+# Where linear attention applies the rotation (see `attention.linear_attention`).
+PLACEMENTS = ("numerator", "both", "before_feature_map")
+
+
+def on_cpu() -> bool:
+    return jax.default_backend() == "cpu"
+
+
+def compute_dtype(x):
+    # Sums over up to M keys: accumulate in float32 at least, float64 when given.
+    return jnp.promote_types(x.dtype, jnp.float32)
+
+
+def heads(x):
+    """[B, L, N, F] <-> [B, N, L, F]."""
+    return jnp.swapaxes(x, 1, 2)
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelOptions:
+    """The options of every linear kind, full form and decode step alike.
+
+    eps: how far the denominator is moved away from zero, keeping its sign (`guard`).
+    chunk_size: C, the positions per chunk of the causal sums (`kernel_sums`).
+    """
+
+    eps: float = 1e-6
+    chunk_size: int = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearOptions(KernelOptions):
+    """`attention.linear_attention`'s options (its step's too), beyond KernelOptions'.
+
+    placement: where a rotation goes, one of PLACEMENTS (see `linear_attention`).
+    feature_map: φ, a key of feature_maps.FEATURE_MAPS.
+    projection: a random φ's matrix (FAVOR+: [F, H], drawn by the caller with
+      FEATURE_MAPS["favor"].draw); None for a deterministic φ.
+    """
+
+    placement: str = "numerator"
+    feature_map: str = "elu"
+    projection: jax.Array | None = None
+
+    def check(self, head_dim: int) -> None:
+        """Raises ValueError naming the option that does not fit q's head dim H."""
+        feature_maps.check(self.feature_map, self.projection, head_dim)
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement={self.placement!r}; expected one of {PLACEMENTS}")
+
+    def phi(self):
+        """(φ of queries, φ of keys), each x [..., H] -> [..., F]."""
+        return feature_maps.query_and_key_maps(self.feature_map, self.projection)
+
+
+def option_names(options: type) -> frozenset[str]:
+    """The keywords an options dataclass takes (an `AttentionKind`'s record of them)."""
+    return frozenset(field.name for field in dataclasses.fields(options))
+
+
+def softmax_over_visible(q, k, v, visible, bias, dropout_rate=0.0, dropout_rng=None,
+                         example_ids=None):  # fmt: skip
+    """softmax(q kᵀ / √H + bias) v over the visible keys; q, k already rotated.
+
+    q [B, L, N, H], k, v [B, M, N, H]; visible: bool, broadcastable to [B, N, L, M]; bias
+    [B or 1, N, L, M] or None. A row with no visible key gets zeros. Dropout as in
+    `attention.softmax_attention`. Returns [B, L, N, H] in q's dtype.
+    """
+    if dropout_rate == 0.0 and not on_cpu():
+        return _fused_softmax(q, k, v, visible, bias)
+    dtype = compute_dtype(q)
+    scores = jnp.einsum("BLNH,BMNH->BNLM", q, k, preferred_element_type=dtype)
+    scores = scores * (q.shape[-1] ** -0.5)
+    if bias is not None:
+        _check_bias(bias, q, k)
+        scores = scores + bias.astype(dtype)
+    weights = jax.nn.softmax(jnp.where(visible, scores, jnp.finfo(dtype).min), axis=-1)
+    # A row with no visible key would otherwise be a uniform average over padding.
+    weights = jnp.where(visible, weights, 0.0)
+    if dropout_rate > 0.0:
+        if example_ids is None:
+            example_ids = jnp.arange(weights.shape[0])
+        keep = _threefry.bernoulli_rows(dropout_rng, example_ids, 1.0 - dropout_rate, weights.shape)
+        weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
+    out = jnp.einsum("BNLM,BMNH->BLNH", weights.astype(v.dtype), v)
+    return out.astype(q.dtype)
+
+
+def _check_bias(bias, q, k) -> None:
+    expected = (q.shape[2], q.shape[1], k.shape[1])
+    if bias.ndim != 4 or bias.shape[1:] != expected or bias.shape[0] not in (1, q.shape[0]):
+        raise ValueError(
+            f"bias has shape {bias.shape}; expected [B or 1, N, L, M] = "
+            f"[{q.shape[0]} or 1, {', '.join(map(str, expected))}]"
+        )
+
+
+def _fused_softmax(q, k, v, visible, bias):
+    """`softmax_over_visible` without dropout, through `jax.nn.dot_product_attention`:
+    cuDNN's fused kernel on GPUs where its contract fits, XLA's form elsewhere.
+
+    Not used on CPU, where the einsum form above is what XLA runs fastest
+    (benchmarks/attention.py); tests/attention_test.py checks that the two agree.
+    """
+    b, length, n, h = q.shape
+    mask = jnp.broadcast_to(visible, (b, n, length, k.shape[1]))
+    if bias is not None:
+        bias = jnp.broadcast_to(bias, (b, n, length, k.shape[1])).astype(q.dtype)
+    out = jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, scale=h**-0.5)
+    # A row with no visible key: zeros, as `softmax_over_visible` gives, not an average over
+    # padding.
+    seen = jnp.swapaxes(jnp.any(mask, axis=-1), 1, 2)[..., None]  # [B, L, N, 1]
+    return jnp.where(seen, out, 0).astype(q.dtype)
+
+
+def guard(den, eps):
+    """Moves den away from zero by at least eps, keeping its sign (0 counts as positive)."""
+    return jnp.where(den < 0, jnp.minimum(den, -eps), jnp.maximum(den, eps))
+
+
+def feature_sums(qf, key_sums):
+    """qf_i·key_sums for each query and head: [B, L, N, F], [B, N, F] -> [B, N, L, 1]."""
+    if on_cpu():
+        return _attention_cpu.feature_sums(qf, key_sums)
+    return heads(jnp.einsum("BLNF,BNF->BLN", qf, key_sums)[..., None])
+
+
+def kernel_sums(qf, kf, values, *, causal, chunk_size):
+    """Σ_j (qf_i·kf_j) values_j over all j, or over j <= i when causal; O(L) memory.
+
+    qf [B, N, L, F], kf [B, N, M, F], values [B, N, M, E] -> [B, N, L, E].
+    Non-causal: qf (kfᵀ values), O(L·F·E). Causal: chunks of C positions; inside a chunk the
+    masked C x C products are explicit, earlier chunks enter through an exclusive prefix sum
+    of the per-chunk states [B, N, K, F, E]. Sums are thus hierarchical (C terms, then K),
+    which also keeps float32 rounding small. Never an [L, F, E] tensor.
+    """
+    if not causal:
+        return jnp.einsum("BNLF,BNFE->BNLE", qf, jnp.einsum("BNMF,BNME->BNFE", kf, values))
+    b, n, length = qf.shape[:3]
+    c = min(chunk_size, length)
+    pad = -length % c
+    if pad:  # zero keys and values add nothing; the padded queries are cut off below
+        widths = ((0, 0), (0, 0), (0, pad), (0, 0))
+        qf, kf, values = (jnp.pad(x, widths) for x in (qf, kf, values))
+    kc = (length + pad) // c
+    qf, kf, values = (x.reshape(b, n, kc, c, x.shape[-1]) for x in (qf, kf, values))
+
+    tril = jnp.tril(jnp.ones((c, c), bool))
+    scores = jnp.where(tril, jnp.einsum("BNKCF,BNKDF->BNKCD", qf, kf), 0.0)
+    out = jnp.einsum("BNKCD,BNKDE->BNKCE", scores, values)
+    states = jnp.einsum("BNKDF,BNKDE->KBNFE", kf, values)
+    # Earlier chunks: an exclusive prefix sum of the states over chunks.
+    if on_cpu():
+        prefix = _attention_cpu.exclusive_cumsum(states)
+    else:
+        prefix = jnp.cumsum(states, axis=0) - states
+    out = out + jnp.einsum("BNKCF,KBNFE->BNKCE", qf, prefix)
+    return out.reshape(b, n, kc * c, -1)[:, :, :length]
+
+
+def kernel_attention(qn, kn, v, *, den_features=None, mask, causal, options: KernelOptions,
+                     state=None):  # fmt: skip
+    """Σ_j (qn_i·kn_j) v_j / guard(Σ_j qd_i·kd_j), all heads-major: [B, N, L, F], [B, N, M, F].
+
+    den_features=(qd, kd) when the denominator has its own features (eq. 19); otherwise it is
+    Σ_j qn_i·kn_j, read off a column of ones appended to v in the same products.
+    options: eps and chunk_size (a LinearOptions serves: it is a KernelOptions).
+    Returns (out [B, N, L, H], the denominators before the guard [B, N, L, 1], None).
+
+    With `state` (the sums over tokens seen before these, one per term, as in
+    `attention_step.KernelState`), the queries also see those tokens, and the last item is
+    the sums with these keys added: the recurrent form of the causal sums, one block of new
+    tokens at a time.
+    """
+
+    def keys(x):  # padded keys -> 0; where, not *: a NaN in the padding must not leak
+        return x if mask is None else jnp.where(mask[:, None, :, None], x, 0.0)
+
+    ones = jnp.ones_like(v[..., :1])
+    if den_features is None:
+        terms = [(qn, kn, jnp.concatenate([v, ones], axis=-1))]
+    else:
+        qd, kd = den_features
+        terms = [(qn, kn, v), (qd, kd, ones)]
+    before = [None] * len(terms) if state is None else state
+    sums, after = [], []
+    for (qx, kx, values), seen in zip(terms, before):
+        kx, values = keys(kx), keys(values)
+        total = kernel_sums(qx, kx, values, causal=causal, chunk_size=options.chunk_size)
+        if seen is not None:
+            total = total + jnp.einsum("BNLF,BNFE->BNLE", qx, seen)
+            after.append(seen + jnp.einsum("BNMF,BNME->BNFE", kx, values))
+        sums.append(total)
+    num, den = (sums[0][..., :-1], sums[0][..., -1:]) if den_features is None else sums
+    return num / guard(den, options.eps), den, None if state is None else tuple(after)
+
+
+def linear_features(q, k, *, rotation, options: LinearOptions):
+    """Linear attention's (qn, kn, den_features), heads-major [B, N, L, F]: the features of
+    the numerator and, under eq. (19), the denominator's own (`kernel_attention`)."""
+    rotate = rotation is not None
+    placement = options.placement
+    if rotate and placement == "before_feature_map":
+        q, k = rotation.q(q), rotation.k(k)
+    phi_q, phi_k = options.phi()
+    qf, kf = phi_q(q), phi_k(k)  # [B, L, N, F], [B, M, N, F]
+    den_features = (heads(qf), heads(kf)) if rotate and placement == "numerator" else None
+    if rotate and placement != "before_feature_map":
+        # Fused into the rotation, φ is evaluated up to three times per feature (RoPE reads
+        # each feature and its two neighbours). Still faster on CPU than materializing φ
+        # first: the separate buffers that costs are fresh pages, and a first touch is slow
+        # (benchmarks/attention.py).
+        qf, kf = rotation.q(qf), rotation.k(kf)
+    return heads(qf), heads(kf), den_features
+
+
+def cosine_features(q, k, rotation):
+    """[1, R_i q_i / |q_i|] and [1, R_j k_j / |k_j|], heads-major [B, N, L, H + 1]."""
+
+    def unit(x):  # x / |x|, and 0 for x = 0
+        squared = jnp.maximum(jnp.sum(x * x, axis=-1, keepdims=True), jnp.finfo(x.dtype).tiny)
+        return x * jax.lax.rsqrt(squared)
+
+    # Normalised before the rotation (the same, as RoPE preserves norms): RoPE reads every
+    # feature twice, and the norms are then a separate pass instead of being recomputed.
+    q, k = unit(q), unit(k)
+    if rotation is not None:
+        q, k = rotation.q(q), rotation.k(k)
+
+    def features(x):  # [B, *, N, H] -> [1, x]: [B, *, N, H + 1]
+        return jnp.concatenate([jnp.ones_like(x[..., :1]), x], axis=-1)
+
+    return heads(features(q)), heads(features(k))
