@@ -2,10 +2,10 @@
 
 import os
 import shutil
-import tempfile
 from unittest import mock
 
 import numpy as np
+import tiny
 from absl.testing import absltest, parameterized
 
 from roformer_jax.data import batches as data
@@ -16,7 +16,7 @@ WIKITEXT = os.path.join(DATA, "wikitext-2", "valid.txt")
 
 
 def _tempdir(test):
-    path = tempfile.mkdtemp()
+    path = tiny.workdir()
     test.addCleanup(shutil.rmtree, path)
     return path
 
