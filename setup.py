@@ -28,8 +28,10 @@ setup(
     ],
     extras_require={
         # pytest-xdist: the suite runs on every core (-n auto); most tests compile on one.
-        "test": ["pytest>=8", "pytest-xdist>=3.5"],
-        # The HuggingFace parity test also needs torch; see .ci/run for the CPU-only install.
+        # torch and transformers: the HF comparisons (hf_test, rope_scaling_test, bert_parity_test,
+        # vs_hf_test), which skip without them. torch==2.13.0 names the CPU build on our machines;
+        # any other torch spec pulls CUDA packages.
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0", "transformers>=5"],
         "hf": ["transformers>=4.40"],
         "datasets": ["datasets>=2.18"],
     },

@@ -3,10 +3,10 @@ iterator, bad input."""
 
 import os
 import shutil
-import tempfile
 from unittest import mock
 
 import numpy as np
+import tiny
 from absl.testing import absltest, parameterized
 
 from roformer_jax.data import corpus as corpus_lib
@@ -20,7 +20,7 @@ WIKITEXT = os.path.join(DATA, "wikitext-2", "valid.txt")
 
 
 def _tempdir(test):
-    path = tempfile.mkdtemp()
+    path = tiny.workdir()
     test.addCleanup(shutil.rmtree, path)
     return path
 

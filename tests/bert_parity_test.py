@@ -17,11 +17,11 @@ import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tiny
 from absl.testing import absltest, parameterized
 
 from roformer_jax import hf
 from roformer_jax.nn import model as model_lib
-from roformer_jax.nn import model_config as model_config_lib
 
 try:
     import torch
@@ -53,8 +53,7 @@ def _bert_name(path: tuple[str, ...]) -> tuple[str, bool]:
 
 
 def _our_config():
-    return model_config_lib.model_config(
-        "tiny",
+    return tiny.model_config(
         vocab_size=V,
         hidden_size=D,
         num_layers=LAYERS,

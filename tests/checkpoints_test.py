@@ -3,10 +3,10 @@
 import asyncio
 import glob
 import os
-import tempfile
 
 import jax
 import numpy as np
+import tiny
 from absl.testing import absltest, parameterized
 
 from roformer_jax.training.checkpoints import Checkpoints
@@ -21,7 +21,7 @@ def _state(value: float):
 class CheckpointsTest(parameterized.TestCase):
     def setUp(self):
         super().setUp()
-        self.directory = os.path.join(tempfile.mkdtemp(), "checkpoints")
+        self.directory = os.path.join(tiny.workdir(), "checkpoints")
 
     def _save(self, keep, steps, model=MODEL):
         checkpoints = Checkpoints(self.directory, keep=keep)

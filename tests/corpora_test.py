@@ -4,11 +4,11 @@ import itertools
 import os
 import shutil
 import sys
-import tempfile
 import types
 import warnings
 from unittest import mock
 
+import tiny
 from absl.testing import absltest, parameterized
 
 from roformer_jax.data import corpora
@@ -23,7 +23,7 @@ TEXT = "first doc line one\n  line two\n\n\nsecond doc\r\n  \nthird\n"
 class ReadDocumentsTest(parameterized.TestCase):
     def setUp(self):
         super().setUp()
-        self.dir = tempfile.mkdtemp()
+        self.dir = tiny.workdir()
         self.addCleanup(shutil.rmtree, self.dir)
 
     def write(self, name, content, mode="w"):

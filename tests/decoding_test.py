@@ -7,12 +7,12 @@ import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tiny
 import tolerance
 from absl.testing import absltest, parameterized
 
 from roformer_jax.nn import decoding
 from roformer_jax.nn import model as model_lib
-from roformer_jax.nn import model_config as model_config_lib
 from roformer_jax.nn.attention_kinds import ATTENTION_KINDS
 
 V, P, T = 64, 5, 4  # vocabulary, prompt length, new tokens
@@ -42,9 +42,7 @@ COMBINATIONS = [
 def _model(**overrides):
     """A tiny causal model with weights at ten times the init scale (attention far from
     uniform, so that positions matter)."""
-    config = model_config_lib.model_config(
-        "tiny", **{"vocab_size": V, "max_len": 16, "causal": True, **overrides}
-    )
+    config = tiny.model_config(**{"vocab_size": V, "max_len": 16, "causal": True, **overrides})
     model = model_lib.RoFormer(config)
     shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
     rng = np.random.default_rng(0)

@@ -4,15 +4,16 @@ import dataclasses
 
 import jax
 import numpy as np
+import tiny
 from absl.testing import absltest
 
 from roformer_jax.data.length_eval import LengthEvalSet
 from roformer_jax.nn.model import RoFormer
-from roformer_jax.nn.model_config import ModelConfig
 from roformer_jax.training.evaluation import score_lengths
 
-_CONFIG = ModelConfig(vocab_size=50, hidden_size=16, num_layers=1, num_heads=2,
-                      intermediate_size=32)  # fmt: skip
+_CONFIG = tiny.model_config(
+    vocab_size=50, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32
+)
 
 
 def _batch(rng, rows, length, targets_per_row):

@@ -5,13 +5,13 @@ import dataclasses
 import json
 import os
 import shutil
-import tempfile
 from unittest import mock
 
 import chex
 import compile_cache
 import jax
 import numpy as np
+import tiny
 from absl.testing import absltest, parameterized
 
 from configs import (
@@ -31,8 +31,8 @@ from roformer_jax.training import task_kinds, task_model
 from roformer_jax.training import task_metrics as tm
 from roformer_jax.training.finetune_config import finetune_experiment_from_dict
 
-_TMP = tempfile.mkdtemp(prefix="finetuning_test_")
-_WORDS = "the a cat dog sat on mat and ran to see big small red blue sun moon".split()
+_TMP = tiny.workdir("finetuning_test_")
+_WORDS = tiny.WORDS
 
 
 def setUpModule():
@@ -231,7 +231,7 @@ def _hf_dir() -> str:
     """A random 1-layer tiny RoFormer with an MLM head, saved as HF does, with vocab.txt."""
     path = os.path.join(_TMP, "hf")
     if not os.path.exists(path):
-        cfg = model_config("tiny", num_layers=1, vocab_size=5 + len(_WORDS), hidden_dropout=0.1)
+        cfg = tiny.model_config(num_layers=1, vocab_size=5 + len(_WORDS), hidden_dropout=0.1)
         from roformer_jax.nn.model import RoFormer
 
         variables = RoFormer(cfg).init(jax.random.key(1), np.zeros((1, 4), np.int32))

@@ -8,11 +8,11 @@ import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tiny
 from absl.testing import absltest, parameterized
 
 from roformer_jax.nn import heads
 from roformer_jax.nn import model as model_lib
-from roformer_jax.nn import model_config as model_config_lib
 
 B, C, L, K, V = 2, 3, 8, 5, 50
 # Every head's output fields and their shapes, for input_ids [B, L] ([B, C, L] for choices).
@@ -26,7 +26,7 @@ HEAD_NAMES = [dict(testcase_name=h, head=h) for h in EXPECTED]
 
 
 def _config():
-    return model_config_lib.ModelConfig(
+    return tiny.model_config(
         vocab_size=V, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, max_len=16
     )
 

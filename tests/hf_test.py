@@ -17,12 +17,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import safetensors.numpy
+import tiny
 from absl.testing import absltest, parameterized
 
 from roformer_jax import hf
 from roformer_jax.nn import decoding, heads, rope, rope_phase
 from roformer_jax.nn import model as model_lib
-from roformer_jax.nn import model_config as model_config_lib
 
 try:
     import torch
@@ -100,7 +100,7 @@ class GoldenValuesTest(parameterized.TestCase):
 
 
 def _tiny_config(**overrides):
-    return model_config_lib.ModelConfig(
+    return tiny.model_config(
         **{
             **dict(vocab_size=99, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=37),
             **dict(max_len=64, initializer_range=0.2),

@@ -1,10 +1,9 @@
 """Tests for roformer_jax/data/length_eval.py: the same targets at every length."""
 
-import os
 import shutil
-import tempfile
 
 import numpy as np
+import tiny
 from absl.testing import absltest, parameterized
 
 from roformer_jax.data.corpus import load_corpus
@@ -15,14 +14,9 @@ LENGTHS = (16, 32, 64)
 
 
 def _corpus(test, **kwargs):
-    folder = tempfile.mkdtemp()
+    folder = tiny.workdir()
     test.addCleanup(shutil.rmtree, folder)
-    rng = np.random.default_rng(0)
-    words = "the a cat dog sat on mat and ran to see big small red blue sun moon".split()
-    path = os.path.join(folder, "corpus.txt")
-    with open(path, "w", encoding="utf-8") as f:  # documents of 8 to 150 words, one per line
-        f.writelines(" ".join(rng.choice(words, size=rng.integers(8, 150))) + "\n"
-                     for _ in range(300))  # fmt: skip
+    path = tiny.corpus(folder, documents=300, most_words=150)
     config = dict(source=path, tokenizer="bytes", seq_len=16, valid_fraction=0.2) | kwargs
     return load_corpus(DataConfig(**config), folder)
 

@@ -3,10 +3,10 @@
 import dataclasses
 import json
 import os
-import tempfile
 from unittest import mock
 
 import numpy as np
+import tiny
 from absl.testing import absltest
 
 from roformer_jax.data.length_eval import LengthEvalSet
@@ -82,7 +82,7 @@ class EvaluateRunsTest(absltest.TestCase):
             self.addCleanup(patch.stop)
 
     def test_models_per_length_cached_scores_and_tables_past_the_table(self):
-        workdir, runs, seen = tempfile.mkdtemp(), self.runs, self.seen
+        workdir, runs, seen = tiny.workdir(), self.runs, self.seen
         kwargs = dict(lengths=(128, 512), max_tokens=100)
         scores = length_study.evaluate_runs(_EVALUATIONS, runs, workdir, **kwargs)
         self.assertLen(seen, 5)  # 2 seeds x 2 evaluations of rope, 1 of bert
@@ -103,11 +103,11 @@ class EvaluateRunsTest(absltest.TestCase):
             length_study.evaluate_runs({"x": {"run": "gone"}}, runs, workdir, **kwargs)
 
     def test_a_fresh_workdir_takes_the_scores_back_from_the_raw_folder(self):
-        first, raw = tempfile.mkdtemp(), tempfile.mkdtemp()
+        first, raw = tiny.workdir(), tiny.workdir()
         kwargs = dict(lengths=(128, 512), max_tokens=100)
         scores = length_study.evaluate_runs(_EVALUATIONS, self.runs, first, raw_dir=raw, **kwargs)
         self.assertLen(self.seen, 5)
-        fresh = tempfile.mkdtemp()  # a machine that kept nothing but the raw folder
+        fresh = tiny.workdir()  # a machine that kept nothing but the raw folder
         self.assertEqual(length_study.runs_to_score(_EVALUATIONS, self.runs, (fresh, None),
                                                     **kwargs), {"rope", "bert"})  # fmt: skip
         self.assertEqual(
@@ -120,7 +120,7 @@ class EvaluateRunsTest(absltest.TestCase):
         # A score missing from the raw folder (the sitting ended before it): only its run's
         # checkpoints are needed, and only it is scored.
         os.remove(length_study._cache_path(run_dirs.run_dir(raw, "rope", 1), "rope + PI"))
-        fresh = tempfile.mkdtemp()
+        fresh = tiny.workdir()
         self.assertEqual(
             length_study.runs_to_score(_EVALUATIONS, self.runs, (fresh, raw), **kwargs), {"rope"}
         )

@@ -7,10 +7,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import pytest
+import tiny
 from absl.testing import absltest, parameterized
 
 from configs import study_long_doc
@@ -223,7 +223,7 @@ class CommandTest(absltest.TestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.dir = tempfile.mkdtemp(prefix="long_doc_study_test_")
+        cls.dir = tiny.workdir("long_doc_study_test_")
         sources = []
         for split, (n, first) in {"train": (12, 0), "valid": (4, 100), "test": (4, 200)}.items():
             sources.append(os.path.join(cls.dir, f"{split}.txt"))

@@ -7,9 +7,9 @@ import json
 import os
 import re
 import shutil
-import tempfile
 
 import numpy as np
+import tiny
 from absl.testing import absltest, parameterized
 
 from roformer_jax.data.tokenizer import ByteTokenizer, train_wordpiece
@@ -50,7 +50,7 @@ def places(text: str) -> set[tuple[int, int]]:
 class LongDocTaskTest(parameterized.TestCase):
     def setUp(self):
         super().setUp()
-        self.dir = tempfile.mkdtemp()
+        self.dir = tiny.workdir()
         self.addCleanup(shutil.rmtree, self.dir)
 
     def write(self, name, text):

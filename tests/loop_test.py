@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
 from unittest import mock
 
@@ -21,19 +20,19 @@ import compile_cache
 import jax
 import numpy as np
 import pytest
+import tiny
 from absl.testing import absltest, parameterized
 
-from configs import tiny
 from roformer_jax.data import batches as batches_lib
 from roformer_jax.data.length_eval import length_eval_set
 from roformer_jax.nn import decoding
 from roformer_jax.training import loop, provenance, runs, runtime
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import step as step_lib
-from roformer_jax.training.config import ExperimentConfig, experiment_config_from_dict
+from roformer_jax.training.config import ExperimentConfig
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_TMP = tempfile.mkdtemp(prefix="train_test_")
+_TMP = tiny.workdir("train_test_")
 
 
 def setUpModule():
@@ -50,35 +49,19 @@ def tearDownModule():
     DevicesAndHostsTest._one_device.cache_clear()
 
 
-def _corpus() -> str:
-    """~60 kB of sentences drawn from a fixed vocabulary, one document per line."""
-    path = os.path.join(_TMP, "corpus.txt")
-    if not os.path.exists(path):
-        rng = np.random.default_rng(0)
-        words = "the a cat dog sat on mat and ran to see big small red blue sun moon".split()
-        lines = [" ".join(rng.choice(words, size=rng.integers(8, 30))) for _ in range(2000)]
-        with open(path, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-    return path
-
-
 def _config(**overrides) -> ExperimentConfig:
-    """configs/tiny.py, one layer, on the generated corpus, 3 short steps.
+    """configs/tiny.py, one layer, on the generated corpus (tiny.corpus), 3 short steps.
 
     overrides: section__field=value, e.g. train__steps=8, or a top-level field (seed=1).
     """
-    d = tiny.get_config().to_dict()
-    d["data"].update(source=_corpus(), seq_len=32, valid_lengths=(64,), max_chars=None)
-    d["model"].update(num_layers=1, hidden_dropout=0.0, attention_dropout=0.0)
-    d["optim"].update(warmup_steps=1)
-    d["train"].update(
-        steps=3, batch_size=8, log_every=1, eval_every=2, checkpoint_every=2, eval_batches=2,
-        data_cache_dir=os.path.join(_TMP, "data"),
+    short = dict(
+        data__source=tiny.corpus(_TMP), data__seq_len=32, data__valid_lengths=(64,),
+        data__max_chars=None, model__num_layers=1, model__hidden_dropout=0.0,
+        model__attention_dropout=0.0, optim__warmup_steps=1, train__steps=3, train__batch_size=8,
+        train__log_every=1, train__eval_every=2, train__checkpoint_every=2, train__eval_batches=2,
+        train__data_cache_dir=os.path.join(_TMP, "data"),
     )  # fmt: skip
-    for key, value in overrides.items():
-        section, _, field = key.rpartition("__")
-        (d[section] if section else d)[field] = value
-    return experiment_config_from_dict(d)
+    return tiny.experiment_config(**{**short, **overrides})
 
 
 def _config_json(**overrides) -> str:

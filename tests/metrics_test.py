@@ -2,9 +2,9 @@
 
 import json
 import os
-import tempfile
 
 import numpy as np
+import tiny
 from absl.testing import absltest, parameterized
 
 from roformer_jax.training import metrics
@@ -93,7 +93,7 @@ class WindowTest(parameterized.TestCase):
 
 class WriterTest(absltest.TestCase):
     def test_resume_drops_records_after_the_checkpoint(self):
-        workdir = tempfile.mkdtemp()
+        workdir = tiny.workdir()
         writer = metrics.MetricsWriter(workdir)
         for step in (1, 2, 3):
             writer.write({"step": step, "train/loss": float(step), "train/tokens_per_s": None})
@@ -110,7 +110,7 @@ class WriterTest(absltest.TestCase):
         self.assertNotEmpty(os.listdir(os.path.join(workdir, metrics.TENSORBOARD_DIR)))
 
     def test_disabled_writer_writes_nothing(self):
-        workdir = tempfile.mkdtemp()
+        workdir = tiny.workdir()
         writer = metrics.MetricsWriter(workdir, enabled=False)
         writer.write({"step": 1, "train/loss": 1.0})
         writer.close()

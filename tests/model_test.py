@@ -8,6 +8,7 @@ import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tiny
 from absl.testing import absltest, parameterized
 
 from roformer_jax.nn import model as model_lib
@@ -31,7 +32,7 @@ B, L, V = 2, 8, 64
 
 
 def _config(**overrides):
-    return model_config_lib.model_config("tiny", **{"vocab_size": V, "max_len": 16, **overrides})
+    return tiny.model_config(**{"vocab_size": V, "max_len": 16, **overrides})
 
 
 def _init(config, length=L, seed=0, **kwargs):

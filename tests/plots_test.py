@@ -1,9 +1,9 @@
 """Tests for roformer_jax/plots.py: which panels a figure of training curves has."""
 
 import os
-import tempfile
 from unittest import mock
 
+import tiny
 from absl.testing import absltest
 
 from roformer_jax.studies import plots
@@ -19,7 +19,7 @@ class PlotCurvesTest(absltest.TestCase):
             panels.append(cols)
             return real(rows, cols, **kwargs)
 
-        path = os.path.join(tempfile.mkdtemp(), "curves.png")
+        path = os.path.join(tiny.workdir(), "curves.png")
         with mock.patch.object(plots.plt, "subplots", subplots):
             # No pairing asked; a study of one run (its baseline: nothing to pair); a pair.
             for paired in (None, {}, {"a": diff}):
@@ -29,7 +29,7 @@ class PlotCurvesTest(absltest.TestCase):
 
     def test_a_unigram_line_far_from_the_curves_leaves_the_panel_on_them(self):
         curves = {"a": [{"step": [1, 2], "valid_loss": [3.6, 3.5]}]}
-        path = os.path.join(tempfile.mkdtemp(), "curves.png")
+        path = os.path.join(tiny.workdir(), "curves.png")
         limits, real = [], plots._save
 
         def save(fig, *args, **kwargs):

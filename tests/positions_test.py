@@ -5,19 +5,18 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tiny
 from absl.testing import absltest, parameterized
 
 from roformer_jax.nn import attention, positions
 from roformer_jax.nn import model as model_lib
-from roformer_jax.nn import model_config as model_config_lib
 
 B, L, V = 2, 8, 64
 RELATIVE = ("rope", "alibi")  # scores depend on m - n only
 
 
 def _model(position, seed=0, **overrides):
-    config = model_config_lib.model_config(
-        "tiny",
+    config = tiny.model_config(
         vocab_size=V,
         max_len=16,
         position=position,
@@ -102,7 +101,7 @@ class TableTest(parameterized.TestCase):
 
     def test_max_length(self):
         for name, encoding in positions.ENCODINGS.items():
-            config = model_config_lib.model_config("tiny", position=name, max_len=16)
+            config = tiny.model_config(position=name, max_len=16)
             want = 16 if name == "learned" else None
             self.assertEqual(config.max_length, want, name)
             self.assertEqual(encoding.max_length(config), want)
@@ -115,7 +114,7 @@ class TableTest(parameterized.TestCase):
     def test_embeddings_are_scaled_before_the_position_term(self, name, scale):
         # Vaswani et al. sec. 3.4: (word + type) × √E + PE, then (ours) LayerNorm. Unscaled,
         # embeddings of std 0.02 are swamped by the sinusoid's amplitude 1.
-        config = model_config_lib.model_config("tiny", vocab_size=V, max_len=16, position=name)
+        config = tiny.model_config(vocab_size=V, max_len=16, position=name)
         ids, types, pos = _ids(), jnp.ones((B, L), jnp.int32), jnp.arange(L)
         embeddings = model_lib.Embeddings(config)
         variables = embeddings.init(jax.random.key(0), ids, types, pos, True)

@@ -2,9 +2,9 @@
 
 import os
 import subprocess
-import tempfile
 from unittest import mock
 
+import tiny
 from absl.testing import absltest
 
 from roformer_jax.training import provenance
@@ -14,7 +14,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 class ProvenanceTest(absltest.TestCase):
     def test_sessions_accumulate(self):
-        workdir = tempfile.mkdtemp()
+        workdir = tiny.workdir()
         self.assertIsNone(provenance.read(workdir))
         first = provenance.record_session(workdir, start_step=0)
         provenance.record_session(workdir, start_step=40)

@@ -1,14 +1,22 @@
 """Tests for roformer_jax/rope_scaling.py: every kind against HF's ROPE_INIT_FUNCTIONS (when
-transformers is installed) and against formulas written out here."""
+transformers is installed) and against formulas written out here.
+
+The comparison with HF runs on a sample of its grid (tests/grid.py), drawn per run: every kind
+with every value of every axis, factor 1, partial rotary and an odd number of rotated pairs, plus
+random cases. `ROFORMER_TEST_SEED=<seed> pytest ...` replays a run's draw (pytest prints the seed);
+`ROFORMER_FULL_GRID=1` runs the whole grid (1,152 cases).
+"""
 
 import dataclasses
 import json
 import math
 
 import chex
+import grid
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tiny
 from absl.testing import absltest, parameterized
 
 from roformer_jax import hf
@@ -23,7 +31,16 @@ except ImportError:  # the formula tests below still run
     transformers = None
 
 HEAD_DIM = 64
-GRID = dict(head_dim=[32, 64, 128], base=[10000.0, 500000.0], partial=[1.0, 0.5])
+# head_dim 36 at partial 0.5 rotates 9 pairs: an odd number.
+AXES = dict(
+    kind=["default", "linear", "proportional", "dynamic", "yarn", "longrope", "llama3"]
+    + ["yarn untruncated"],
+    factor=[1.0, 2.0, 8.0],
+    seq_len=[None, 300, 3000],
+    head_dim=[32, 36, 64, 128],
+    base=[10000.0, 500000.0],
+    partial=[1.0, 0.5],
+)
 YARN = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096}
 LLAMA3 = dict(
     rope_type="llama3",
@@ -68,14 +85,30 @@ def _hf(kind, params, *, head_dim, base, partial, seq_len):
     return inv_freq.numpy(), attention
 
 
+def _odd_pairs(case):
+    return int(case["head_dim"] * case["partial"]) // 2 % 2 == 1
+
+
+def _sampled_grid():
+    """AXES' product, sampled: each kind with each axis value and with an odd pair count."""
+    required = [
+        lambda c, k=kind, a=axis, v=value: c["kind"] == k and c[a] == v
+        for kind in AXES["kind"]
+        for axis, values in AXES.items()
+        if axis != "kind"
+        for value in values
+    ] + [lambda c, k=kind: c["kind"] == k and _odd_pairs(c) for kind in AXES["kind"]]
+    cases = grid.sample(grid.product(**AXES), required, extra=32, name="rope_scaling_vs_hf")
+    for c in cases:
+        c["testcase_name"] = (
+            f"{c['kind'].replace(' ', '_')}_factor{c['factor']:g}_seq{c['seq_len']}"
+            f"_head{c['head_dim']}_base{c['base']:g}_partial{c['partial']:g}"
+        )
+    return cases
+
+
 class AgainstHuggingFaceTest(parameterized.TestCase):
-    @parameterized.product(
-        kind=["default", "linear", "proportional", "dynamic", "yarn", "longrope", "llama3"]
-        + ["yarn untruncated"],
-        factor=[1.0, 2.0, 8.0],
-        seq_len=[None, 300, 3000],
-        **GRID,
-    )
+    @parameterized.named_parameters(*_sampled_grid())
     def test_matches_rope_init_functions(self, kind, factor, seq_len, head_dim, base, partial):
         if transformers is None:
             self.skipTest("transformers is not installed; the formula tests cover the kinds")
@@ -317,7 +350,7 @@ class XposTest(parameterized.TestCase):
 
 
 def _model_config(scaling, **overrides):
-    return model_config_lib.model_config("tiny", vocab_size=64, rope_scaling=scaling, **overrides)
+    return tiny.model_config(vocab_size=64, rope_scaling=scaling, **overrides)
 
 
 class ModelConfigTest(parameterized.TestCase):

@@ -4,10 +4,10 @@ import logging as pylogging
 import os
 import subprocess
 import sys
-import tempfile
 
 import jax
 import numpy as np
+import tiny
 from absl import logging
 from absl.testing import absltest, flagsaver
 
@@ -52,7 +52,7 @@ class QuietLogsTest(absltest.TestCase):
             self.assertTrue(keep(_record(orbax, pylogging.INFO)))
 
     def test_a_run_shows_progress_saves_and_a_plain_summary_only(self):
-        workdir = tempfile.mkdtemp()
+        workdir = tiny.workdir()
         run = _train_mlm(
             f"--workdir={workdir}", "--config.train.steps=3", "--config.train.log_every=1",
             "--config.train.eval_every=3", "--config.train.checkpoint_every=2",
@@ -70,12 +70,12 @@ class QuietLogsTest(absltest.TestCase):
         self.assertLess(len(lines), 20, run.stderr)
 
     def test_a_user_error_is_the_last_line_without_traceback(self):
-        run = _train_mlm(f"--workdir={tempfile.mkdtemp()}", "--config.data.source=/no/corpus.txt")
+        run = _train_mlm(f"--workdir={tiny.workdir()}", "--config.data.source=/no/corpus.txt")
         self.assertEqual(run.returncode, 1)
         self.assertNotIn("Traceback", run.stderr)
         last = run.stderr.strip().splitlines()[-1]
         self.assertRegex(last, r"^FileNotFoundError: .*/no/corpus.txt")
-        run = _train_mlm(f"--workdir={tempfile.mkdtemp()}", "--config.optim.learning_rate=-1")
+        run = _train_mlm(f"--workdir={tiny.workdir()}", "--config.optim.learning_rate=-1")
         self.assertNotIn("Traceback", run.stderr)
         self.assertRegex(run.stderr.strip().splitlines()[-1], r"^ValueError: learning_rate")
 

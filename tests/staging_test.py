@@ -1,10 +1,7 @@
 """Tests for roformer_jax/data/staging.py: staged train batches and validation sets."""
 
-import os
-import tempfile
-
 import chex
-import numpy as np
+import tiny
 from absl.testing import absltest
 
 from roformer_jax.data import staging
@@ -15,14 +12,8 @@ _HOST = dict(process_index=0, process_count=1)
 
 
 def _corpus():
-    tmp = tempfile.mkdtemp()
-    path = os.path.join(tmp, "corpus.txt")
-    rng = np.random.default_rng(0)
-    words = "the a cat dog sat on mat and ran to see big small red blue sun moon".split()
-    with open(path, "w", encoding="utf-8") as f:
-        f.writelines(" ".join(rng.choice(words, size=rng.integers(8, 30))) + "\n"
-                     for _ in range(2000))  # fmt: skip
-    return load_corpus(DataConfig(source=path, tokenizer="bytes", seq_len=32), tmp)
+    tmp = tiny.workdir()
+    return load_corpus(DataConfig(source=tiny.corpus(tmp), tokenizer="bytes", seq_len=32), tmp)
 
 
 class StagedBatchesTest(absltest.TestCase):

@@ -5,14 +5,13 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tiny
 from absl.testing import absltest, parameterized
 from scipy.special import log_softmax
 
-from configs import tiny
 from roformer_jax.data import masking
 from roformer_jax.nn.model import RoFormer
 from roformer_jax.training import optim
-from roformer_jax.training.config import experiment_config_from_dict
 from roformer_jax.training.step import (
     TrainState,
     make_eval_step,
@@ -26,11 +25,11 @@ def _setup(dropout: float, objective: str = "mlm", **model):
     """tiny's model (bytes) in one layer with the given dropout (and `model` fields), its
     optimizer, a state and a 4 x 64 batch of the objective ("clm": a causal model;
     "mlm_same_doc": masked rows of two segments with pair labels, and a pair head)."""
-    d = tiny.get_config().to_dict()
-    d["model"].update(num_layers=1, hidden_dropout=dropout, attention_dropout=dropout, **model)
-    d["model"]["causal"] = objective == "clm"
-    d["data"]["objective"] = objective
-    cfg = experiment_config_from_dict(d)
+    model = dict(num_layers=1, hidden_dropout=dropout, attention_dropout=dropout, **model)
+    model["causal"] = objective == "clm"
+    cfg = tiny.experiment_config(
+        data__objective=objective, **{f"model__{k}": v for k, v in model.items()}
+    )
     model = RoFormer(cfg.model, with_pair_head=cfg.data.pairs)
     tx = optim.make_optimizer(cfg.optim, 10)
     rng = np.random.default_rng(0)

@@ -3,8 +3,8 @@
 import dataclasses
 import json
 import os
-import tempfile
 
+import tiny
 from absl.testing import absltest
 from ml_collections import ConfigDict
 
@@ -33,7 +33,7 @@ def _write_run(directory, cfg):
 class StudyRecordTest(absltest.TestCase):
     def test_export_then_read_back(self):
         config, runs = _study()
-        workdir, raw = tempfile.mkdtemp(), os.path.join(tempfile.mkdtemp(), "mine")
+        workdir, raw = tiny.workdir(), os.path.join(tiny.workdir(), "mine")
         for name, configs in runs.items():
             for cfg in configs:
                 _write_run(run_dirs.run_dir(workdir, name, cfg.seed), cfg)
@@ -57,7 +57,7 @@ class StudyRecordTest(absltest.TestCase):
 
     def test_missing_metrics_is_an_error(self):
         config, runs = _study()
-        raw = tempfile.mkdtemp()
+        raw = tiny.workdir()
         for cfg in runs["b"]:
             _write_run(run_dirs.run_dir(raw, "b", cfg.seed), cfg)
         for cfg in runs["a"]:  # a's config.json only

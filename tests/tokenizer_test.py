@@ -3,9 +3,9 @@
 import json
 import os
 import shutil
-import tempfile
 
 import numpy as np
+import tiny
 from absl.testing import absltest, parameterized
 
 from roformer_jax.data.tokenizer import (
@@ -35,7 +35,7 @@ def _generated_text(num_docs=300, seed=0):
 
 
 def _tempdir(test):
-    path = tempfile.mkdtemp()
+    path = tiny.workdir()
     test.addCleanup(shutil.rmtree, path)
     return path
 
