@@ -47,6 +47,26 @@ def get_finetune_base_config() -> ConfigDict:
     return config
 
 
+def get_tiny_finetune_config(
+    arg: str | None, *, epochs: int, max_length: int, runlocal_max_length: int
+) -> ConfigDict:
+    """Fine-tuning's fields with what the tiny encoder of these configs wants (batch 32, lr 1e-3
+    and 20 warm-up steps; BERT-size encoders want 2e-5 to 5e-5); `arg="runlocal"`: one epoch
+    at runlocal_max_length, a smoke test."""
+    config = get_finetune_base_config()
+    config.task.max_length = max_length
+    config.finetune.epochs = epochs
+    config.finetune.batch_size = 32
+    config.optim.learning_rate = 1e-3
+    config.optim.warmup_steps = 20
+    if arg == "runlocal":
+        config.finetune.epochs = 1
+        config.task.max_length = runlocal_max_length
+    elif arg:
+        raise ValueError(f"unknown config argument {arg!r}; the only one is 'runlocal'")
+    return config
+
+
 def _section(cls, values, skip: tuple[str, ...] = ()) -> ConfigDict:
     """The fields of dataclass `values`; a None default becomes a placeholder of its type,
     so that `--config.x.y=3` parses as the annotated type and not as None's."""

@@ -22,16 +22,6 @@ from configs import base
 
 
 def get_config(arg=None):
-    config = base.get_finetune_base_config()
-    config.task.max_length = 128
+    config = base.get_tiny_finetune_config(arg, epochs=10, max_length=128, runlocal_max_length=64)
     config.task.truncation = "head+tail"
-    config.finetune.epochs = 10
-    config.finetune.batch_size = 32
-    config.optim.learning_rate = 1e-3  # a tiny encoder; BERT-size ones want 2e-5 to 5e-5
-    config.optim.warmup_steps = 20
-    if arg == "runlocal":
-        config.finetune.epochs = 1
-        config.task.max_length = 64
-    elif arg:
-        raise ValueError(f"unknown config argument {arg!r}; the only one is 'runlocal'")
     return config

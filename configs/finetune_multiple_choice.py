@@ -18,22 +18,13 @@ from configs import base
 
 
 def get_config(arg=None):
-    config = base.get_finetune_base_config()
+    # max_length 192: [CLS] 12 words [SEP] 12 words [SEP], ~6 bytes a word
+    config = base.get_tiny_finetune_config(arg, epochs=5, max_length=192, runlocal_max_length=96)
     config.task.train_file = "builtin:continuation"
     config.task.format = "multiple_choice"
     config.task.metric = "accuracy"
-    config.task.max_length = 192  # [CLS] 12 words [SEP] 12 words [SEP], ~6 bytes a word
     config.task.truncation = "head"
     # [CLS]: a padded row's last position is padding, whose state varies with the row's
     # length (heads.MultipleChoice)
     config.task.summary_type = "first"
-    config.finetune.epochs = 5
-    config.finetune.batch_size = 32
-    config.optim.learning_rate = 1e-3  # a tiny encoder; BERT-size ones want 2e-5 to 5e-5
-    config.optim.warmup_steps = 20
-    if arg == "runlocal":
-        config.finetune.epochs = 1
-        config.task.max_length = 96
-    elif arg:
-        raise ValueError(f"unknown config argument {arg!r}; the only one is 'runlocal'")
     return config

@@ -18,18 +18,9 @@ from configs import base
 
 
 def get_config(arg=None):
-    config = base.get_finetune_base_config()
+    # max_length 192: 24 words of ~6 bytes and their spaces, [CLS], [SEP]
+    config = base.get_tiny_finetune_config(arg, epochs=5, max_length=192, runlocal_max_length=64)
     config.task.train_file = "builtin:word_kinds"
     config.task.format = "token_classification"
     config.task.metric = "macro_f1"  # the tags are unbalanced: "word" is most of them
-    config.task.max_length = 192  # 24 words of ~6 bytes and their spaces, [CLS], [SEP]
-    config.finetune.epochs = 5
-    config.finetune.batch_size = 32
-    config.optim.learning_rate = 1e-3  # a tiny encoder; BERT-size ones want 2e-5 to 5e-5
-    config.optim.warmup_steps = 20
-    if arg == "runlocal":
-        config.finetune.epochs = 1
-        config.task.max_length = 64
-    elif arg:
-        raise ValueError(f"unknown config argument {arg!r}; the only one is 'runlocal'")
     return config
