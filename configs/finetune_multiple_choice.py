@@ -11,7 +11,9 @@ words; the choices its next 12 and those of 3 other docstrings. 2,000 docstrings
 Without --config.init_from the encoder (tiny, on bytes) starts from random weights. Your own
 data: --config.task.train_file=train.jsonl --config.task.valid_file=valid.jsonl (columns
 context, choices, label; see data/tasks.py). `:runlocal` makes it a one-epoch smoke test.
-Expected result: not measured yet.
+Expected result, from random weights (no
+--config.init_from): test accuracy 0.220, valid 0.255, chance (1/4): a random encoder does not
+learn to compare a context with its choices in 5 epochs; start from a pre-trained one.
 """
 
 from configs import base

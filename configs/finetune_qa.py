@@ -11,7 +11,9 @@ train/valid/test under <workdir>/data/next_word.
 Without --config.init_from the encoder (tiny, on bytes) starts from random weights. Your own
 data: --config.task.train_file=train.jsonl --config.task.valid_file=valid.jsonl (columns
 question, context, answers; see data/tasks.py). `:runlocal` makes it a one-epoch smoke
-test. Expected result: not measured yet.
+test. Expected result, from random weights (no
+--config.init_from): test exact match 0.050, F1 0.171, about chance (1/16 for a word of 16):
+finding a word's successor needs an encoder that relates tokens; start from a pre-trained one.
 """
 
 from configs import base

@@ -11,7 +11,9 @@ capitalised, a number, or another word? The first 24 words of 2,000 stdlib docst
 Without --config.init_from the encoder (tiny, on bytes) starts from random weights. Your own
 data: --config.task.train_file=train.jsonl --config.task.valid_file=valid.jsonl (columns
 words, tags: lists of equal length; see data/tasks.py). `:runlocal` makes it a one-epoch
-smoke test. Expected result: not measured yet; the majority tag ("word") is about 0.6.
+smoke test. Expected result, from random
+weights (no --config.init_from): test accuracy 0.941, macro F1 0.738 (the majority tag, "word",
+is about 0.6 of the words).
 """
 
 from configs import base
