@@ -31,13 +31,19 @@ def _batch(rng, rows, length, targets_per_row):
     }  # fmt: skip
 
 
+def _init(model: RoFormer) -> dict:
+    return jax.jit(model.init)(jax.random.key(0), np.ones((1, 8), np.int32))["params"]
+
+
 class ScoreLengthsTest(absltest.TestCase):
-    def setUp(self):
-        super().setUp()
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
         rng = np.random.default_rng(0)
-        self.model = RoFormer(_CONFIG)
-        self.params = self.model.init(jax.random.key(0), np.ones((1, 8), np.int32))["params"]
-        self.held_out = LengthEvalSet(
+        cls.model = RoFormer(_CONFIG)
+        # Once for the class, and jitted: one compile instead of one per operation.
+        cls.params = _init(cls.model)
+        cls.held_out = LengthEvalSet(
             {12: [_batch(rng, 3, 12, 4), _batch(rng, 3, 12, 4)], 24: [_batch(rng, 2, 24, 5)]},
             num_targets=0, num_tokens=0, num_pieces=1, target_offset=1,
         )  # fmt: skip
@@ -98,7 +104,7 @@ class ScoreLengthsTest(absltest.TestCase):
             initializer_range=0.5,
         )
         model = RoFormer(config)
-        params = model.init(jax.random.key(0), np.ones((1, 8), np.int32))["params"]
+        params = _init(model)
         loss = {s: score_lengths(model, params, self.held_out, steps_done=s)[24]["loss"]
                 for s in (None, 2, 3, 4)}  # fmt: skip
         self.assertEqual(loss[3], loss[4])

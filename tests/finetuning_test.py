@@ -234,7 +234,8 @@ def _hf_dir() -> str:
         cfg = tiny.model_config(num_layers=1, vocab_size=5 + len(_WORDS), hidden_dropout=0.1)
         from roformer_jax.nn.model import RoFormer
 
-        variables = RoFormer(cfg).init(jax.random.key(1), np.zeros((1, 4), np.int32))
+        # jitted: one compile instead of one per operation
+        variables = jax.jit(RoFormer(cfg).init)(jax.random.key(1), np.zeros((1, 4), np.int32))
         hf.save_hf_roformer(cfg, variables, path)
         shutil.copy(_vocab(), path)
     return path

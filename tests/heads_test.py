@@ -130,7 +130,7 @@ class HeadsTest(parameterized.TestCase):
             )
             return sum(jnp.sum(jnp.sin(x)) for x in out)
 
-        grads = jax.grad(loss)(variables["params"])
+        grads = jax.jit(jax.grad(loss))(variables["params"])  # one compile, not one per op
         chex.assert_tree_all_finite(grads)
         for path, g in flax.traverse_util.flatten_dict(grads["head"]).items():
             self.assertGreater(float(jnp.abs(g).max()), 0.0, path)
@@ -153,6 +153,7 @@ class HeadsTest(parameterized.TestCase):
         model, variables = _init("token_classification")
         ids, types, mask = _batch("token_classification")
 
+        @jax.jit  # one compile for every seed, not one per op
         def run(seed):
             return model.apply(
                 variables, ids, deterministic=False, rngs={"dropout": jax.random.key(seed)}
