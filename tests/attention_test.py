@@ -473,19 +473,11 @@ class DecodeStepsTest(parameterized.TestCase):
         mask[0, :2] = False  # a left-padded prompt, as decoding.generate lays them out
         mask = jnp.asarray(mask)
         positions = jnp.asarray(np.maximum(np.arange(L)[None] - 2 * (1 - mask[:, :1]), 0))
-
-        # Each side jitted whole: one compile instead of one per operation (float64 included).
-        @jax.jit
-        def whole(q, k, v, mask, positions):
-            full_kw = dict(kw)
-            if _takes_positions(kw):
-                full_kw["rotation"] = rope_rotation(positions)
-            return fn(q, k, v, mask=mask, causal=True, **full_kw)
-
-        want = whole(q, k, v, mask, positions)
-        got = jax.jit(functools.partial(_decode_in_blocks, name, kw, blocks=blocks))(
-            q, k, v, mask, positions
-        )
+        full_kw = dict(kw)
+        if _takes_positions(kw):
+            full_kw["rotation"] = rope_rotation(positions)
+        want = fn(q, k, v, mask=mask, causal=True, **full_kw)
+        got = _decode_in_blocks(name, kw, q, k, v, mask, positions, blocks)
         chex.assert_type(got, dtype)
         real = np.asarray(mask)[..., None, None]
         np.testing.assert_allclose(np.where(real, got, 0), np.where(real, want, 0), atol=atol)

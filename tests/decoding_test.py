@@ -1,6 +1,5 @@
 """Tests for roformer_jax/decoding.py and the model's decode mode: every kind × encoding."""
 
-import functools
 import json
 
 import chex
@@ -78,8 +77,8 @@ def _logit_terms(model, variables, ids, mask):
     """The largest Σ_e |h_e W_ve| + |b_v| over the logits of the whole left-padded sequences:
     what the last dot product adds up (h the head's LayerNorm output, W the tied embeddings)."""
     ids, mask, position_ids = decoding.left_padded(ids, mask)
-    apply = jax.jit(functools.partial(model.apply, capture_intermediates=True))
-    _, state = apply(variables, ids, attention_mask=mask, position_ids=position_ids)
+    _, state = model.apply(variables, ids, attention_mask=mask, position_ids=position_ids,
+                           capture_intermediates=True)  # fmt: skip
     h = state["intermediates"]["mlm_head"]["LayerNorm"]["__call__"][0]  # [B, L, E]
     table = variables["params"]["embeddings"]["word_embeddings"]["embedding"]  # [V, E]
     bias = variables["params"]["mlm_head"]["bias"]  # [V]
@@ -90,8 +89,9 @@ def _logit_terms(model, variables, ids, mask):
 def _full_forward(model, variables, ids, mask, **kwargs):
     """Logits of the causal forward pass over whole left-padded sequences [B, L, V]."""
     ids, mask, position_ids = decoding.left_padded(ids, mask)
-    apply = jax.jit(functools.partial(model.apply, **kwargs))  # one compile, not one per op
-    return apply(variables, ids, attention_mask=mask, position_ids=position_ids).logits
+    return model.apply(
+        variables, ids, attention_mask=mask, position_ids=position_ids, **kwargs
+    ).logits
 
 
 class DecodeModeTest(parameterized.TestCase):

@@ -79,7 +79,7 @@ class ModelTest(parameterized.TestCase):
     def test_mlm_positions_gather_the_head(self):
         model, variables = _init(_config())
         ids, types = _inputs()
-        full = jax.jit(model.apply)(variables, ids, token_type_ids=types).logits  # [B, L, V]
+        full = model.apply(variables, ids, token_type_ids=types).logits  # [B, L, V]
         where = jnp.array([[7, 0, 3], [2, 2, 5]])  # [B, P]: any order, repeats allowed
         out = model.apply(variables, ids, token_type_ids=types, mlm_positions=where)
         chex.assert_shape(out.logits, (B, 3, V))
@@ -179,11 +179,11 @@ class ModelTest(parameterized.TestCase):
         config = _config(attention=attention)
         model, variables = _init(config)
         ids, types = _inputs()
-        full = jax.jit(model.apply)(variables, ids, token_type_ids=types)
+        full = model.apply(variables, ids, token_type_ids=types)
         bf16 = model_lib.RoFormer(dataclasses.replace(config, dtype="bfloat16"))
         shapes = jax.eval_shape(bf16.init, jax.random.key(0), ids)
         self.assertTrue(all(x.dtype == jnp.float32 for x in jax.tree.leaves(shapes)))
-        half = jax.jit(bf16.apply)(variables, ids, token_type_ids=types)
+        half = bf16.apply(variables, ids, token_type_ids=types)
         self.assertEqual(half.hidden_states.dtype, jnp.bfloat16)
         self.assertEqual(half.logits.dtype, jnp.float32)
         # Tolerance: hidden states (LayerNorm outputs, unit scale) within 0.1, logits within 2%
