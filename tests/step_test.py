@@ -1,6 +1,8 @@
 """Tests for roformer_jax/training/step.py: MLM and next-token sums, the head at targets,
 per-row dropout."""
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -21,6 +23,7 @@ from roformer_jax.training.step import (
 )
 
 
+@functools.cache  # built once per config: the tests that share one share _train_step's compile
 def _setup(dropout: float, objective: str = "mlm", **model):
     """tiny's model (bytes) in one layer with the given dropout (and `model` fields), its
     optimizer, a state and a 4 x 64 batch of the objective ("clm": a causal model;
@@ -50,13 +53,23 @@ def _setup(dropout: float, objective: str = "mlm", **model):
     return model, tx, state, batch
 
 
+@functools.cache
+def _train_step(dropout: float, **model):
+    """The jitted train step of `_setup(dropout, **model)`: each test that trains that config
+    (softmax with dropout: four tests) runs one compiled step for each batch shape."""
+    model, tx, _, _ = _setup(dropout=dropout, **model)
+    return jax.jit(make_train_step(model, tx))
+
+
 class MlmHeadAtTargetsTest(absltest.TestCase):
     def test_train_and_eval_steps_match_the_head_everywhere(self):
         model, tx, state, batch = _setup(dropout=0.0)
         step = {p: jax.jit(make_train_step(model, tx, mask_prob=p)) for p in (None, 0.15)}
         full, at_targets = (step[p](state, batch, jax.random.key(1)) for p in (None, 0.15))
         chex.assert_trees_all_close(at_targets, full, rtol=1e-5, atol=1e-6)
-        evals = [make_eval_step(model, mask_prob=p)(state.params, batch) for p in (None, 0.15)]
+        evals = [
+            jax.jit(make_eval_step(model, mask_prob=p))(state.params, batch) for p in (None, 0.15)
+        ]
         chex.assert_trees_all_close(evals[1], evals[0], rtol=1e-5)
 
 
@@ -66,14 +79,14 @@ class DropoutPerRowTest(parameterized.TestCase):
     def test_micro_batches_of_one_row_give_the_numbers_of_one_batch(self):
         model, tx, state, batch = _setup(dropout=0.1)
         key = jax.random.key(1)
-        one = jax.jit(make_train_step(model, tx))(state, batch, key)
+        one = _train_step(dropout=0.1)(state, batch, key)
         split = jax.jit(make_train_step(model, tx, grad_accum=4))(state, batch, key)
         chex.assert_trees_all_close(split, one, rtol=2e-5, atol=1e-6)
 
     def test_a_row_draws_the_same_dropout_in_any_batch(self):
         # Rows 2 and 3 alone, keeping their global indices, give their share of the sums.
-        model, tx, state, batch = _setup(dropout=0.1)
-        step = jax.jit(make_train_step(model, tx))
+        _, _, state, batch = _setup(dropout=0.1)
+        step = _train_step(dropout=0.1)
         key = jax.random.key(1)
         _, whole = step(state, batch, key)
         halves = [
@@ -84,8 +97,8 @@ class DropoutPerRowTest(parameterized.TestCase):
             np.testing.assert_allclose(halves[0][k] + halves[1][k], whole[k], rtol=2e-5)
 
     def test_dropout_is_on_and_differs_between_rows_and_steps(self):
-        model, tx, state, batch = _setup(dropout=0.1)
-        step = jax.jit(make_train_step(model, tx))
+        _, _, state, batch = _setup(dropout=0.1)
+        step = _train_step(dropout=0.1)
         key = jax.random.key(1)
         _, first = step(state, batch, key)
         _, other_index = step(state, {**batch, "index": batch["index"] + 4}, key)
@@ -97,7 +110,7 @@ class DropoutPerRowTest(parameterized.TestCase):
 class NextTokenLossTest(absltest.TestCase):
     def test_clm_step_loss_is_the_mean_next_token_cross_entropy(self):
         model, tx, state, batch = _setup(dropout=0.0, objective="clm")
-        logits = model.apply(
+        logits = jax.jit(model.apply)(
             {"params": state.params}, batch["input_ids"], attention_mask=batch["attention_mask"]
         ).logits  # [B, L, V]
         # Independently: position i of row b predicts token i + 1 of the same row, for every
@@ -109,7 +122,7 @@ class NextTokenLossTest(absltest.TestCase):
         _, metrics = jax.jit(make_train_step(model, tx))(state, batch, jax.random.key(1))
         self.assertEqual(float(metrics["count"]), len(xent))
         np.testing.assert_allclose(metrics["loss"] / metrics["count"], np.mean(xent), rtol=1e-5)
-        sums = make_eval_step(model)(state.params, batch)
+        sums = jax.jit(make_eval_step(model))(state.params, batch)
         np.testing.assert_allclose(sums["loss"] / sums["count"], np.mean(xent), rtol=1e-5)
 
 
@@ -123,9 +136,10 @@ class TrainingMetricsTest(parameterized.TestCase):
         ({"attention": "cosine"}, True),
     )
     def test_min_denominator_only_where_the_kind_has_one(self, model, reported):
+        step = _train_step(dropout=0.1, **model)
         model, tx, state, batch = _setup(dropout=0.1, **model)
         key = jax.random.key(1)
-        _, metrics = jax.jit(make_train_step(model, tx))(state, batch, key)
+        _, metrics = step(state, batch, key)
         want = {"loss", "correct", "count", "grad_norm"} | (
             {"min_denominator"} if reported else set()
         )
@@ -137,7 +151,7 @@ class TrainingMetricsTest(parameterized.TestCase):
             # The minimum over micro-batches is the minimum over the batch.
             _, split = jax.jit(make_train_step(model, tx, grad_accum=2))(state, batch, key)
             self.assertEqual(float(split["min_denominator"]), float(metrics["min_denominator"]))
-        sums = make_eval_step(model)(state.params, batch)
+        sums = jax.jit(make_eval_step(model))(state.params, batch)
         self.assertEqual(set(sums), {"loss", "correct", "count"})
 
     def test_favor_redraws_its_features_by_the_step(self):
@@ -158,8 +172,8 @@ class PairLossTest(absltest.TestCase):
 
     def test_sums_against_the_model_outputs(self):
         model, _, state, batch = _setup(dropout=0.0, objective="mlm_same_doc")
-        sums = make_eval_step(model, mask_prob=0.15)(state.params, batch)
-        out = model.apply({"params": state.params}, batch["input_ids"],
+        sums = jax.jit(make_eval_step(model, mask_prob=0.15))(state.params, batch)
+        out = jax.jit(model.apply)({"params": state.params}, batch["input_ids"],
                           attention_mask=batch["attention_mask"],
                           token_type_ids=batch["token_type_ids"])  # fmt: skip
         log_p = log_softmax(np.asarray(out.logits, np.float64), axis=-1)  # [B, L, V]
@@ -185,7 +199,7 @@ class PairLossTest(absltest.TestCase):
         chex.assert_trees_all_close(split(state, batch, key), (new, one), rtol=2e-5, atol=1e-6)
         self.assertEqual(one["pair_count"], 4)
         rows = {k: v for k, v in batch.items() if k != "index"}
-        grads = jax.grad(lambda p: mlm_apply(model, p, rows, 0.15)["loss"])(state.params)
+        grads = jax.jit(jax.grad(lambda p: mlm_apply(model, p, rows, 0.15)["loss"]))(state.params)
         for leaf in jax.tree.leaves(grads["pair_head"]):
             self.assertGreater(float(jnp.abs(leaf).max()), 0)
 
