@@ -7,7 +7,7 @@ Run:
   python experiments/train_mlm.py --config=configs/linear_small.py --workdir=/tmp/linear_small
 
 Expect: not run to the end here. One step costs about what a softmax step costs at length
-128 (README, Benchmark); linear attention pays off at long sequences.
+128 (docs/speed.md, "Attention"); linear attention pays off at long sequences.
 """
 
 from configs import base

@@ -1,10 +1,11 @@
 """Issue 16's pilot: does a longer-trained encoder learn to match documents at all?
 
-The long-document study (configs/study_long_doc.py) waits on this: fine-tuned from docs/results.md
-section 1's 2,000-step RoPE encoder, its cross-encoder stays at chance on the triplets and on
-the copy control (README, "Long-document study"). This trains the same encoder (section 1's
-WikiText-2 RoPE run, seed 0, the same data, held-out set and constant rate) 10x longer, then
-fine-tunes it on the two pilot tasks at 128 tokens, the length it was trained at:
+The long-document study (configs/study_long_doc.py) waits on this: fine-tuned from
+docs/results.md section 1's 2,000-step RoPE encoder, its cross-encoder stays at chance on the
+triplets and on the copy control (docs/studies.md, "The long-document study"). This trains the
+same encoder (section 1's WikiText-2 RoPE run, seed 0, the same data, held-out set and
+constant rate) 10x longer, then fine-tunes it on the two pilot tasks at 128 tokens, the
+length it was trained at:
 
   python experiments/compare.py --config=configs/long_doc_pilot.py \\
       --workdir=runs/long_doc_pilot --raw_dir=docs/results/raw/long_doc_pilot

@@ -8,7 +8,7 @@ then linear decay to 0. The default source
 here is WikiText-103 through the optional `datasets` package; point data.source at your own
 text files with --config.data.source=/path/to/*.txt.
 
-Run (a GPU or TPU host; see README "Multi-host" for several):
+Run (a GPU or TPU host; see docs/training.md, "Several hosts", for several):
   python experiments/train_mlm.py --config=configs/roformer_base.py --workdir=/tmp/roformer_base
 Smoke test on a CPU: --config=configs/roformer_base.py:runlocal
 

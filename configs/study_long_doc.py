@@ -19,14 +19,14 @@ differences with 95% t-intervals and exact McNemar tests (roformer_jax/long_doc_
 
 Every number here is a setting, not a tuned value. `:runlocal` is a smoke run at a quarter
 of the lengths (12 pre-training steps, 1 epoch, 1 seed; estimated 15-20 min on 2 shared
-cores, not timed). Expect, as an estimate from measured step times (the README's
-"Long-document study"): about 18 h on 2 cores shared with another job (5.5 h of it
+cores, not timed). Expect, as an estimate from measured step times (docs/studies.md,
+"The long-document study"): about 18 h on 2 cores shared with another job (5.5 h of it
 pre-training, which `--config.pretrain_steps` scales), about 7 h on 2 idle ones.
-No result yet: the study has not been run. Measured before it (the README's "Long-document
-study"): the bag-of-words baseline is right on 49 of 51 test triplets from what 512 tokens read
-(0.961; 0.980 on whole windows), so these triplets test lexical matching, not length; and a
-pilot fine-tuning with this recipe stays at chance (validation 0.509, test 0.627). And an
-encoder trained 10x longer learns the copy control but not the far task at 128 tokens
+No result yet: the study has not been run. Measured before it (docs/studies.md, "The
+long-document study"): the bag-of-words baseline is right on 49 of 51 test triplets from what
+512 tokens read (0.961; 0.980 on whole windows), so these triplets test lexical matching, not
+length; and a pilot fine-tuning with this recipe stays at chance (validation 0.509, test
+0.627). And an encoder trained 10x longer learns the copy control but not the far task at 128 tokens
 (configs/long_doc_pilot.py; docs/results.md section 6), and MLM with same-document pairs does
 no better on it (configs/long_doc_pairs.py: test 0.583 against 0.566, a bag of words 0.753).
 An encoder that learns to relate windows of one document, and a task a bag of words does not

@@ -11,7 +11,7 @@ Threefry hash on the CPU with the 20 rounds rolled into 5 passes over the array 
 So the hash is written out here, unrolled, as plain jnp ops: XLA fuses it into the select that
 applies the mask, no array of random bits is stored, and the counter carries the example's
 index in the global batch, so the model runs on the whole batch at once. The small train step
-went from 522-528 to 463-466 ms (README, "Train-step speed": `benchmarks/train_step.py`, two
+went from 522-528 to 463-466 ms (docs/speed.md, "The train step": `benchmarks/train_step.py`, two
 alternating runs of the code before and after).
 tests/threefry_test.py checks the hash against Random123's known-answer vectors and the masks'
 rate and independence of the batch they are drawn in.
