@@ -22,6 +22,19 @@ class ToleranceTest(absltest.TestCase):
             self.assertLessEqual(abs(float(naive) - exact), bound)
             self.assertLessEqual(abs(float(np.sum(order)) - exact), bound)
 
+    def test_the_bound_is_nearly_attained(self):
+        # 1 + u + u + ... left to right: each u is a tie that rounds back to 1 (to even), so
+        # the error is (n - 1)·u against a bound of γ_n·(1 + (n - 1)·u) ≈ n·u: a bound any
+        # tighter than the model's would fail here.
+        n, u = 1001, tolerance.unit_roundoff()
+        total = np.float32(1)
+        for _ in range(n - 1):
+            total = np.float32(total + np.float32(u))
+        error = 1 + (n - 1) * u - float(total)
+        bound = tolerance.dot(n, 1 + (n - 1) * u)
+        self.assertLessEqual(error, bound)
+        self.assertGreater(error, 0.99 * bound)
+
     def test_the_bound_is_not_vacuous(self):
         # A sum of n ones is exact, but one of 1 + n·u-sized errors is caught.
         self.assertLess(tolerance.dot(10, 10.0), 1e-5)
