@@ -1,6 +1,7 @@
 """Tests for configs/*.py: every config loads, converts, and builds its model."""
 
 import dataclasses
+import functools
 import glob
 import importlib
 import os
@@ -13,7 +14,7 @@ from ml_collections import config_flags
 
 from configs import base, studies
 from roformer_jax.nn.model import RoFormer
-from roformer_jax.nn.model_config import SIZES
+from roformer_jax.nn.model_config import SIZES, ModelConfig
 from roformer_jax.studies import study
 from roformer_jax.training import finetune_config, task_kinds
 from roformer_jax.training.config import (
@@ -39,6 +40,14 @@ GOLDEN_PARAMS = {
     "bert_base": 109_514_298,
     "roformer_base": 109_121_082,
 }
+
+
+@functools.cache
+def _parameter_shapes(model: ModelConfig, seq_len: int):
+    """RoFormer(model)'s parameters as shapes, traced on rows of seq_len. Cached: the configs'
+    runs share a few models, and tracing a base-size model takes seconds."""
+    ids = jax.ShapeDtypeStruct((1, seq_len), jnp.int32)
+    return jax.eval_shape(RoFormer(model).init, jax.random.key(0), ids)
 
 
 def _load(name: str, arg=None):
@@ -71,8 +80,7 @@ class ConfigsTest(parameterized.TestCase):
     def test_config_builds_its_model(self, name):
         for arg in (None, "runlocal"):
             cfg = experiment_config_from_dict(_load(name, arg).to_dict())
-            ids = jax.ShapeDtypeStruct((1, cfg.data.seq_len), jnp.int32)
-            shapes = jax.eval_shape(RoFormer(cfg.model).init, jax.random.key(0), ids)
+            shapes = _parameter_shapes(cfg.model, cfg.data.seq_len)
             count = sum(x.size for x in jax.tree.leaves(shapes))
             self.assertEqual(count, GOLDEN_PARAMS[name], f"{name}:{arg}")
             self.assertLessEqual(cfg.optim.warmup_steps, cfg.train.steps)
@@ -93,9 +101,7 @@ class ConfigsTest(parameterized.TestCase):
             self.assertEqual(list(runs), list(config.runs))
             for seeds in runs.values():
                 self.assertEqual([c.seed for c in seeds], list(config.seeds))
-                cfg = seeds[0]
-                ids = jax.ShapeDtypeStruct((1, cfg.data.seq_len), jnp.int32)
-                jax.eval_shape(RoFormer(cfg.model).init, jax.random.key(0), ids)
+                _parameter_shapes(seeds[0].model, seeds[0].data.seq_len)
             self.assertTrue(set(config.plot_keys) <= set(config.table_keys) | {"train/loss"})
             self.assertIn(config.baseline, config.runs)
             if command == "length_study":  # evaluations read runs of the study

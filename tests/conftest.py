@@ -1,24 +1,54 @@
-"""The suite's XLA setting, made before any test module imports JAX; the seed of sampled grids.
+"""The suite's XLA settings and compilation cache, made before any test module imports JAX; the
+seed of sampled grids.
 
-XLA's CPU backend compiles without LLVM's optimizations (`--xla_backend_optimization_level=0`):
-most tests compile more than they run (tiny models, a few steps), and at -O0 compiling takes
-about 2/3 of the time. float32 results can change in their last bits (decoding_test's
-FAVOR+ logits by 1.1e-5 against 9.9e-6 at full optimization, both against the full forward
-pass), inside every tolerance; float64 references are unaffected at their tolerances.
-Subprocesses the tests start inherit it through the environment. Measured on 2 idle cores,
-step_test, heads_test, finetuning_test and attention_test together (`python -m pytest -q -n 2
-<them>` with and without the flag): 240 s against 267 s; the whole suite (`bash .ci/run`):
-see README.md.
+Most tests compile more than they run (tiny models, a few steps), so the suite trades run time
+for compile time. The settings are environment variables set here, in the process that starts
+pytest-xdist's workers, so that the workers and every subprocess a test starts inherit them:
+
+- XLA's CPU backend compiles without LLVM's optimizations (`--xla_backend_optimization_level=0`)
+  and with its older elemental emitters, not the MLIR fusion emitters
+  (`--xla_cpu_use_fusion_emitters=false`). One compile of a primitive that runs op by op
+  (`jnp.sin(x)`) took 54 ms with the fusion emitters and 30 ms without; a tiny model's gradient
+  2.7 s at full optimization, 2.1 s at -O0, 1.4 s at -O0 without the fusion emitters, and it
+  then ran 2.6 times slower (0.21 s a step against 0.08 s).
+- One persistent compilation cache for the whole session, in a temporary folder removed at the
+  end: a program that another test, worker or subprocess compiled is read back instead of
+  compiled again (a model's train step built by two tests, a run redone by a resume test).
+
+float32 results can change in their last bits with these settings, inside every tolerance; the
+float64 references are unaffected at theirs. Measured: docs/speed.md's "The test suite".
 """
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import grid
 
-_FLAG = "--xla_backend_optimization_level=0"
-if _FLAG not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FLAG}".strip()
+_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
+_CACHE_VARIABLE = "JAX_COMPILATION_CACHE_DIR"
 
+
+def _set_flags() -> None:
+    flags = os.environ.get("XLA_FLAGS", "")
+    for flag in _XLA_FLAGS:
+        if flag.split("=")[0] not in flags:  # a value the user set wins
+            flags = f"{flags} {flag}".strip()
+    os.environ["XLA_FLAGS"] = flags
+
+
+def _share_a_compilation_cache() -> None:
+    if os.environ.get(_CACHE_VARIABLE):  # a worker: the controller's; or the user's own
+        return
+    directory = tempfile.mkdtemp(prefix="roformer_jax_test_compiles_")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    os.environ[_CACHE_VARIABLE] = directory
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # the default skips < 1 s
+
+
+_set_flags()
+_share_a_compilation_cache()
 # Drawn here, in the process that starts pytest-xdist's workers, so that they inherit it.
 _SEED = grid.seed()
 

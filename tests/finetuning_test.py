@@ -8,7 +8,6 @@ import shutil
 from unittest import mock
 
 import chex
-import compile_cache
 import jax
 import numpy as np
 import tiny
@@ -39,11 +38,9 @@ def setUpModule():
     # Again after a tearDownModule: pytest-xdist may run this module's tests in more than one
     # stretch on a worker (--dist loadgroup), tearing the module down between them.
     os.makedirs(_TMP, exist_ok=True)
-    compile_cache.start(_TMP)
 
 
 def tearDownModule():
-    compile_cache.stop()
     shutil.rmtree(_TMP, ignore_errors=True)
 
 

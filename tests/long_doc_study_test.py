@@ -236,10 +236,9 @@ class CommandTest(absltest.TestCase):
         script = os.path.join(_ROOT, "experiments", "long_doc_study.py")
         command = [sys.executable, script, f"--config={config}", f"--workdir={cls.workdir}",
                    f"--raw_dir={cls.raw}"]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": _ROOT, "JAX_PLATFORMS": "cpu",
-               # cells of one shape (every RoFormer at 32 tokens) compile once
-               "JAX_COMPILATION_CACHE_DIR": os.path.join(cls.dir, "jax_cache"),
-               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}  # fmt: skip
+        # conftest.py's compilation cache: cells of one shape (every RoFormer at 32 tokens)
+        # compile once
+        env = {**os.environ, "PYTHONPATH": _ROOT, "JAX_PLATFORMS": "cpu"}
         cls.command, cls.env = command, env
         cls.first = cls.run_command()
         if cls.first.returncode:

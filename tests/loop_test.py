@@ -16,7 +16,6 @@ import textwrap
 from unittest import mock
 
 import chex
-import compile_cache
 import jax
 import numpy as np
 import pytest
@@ -39,11 +38,9 @@ def setUpModule():
     # Again after a tearDownModule: pytest-xdist may run this module's tests in more than one
     # stretch on a worker (--dist loadgroup), tearing the module down between them.
     os.makedirs(_TMP, exist_ok=True)
-    compile_cache.start(_TMP)
 
 
 def tearDownModule():
-    compile_cache.stop()
     shutil.rmtree(_TMP, ignore_errors=True)
     _reference_run.cache_clear()  # their workdirs are gone
     DevicesAndHostsTest._one_device.cache_clear()
@@ -109,9 +106,8 @@ def _reference_run(variant: str = "mlm") -> tuple[str, dict]:
     return workdir, final
 
 
-# One pytest-xdist worker for the tests that read the reference runs (pyproject.toml's
-# --dist loadgroup): each worker would train them again, as they are cached per process.
-@pytest.mark.xdist_group("loop_reference_runs")
+# The reference runs are cached per process: a pytest-xdist worker that gets a test of them
+# trains them again, but compiles nothing that another worker compiled (conftest.py's cache).
 class EndToEndTest(parameterized.TestCase):
     def test_three_steps_write_metrics_config_and_checkpoints(self):
         # The step is wrapped in chex.assert_max_traces(n=1): a retrace after step 1 fails.
@@ -309,7 +305,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.xdist_group("loop_one_device_run")  # shared by both tests, as above
+# One pytest-xdist worker (pyproject.toml's --dist loadgroup) runs the one-device run that
+# both tests compare with.
+@pytest.mark.xdist_group("loop_one_device_run")
 class DevicesAndHostsTest(absltest.TestCase):
     """configs/tiny.py in one layer on rows of 32, dropout on: the same numbers on 1 and 8
     devices and on 2 hosts.
@@ -403,7 +401,6 @@ def _at(tree, path):
     return tree
 
 
-@pytest.mark.xdist_group("loop_reference_runs")
 class InitFromTest(absltest.TestCase):
     def test_a_fresh_run_starts_from_the_other_runs_final_params(self):
         source, _ = _reference_run()

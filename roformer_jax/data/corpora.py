@@ -33,6 +33,7 @@ document holds out whole spans. max_chars is counted on the documents after join
 from __future__ import annotations
 
 import ast
+import functools
 import glob
 import itertools
 import os
@@ -166,19 +167,26 @@ def stdlib_sourced_documents() -> Iterator[tuple[str, str]]:
     for directory, subdirs, files in os.walk(root):
         subdirs[:] = sorted(d for d in subdirs if d not in _SKIPPED_DIRS and d[0] != ".")
         for name in sorted(f for f in files if f.endswith(".py")):
-            path = os.path.join(directory, name)
-            with open(path, "rb") as f:
-                source = f.read()
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # invalid escapes in old modules
-                    tree = ast.parse(source)
-            except (SyntaxError, ValueError):
-                continue
-            relative = os.path.relpath(path, root)
-            docs = _help_topics(tree) if relative == os.path.join("pydoc_data", "topics.py") else (
-                _docstrings(tree))  # fmt: skip
-            yield from ((relative, doc) for doc in docs)
+            relative = os.path.relpath(os.path.join(directory, name), root)
+            yield from ((relative, doc) for doc in _file_docstrings(root, relative))
+
+
+@functools.cache
+def _file_docstrings(root: str, relative: str) -> tuple[str, ...]:
+    """The documents of one stdlib file (none if it does not parse). Kept for the process:
+    parsing the whole stdlib takes ~10 s, and the builtin corpus, its tasks and their tests
+    read it many times; the cache fills as far as a reader goes (max_chars stops early)."""
+    with open(os.path.join(root, relative), "rb") as f:
+        source = f.read()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escapes in old modules
+            tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return ()
+    if relative == os.path.join("pydoc_data", "topics.py"):
+        return tuple(_help_topics(tree))
+    return tuple(_docstrings(tree))
 
 
 def _docstrings(node: ast.AST) -> Iterator[str]:
