@@ -3,6 +3,7 @@ iterator, bad input."""
 
 import os
 import shutil
+import warnings
 from unittest import mock
 
 import numpy as np
@@ -90,6 +91,12 @@ class LoadTest(CorpusTestCase):
         expected = -np.mean([np.log((train.count(t) + 1) / total) for t in valid])
         self.assertAlmostEqual(corpus.unigram_cross_entropy(), expected, places=6)
         self.assertBetween(expected, 1.0, np.log(real_vocab))
+        # Nothing held out: NaN, and no numpy warning in a study's terminal.
+        held_out = corpus_lib.Corpus(corpus.config, corpus.tokenizer, corpus.train_tokens,
+                                     corpus.valid_tokens[:0], corpus.stats, corpus.path)  # fmt: skip
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            self.assertTrue(np.isnan(held_out.unigram_cross_entropy()))
 
     def test_cache_is_reused_and_invalidated(self):
         first = self.load()

@@ -66,7 +66,8 @@ class Corpus:
 
         The loss of an MLM that ignores context, a floor to read a short run's loss against.
         Special tokens are left out on both sides; counts are add-one smoothed so that a token
-        unseen in training has a finite cost.
+        unseen in training has a finite cost. NaN when nothing is held out (the loop warns of
+        that when a run starts).
         """
         specials = np.asarray(sorted(self.tokenizer.special_ids))
         vocab = self.tokenizer.vocab_size
@@ -75,6 +76,8 @@ class Corpus:
         counts[specials[specials < vocab]] = 0.0
         valid = np.asarray(self.valid_tokens)
         valid = valid[~np.isin(valid, specials)]
+        if not valid.size:
+            return float("nan")
         return float(np.log(counts.sum()) - np.mean(np.log(counts[valid])))
 
 

@@ -41,6 +41,7 @@ class Checkpoints:
             item_names=("state", "meta"),
         )
         self._quiet = _ReadsOfDamagedSteps(self.directory)
+        self._damaged = False  # a step was set aside: its abandoned reads are yet to be reported
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
@@ -115,6 +116,7 @@ class Checkpoints:
             "the one before it", self.directory, step, item, type(error).__name__,
             str(error)[:200], aside,
         )  # fmt: skip
+        self._damaged = True
         if jax.process_index() == 0:
             os.makedirs(os.path.dirname(aside), exist_ok=True)
             os.replace(os.path.join(self.directory, str(step)), _unused(aside))
@@ -126,7 +128,8 @@ class Checkpoints:
         """Waits for pending saves (and deletions of old steps) to finish."""
         self._manager.wait_until_finished()
         self._manager.close()
-        gc.collect()  # so that the abandoned reads of a damaged step are reported to the filter
+        if self._damaged:  # only then: a collection takes seconds in a process that has jitted
+            gc.collect()  # so that the abandoned reads are reported to the filter
         std_logging.getLogger("asyncio").removeFilter(self._quiet)
 
 
