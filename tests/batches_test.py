@@ -92,8 +92,10 @@ class LoadTest(CorpusTestCase):
         self.assertAlmostEqual(corpus.unigram_cross_entropy(), expected, places=6)
         self.assertBetween(expected, 1.0, np.log(real_vocab))
         # Nothing held out: NaN, and no numpy warning in a study's terminal.
-        held_out = corpus_lib.Corpus(corpus.config, corpus.tokenizer, corpus.train_tokens,
-                                     corpus.valid_tokens[:0], corpus.stats, corpus.path)  # fmt: skip
+        held_out = corpus_lib.Corpus(
+            corpus.config, corpus.tokenizer, corpus.train_tokens, corpus.valid_tokens[:0],
+            corpus.stats, corpus.path,
+        )  # fmt: skip
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             self.assertTrue(np.isnan(held_out.unigram_cross_entropy()))
