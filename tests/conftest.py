@@ -16,7 +16,8 @@ pytest-xdist's workers, so that the workers and every subprocess a test starts i
   compiled again (a model's train step built by two tests, a run redone by a resume test).
 
 float32 results can change in their last bits with these settings, inside every tolerance; the
-float64 references are unaffected at theirs. Measured: docs/speed.md's "The test suite".
+float64 references are unaffected at theirs. The suite's time: docs/speed.md, "The main command
+and the test suite".
 """
 
 import atexit
