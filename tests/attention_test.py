@@ -182,14 +182,23 @@ class LinearKindsTest(parameterized.TestCase):
     @parameterized.parameters(*LINEAR_ROPES)
     def test_cross_attention_with_own_key_positions(self, rope):
         q, k, v = _qkv(2, length=5, keys=9)
-        kw = dict(mask=_mask(2, keys=9), rope=rope, layout="half", rotary_dim=4)
+        rope_kw = dict(rope=rope, layout="half", rotary_dim=4)
+        positions = {}
         if rope is not None:
-            kw.update(
+            positions = dict(
                 q_positions=_positions(4, 5, batched=False) + 30,
                 k_positions=_positions(5, 9, batched=True),
             )
-        got = _call(attention.linear_attention, q, k, v, **kw)
-        want = _reference(q, k, v, kind="linear", **kw)
+
+        # One program for both forms: op by op, these lengths (no other test's) compiled
+        # ~100 primitives of their own.
+        @jax.jit
+        def forms(q, k, v, mask, positions):
+            kw = dict(mask=mask, **rope_kw, **positions)
+            got = _call(attention.linear_attention, q, k, v, **kw)
+            return got, _reference(q, k, v, kind="linear", **kw)
+
+        got, want = forms(q, k, v, _mask(2, keys=9), positions)
         chex.assert_trees_all_close(got, want, atol=2e-5)
 
     @parameterized.product(rope=LINEAR_ROPES, causal=(False, True))
@@ -208,15 +217,17 @@ class LinearKindsTest(parameterized.TestCase):
         # φ(q)ᵀR_3φ(k) < 0 and the numerator is the same number times v, so out = v exactly.
         q, k = jnp.ones((1, 1, 1, 2)), jnp.ones((1, 1, 1, 2))
         v = jnp.full((1, 1, 1, 2), 0.5)
-        for causal in (False, True):
-            out = attention.linear_attention(
-                q,
-                k,
-                v,
-                rotation=rope_rotation(jnp.array([3]), jnp.array([0])),
-                placement="both",
-                causal=causal,
+
+        # Jitted: op by op, this test's shapes compiled ~80 primitives of their own.
+        @functools.partial(jax.jit, static_argnames="causal")
+        def both(q, k, v, q_positions, k_positions, causal):
+            rotation = rope_rotation(q_positions, k_positions)
+            return attention.linear_attention(
+                q, k, v, rotation=rotation, placement="both", causal=causal
             )
+
+        for causal in (False, True):
+            out = both(q, k, v, jnp.array([3]), jnp.array([0]), causal=causal)
             chex.assert_trees_all_close(out, v, rtol=1e-5)
 
     def test_numerator_rope_needs_few_more_temporaries_than_plain_linear(self):
@@ -233,10 +244,12 @@ class LinearKindsTest(parameterized.TestCase):
         self.assertLess(rope, 1.25 * temporaries())
 
     def test_cosine_weights_are_nonnegative_and_sum_to_one(self):
-        # With one-hot values v_j = e_j the output row i is the weight vector of query i.
+        # With one-hot values v_j = e_j the output row i is the weight vector of query i. H
+        # features (e_j padded with zeros), not L: every op then has the shapes of the other
+        # tests', compiled once.
         keys = L
         q, k, _ = _qkv(4)
-        v = jnp.broadcast_to(jnp.eye(keys)[None, :, None, :], (B, keys, N, keys))
+        v = jnp.broadcast_to(jnp.eye(keys, H)[None, :, None, :], (B, keys, N, H))
         mask = _mask(4)
         for causal in (False, True):
             weights = attention.cosine_attention(
@@ -247,7 +260,7 @@ class LinearKindsTest(parameterized.TestCase):
                 causal=causal,
                 rotation=rope_rotation(jnp.arange(L)),
                 chunk_size=3,
-            )  # [B, L, N, M]
+            )[..., :keys]  # [B, L, N, M]
             self.assertGreaterEqual(float(weights.min()), -1e-6)
             chex.assert_trees_all_close(weights.sum(-1), jnp.ones((B, L, N)), atol=1e-5)
             np.testing.assert_array_equal(jnp.where(mask[:, None, None, :], 0.0, weights), 0.0)
@@ -284,11 +297,17 @@ class SoftmaxTest(parameterized.TestCase):
 
     def test_dropout_scales_kept_weights(self):
         q, k, _ = _qkv(7)
-        v = jnp.broadcast_to(jnp.eye(L)[None, :, None, :], (B, L, N, L))
-        plain = attention.softmax_attention(q, k, v)
-        dropped = attention.softmax_attention(
-            q, k, v, dropout_rate=0.5, dropout_rng=jax.random.key(0)
-        )
+        # One-hot values (padded to H features, the shapes of the other tests): the outputs
+        # are the weights [B, L, N, M].
+        v = jnp.broadcast_to(jnp.eye(L, H)[None, :, None, :], (B, L, N, H))
+
+        # One program: op by op, the dropout draw compiled ~40 primitives of its own.
+        @jax.jit
+        def weights(q, k, v, rng):
+            plain = attention.softmax_attention(q, k, v)
+            return plain, attention.softmax_attention(q, k, v, dropout_rate=0.5, dropout_rng=rng)
+
+        plain, dropped = (x[..., :L] for x in weights(q, k, v, jax.random.key(0)))
         kept = dropped != 0
         self.assertTrue(0 < float(kept.mean()) < 1)
         chex.assert_trees_all_close(jnp.where(kept, dropped, 0), jnp.where(kept, 2 * plain, 0))
@@ -473,11 +492,18 @@ class DecodeStepsTest(parameterized.TestCase):
         mask[0, :2] = False  # a left-padded prompt, as decoding.generate lays them out
         mask = jnp.asarray(mask)
         positions = jnp.asarray(np.maximum(np.arange(L)[None] - 2 * (1 - mask[:, :1]), 0))
-        full_kw = dict(kw)
-        if _takes_positions(kw):
-            full_kw["rotation"] = rope_rotation(positions)
-        want = fn(q, k, v, mask=mask, causal=True, **full_kw)
-        got = _decode_in_blocks(name, kw, q, k, v, mask, positions, blocks)
+
+        # Both forms in one program, as decoding runs them: op by op, each block length and
+        # dtype compiled every primitive anew (~250 compiles, ~10 s a case); jitted, ~1 s.
+        @jax.jit
+        def forms(q, k, v, mask, positions):
+            full_kw = dict(kw)
+            if _takes_positions(kw):
+                full_kw["rotation"] = rope_rotation(positions)
+            want = fn(q, k, v, mask=mask, causal=True, **full_kw)
+            return want, _decode_in_blocks(name, kw, q, k, v, mask, positions, blocks)
+
+        want, got = forms(q, k, v, mask, positions)
         chex.assert_type(got, dtype)
         real = np.asarray(mask)[..., None, None]
         np.testing.assert_allclose(np.where(real, got, 0), np.where(real, want, 0), atol=atol)
@@ -496,7 +522,8 @@ class DecodeStepsTest(parameterized.TestCase):
         with jax.enable_x64(True):
             self._check(name, fn, kw, jnp.float64, 1e-12, (3, 1, 1, 2))
 
-    @parameterized.parameters(*LINEAR_ROPES)
+    # The default placement, "numerator", is KINDS' linear_favor in test_float32.
+    @parameterized.parameters(None, "both", "before_feature_map")
     def test_favor_decodes_as_its_causal_form_in_every_placement(self, placement):
         kw = {"feature_map": "favor", "projection": FAVOR_W}
         kw.update({"rotation": None} if placement is None else {"placement": placement})

@@ -1,5 +1,6 @@
 """Tests for roformer_jax/decoding.py and the model's decode mode: every kind × encoding."""
 
+import functools
 import json
 
 import chex
@@ -18,9 +19,8 @@ from roformer_jax.nn.attention_kinds import ATTENTION_KINDS
 V, P, T = 64, 5, 4  # vocabulary, prompt length, new tokens
 MASK = np.array([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1], [1, 1, 0, 0, 0]], bool)  # 3 prompts
 DYNAMIC = json.dumps({"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 4})
-# Every kind with RoPE; every other way positions enter (embedded, rotated and scaled, a bias
-# from the cache's key positions, frequencies by the whole length) with one kind.
-COMBINATIONS = [
+# Every kind with RoPE, in two layers (each layer's memory, fed by the one below).
+ROPE_KINDS = [
     dict(testcase_name=f"rope_{a}", position="rope", attention=a) for a in ATTENTION_KINDS
 ] + [
     dict(testcase_name="rope_linear_eq18", position="rope", attention="linear", linear_rope="both"),
@@ -31,18 +31,36 @@ COMBINATIONS = [
         feature_map="favor",
         random_features=16,
     ),  # fmt: skip
+]
+# Every other way positions enter (embedded, rotated and scaled, a bias from the cache's key
+# positions, frequencies by the whole length) with one kind, in one layer: positions enter
+# every layer alike (or the embeddings only), one layer's bound is tighter, and its steps
+# compile in about half the time.
+POSITIONS = [
     dict(testcase_name="none_linear", position="none", attention="linear"),
     dict(testcase_name="learned_softmax", position="learned", attention="softmax"),
     dict(testcase_name="xpos_cosine", position="xpos", attention="cosine"),
     dict(testcase_name="alibi_softmax", position="alibi", attention="softmax"),
     dict(testcase_name="dynamic_rope", position="rope", attention="softmax", rope_scaling=DYNAMIC),
 ]
+COMBINATIONS = ROPE_KINDS + [dict(c, num_layers=1) for c in POSITIONS]
 
 
 def _model(**overrides):
     """A tiny causal model with weights at ten times the init scale (attention far from
     uniform, so that positions matter)."""
-    config = tiny.model_config(**{"vocab_size": V, "max_len": 16, "causal": True, **overrides})
+    model, variables = _made(tuple(sorted(overrides.items())))
+    # Fresh dicts around the shared (immutable) arrays: a test may edit its tree.
+    return model, jax.tree.map(lambda x: x, variables)
+
+
+@functools.cache
+def _made(overrides):
+    """`_model`'s, once per process: tracing the model's init takes ~0.2 s, and several tests
+    build the same model."""
+    config = tiny.model_config(
+        **{"vocab_size": V, "max_len": 16, "causal": True, **dict(overrides)}
+    )
     model = model_lib.RoFormer(config)
     shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
     rng = np.random.default_rng(0)
@@ -51,6 +69,13 @@ def _model(**overrides):
         for path, x in flax.traverse_util.flatten_dict(shapes).items()
     }
     return model, flax.traverse_util.unflatten_dict(params)
+
+
+def _one_layer(**overrides):
+    """`_model` with one layer, for what acts on the logits alone: sampling, eos, which
+    features a model decodes with. Its generate loop compiles in ~1.3 s, two layers' in
+    ~2.3 s."""
+    return _model(num_layers=1, **overrides)
 
 
 def _prompts(seed=1):
@@ -73,17 +98,18 @@ def _depth(config, keys: int) -> int:
     return embeddings + config.num_layers * layer + head
 
 
-def _logit_terms(model, variables, ids, mask):
-    """The largest Σ_e |h_e W_ve| + |b_v| over the logits of the whole left-padded sequences:
-    what the last dot product adds up (h the head's LayerNorm output, W the tied embeddings)."""
+def _logits_and_terms(model, variables, ids, mask):
+    """`_full_forward`'s logits [B, L, V], and the largest Σ_e |h_e W_ve| + |b_v| over them:
+    what the last dot product adds up (h the head's LayerNorm output, W the tied embeddings).
+    One pass for both: a second would cost as much again."""
     ids, mask, position_ids = decoding.left_padded(ids, mask)
-    _, state = model.apply(variables, ids, attention_mask=mask, position_ids=position_ids,
-                           capture_intermediates=True)  # fmt: skip
+    out, state = model.apply(variables, ids, attention_mask=mask, position_ids=position_ids,
+                             capture_intermediates=True)  # fmt: skip
     h = state["intermediates"]["mlm_head"]["LayerNorm"]["__call__"][0]  # [B, L, E]
     table = variables["params"]["embeddings"]["word_embeddings"]["embedding"]  # [V, E]
     bias = variables["params"]["mlm_head"]["bias"]  # [V]
     terms = np.einsum("BLE,VE->BLV", np.abs(h), np.abs(table)) + np.abs(bias)
-    return float((terms * np.asarray(mask)[..., None]).max())
+    return out.logits, float((terms * np.asarray(mask)[..., None]).max())
 
 
 def _full_forward(model, variables, ids, mask, **kwargs):
@@ -100,7 +126,7 @@ class DecodeModeTest(parameterized.TestCase):
         model, variables = _model(**overrides)
         ids = jnp.concatenate([_prompts(), _prompts(2)[:, :T]], axis=1)  # [B, P + T]
         mask = jnp.concatenate([MASK, np.ones((len(MASK), T), bool)], axis=1)
-        want = _full_forward(model, variables, ids, mask)
+        want, magnitude = _logits_and_terms(model, variables, ids, mask)
         ids, mask, position_ids = decoding.left_padded(ids, mask)
         total = P + T
 
@@ -124,11 +150,10 @@ class DecodeModeTest(parameterized.TestCase):
         # The same float32 sums in another order (one block of keys at a time, a cache or a
         # state instead of the whole sequence): each logit of either is within
         # γ_depth · Σ_e |h_e W_ve| of exact, depth ~1.9e3 roundings (`_depth`: two layers of
-        # D = 64, F = 256, 16 random features, P + T = 9 keys), Σ|terms| ~10 here; so the two
-        # differ by at most twice that (~2e-3). Measured: up to 2.3e-5. A wrong cache or
-        # position is off by far more.
+        # D = 64, F = 256, 16 random features, P + T = 9 keys; ~1.1e3 in one layer),
+        # Σ|terms| ~10 here; so the two differ by at most twice that (~2e-3). Measured: up to
+        # 2.3e-5. A wrong cache or position is off by far more.
         depth = _depth(model.config, keys=total)
-        magnitude = _logit_terms(model, variables, ids, mask)
         atol = 2 * tolerance.dot(n=depth, magnitude=magnitude)
         np.testing.assert_allclose(np.where(real, got, 0), np.where(real, want, 0), rtol=0,
                                    atol=atol)  # fmt: skip
@@ -149,7 +174,9 @@ class DecodeModeTest(parameterized.TestCase):
 
     def test_softmax_cache_holds_the_whole_sequence(self):
         model, variables = _model()
-        _, cache = model.apply(variables, _prompts(), decode_length=12, mutable=["cache"])
+        # Jitted: op by op, decode mode at these shapes compiled ~100 primitives of its own.
+        apply = jax.jit(lambda v, ids: model.apply(v, ids, decode_length=12, mutable=["cache"]))
+        _, cache = apply(variables, _prompts())
         memory = cache["cache"]["encoder"]["layer_0"]["attention"]["memory"]
         chex.assert_shape(memory.keys, (len(MASK), 4, 12, 16))  # [B, N, S, H]
         self.assertEqual(int(memory.length), P)
@@ -163,6 +190,7 @@ class GenerateTest(parameterized.TestCase):
         dict(testcase_name="softmax_learned", attention="softmax", position="learned"),
     )
     def test_greedy_equals_recomputing_the_growing_sequence(self, **overrides):
+        # Two layers: in one, greedy tokens missed a cosine state that forgot earlier tokens.
         model, variables = _model(**overrides)
         got = decoding.generate(model, variables, _prompts(), attention_mask=MASK, max_new_tokens=T)
         # Causal: the logits at each slot are those of the sequence up to it.
@@ -174,8 +202,8 @@ class GenerateTest(parameterized.TestCase):
     def test_random_features_are_those_of_the_last_update(self):
         # A Performer trained 5 updates with a redraw every 2 decodes with update 4's draw
         # (period 2), the features it last trained with, not the first draw.
-        model, variables = _model(attention="linear", feature_map="favor", random_features=16,
-                                  feature_redraw=2)  # fmt: skip
+        model, variables = _one_layer(attention="linear", feature_map="favor",
+                                      random_features=16, feature_redraw=2)  # fmt: skip
         got = decoding.generate(model, variables, _prompts(), attention_mask=MASK,
                                 max_new_tokens=T, steps_done=5)  # fmt: skip
         _, mask, _ = decoding.left_padded(_prompts(), jnp.asarray(MASK))
@@ -195,8 +223,7 @@ class GenerateTest(parameterized.TestCase):
         np.testing.assert_array_equal(right, left)
 
     def test_sampling(self):
-        # The sampling rules act on the logits alone: one layer makes them as well as two.
-        model, variables = _model(num_layers=1)
+        model, variables = _one_layer()
         ids = _prompts()
 
         def run(**kw):
@@ -207,23 +234,29 @@ class GenerateTest(parameterized.TestCase):
         np.testing.assert_array_equal(run(temperature=1.0, top_k=1, rng=key), greedy)
         np.testing.assert_array_equal(run(temperature=1.0, top_p=1e-6, rng=key), greedy)
         np.testing.assert_array_equal(run(temperature=2.0, rng=key), run(temperature=2.0, rng=key))
+        # Temperature 2.0 again: each other setting compiles the loop anew (~1.3 s).
         draws = {
-            tuple(np.asarray(run(temperature=5.0, rng=jax.random.key(s))).ravel()) for s in range(4)
+            tuple(np.asarray(run(temperature=2.0, rng=jax.random.key(s))).ravel()) for s in range(4)
         }
         self.assertGreater(len(draws), 1)
 
     def test_a_finished_row_repeats_eos(self):
-        model, variables = _model()
+        model, variables = _one_layer()
         greedy = np.asarray(decoding.generate(model, variables, _prompts(), max_new_tokens=T))
-        eos = int(greedy[0, P])  # row 0's first new token
+        # eos: the first new token of a row whose greedy tokens go on to others, so that the
+        # eos repeated after it differs from what the model says next (a row that repeats
+        # its first token anyway would pass with or without the rule).
+        first = next(r for r in range(len(MASK)) if (greedy[r, P + 1 :] != greedy[r, P]).any())
+        eos = int(greedy[first, P])
         out = np.asarray(
             decoding.generate(model, variables, _prompts(), max_new_tokens=T, eos_id=eos)
         )
-        np.testing.assert_array_equal(out[0, P:], eos)
-        for row in range(len(MASK)):  # up to its first eos, each row is the greedy one
+        np.testing.assert_array_equal(out[first, P:], eos)
+        for row in range(len(MASK)):  # up to its first eos, each row is the greedy one; then eos
             new = list(greedy[row, P:])
             stop = new.index(eos) + 1 if eos in new else T
             np.testing.assert_array_equal(out[row, P : P + stop], greedy[row, P : P + stop])
+            np.testing.assert_array_equal(out[row, P + stop :], eos)
 
     @parameterized.named_parameters(
         ("no_new_tokens", {}, dict(max_new_tokens=0), "max_new_tokens=0 must be at least 1"),

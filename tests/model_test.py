@@ -1,6 +1,7 @@
 """Tests for roformer_jax/model.py: one encoder, every position encoding × attention kind."""
 
 import dataclasses
+import functools
 import itertools
 
 import chex
@@ -41,7 +42,19 @@ def _init(config, length=L, seed=0, **kwargs):
     Weights are N(0, 0.2²), ten times the init scale, so that attention is far from uniform
     and positions matter; LayerNorm scales are 1 + N(0, 0.1²).
     """
-    model = model_lib.RoFormer(config, **kwargs)
+    # causal and the dropout rates change what the model computes, not its parameters.
+    shaped_alike = dataclasses.replace(config, causal=False, hidden_dropout=0.0,
+                                       attention_dropout=0.0)  # fmt: skip
+    variables = _variables(shaped_alike, length, seed, tuple(sorted(kwargs.items())))
+    # Fresh dicts around the shared (immutable) arrays: a test may edit its tree.
+    return model_lib.RoFormer(config, **kwargs), jax.tree.map(lambda x: x, variables)
+
+
+@functools.cache
+def _variables(config, length, seed, module_kwargs):
+    """`_init`'s variables, made once per process: tracing the model's init takes ~0.2 s, and
+    most configurations here are built by several tests."""
+    model = model_lib.RoFormer(config, **dict(module_kwargs))
     shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, length), jnp.int32))
     rng = np.random.default_rng(seed)
     params = {
@@ -49,7 +62,7 @@ def _init(config, length=L, seed=0, **kwargs):
         for path, x in flax.traverse_util.flatten_dict(shapes).items()
     }
     params = {k: jnp.asarray(v, jnp.float32) for k, v in params.items()}
-    return model, flax.traverse_util.unflatten_dict(params)
+    return flax.traverse_util.unflatten_dict(params)
 
 
 def _inputs(length=L, seed=1):
@@ -91,9 +104,17 @@ class ModelTest(parameterized.TestCase):
         model, variables = _init(_config(hidden_dropout=0.2, attention_dropout=0.2))
         ids, _ = _inputs()
 
+        # Jitted where dropout acts: op by op, its random bits compiled ~60 primitives of their
+        # own (~3 s). Without it, eager as `off` below: one program's rounding, compared to 1e-6.
+        @jax.jit
+        def dropped(key):
+            return model.apply(variables, ids, deterministic=False, rngs={"dropout": key}).logits
+
         def run(seed, deterministic):
+            if not deterministic:
+                return dropped(jax.random.key(seed))
             rngs = {"dropout": jax.random.key(seed)}
-            return model.apply(variables, ids, deterministic=deterministic, rngs=rngs).logits
+            return model.apply(variables, ids, deterministic=True, rngs=rngs).logits
 
         chex.assert_trees_all_equal(run(0, False), run(0, False))
         self.assertGreater(float(jnp.abs(run(0, False) - run(1, False)).max()), 1e-3)
@@ -131,7 +152,8 @@ class ModelTest(parameterized.TestCase):
 
     def test_rope_runs_at_four_times_training_length(self):
         model, variables = _init(_config(), length=L)
-        out = model.apply(variables, jnp.ones((B, 4 * L), jnp.int32))
+        # Jitted: a length no other test has would compile each primitive anew (~80, ~4 s).
+        out = jax.jit(model.apply)(variables, jnp.ones((B, 4 * L), jnp.int32))
         chex.assert_shape(out.logits, (B, 4 * L, V))
         chex.assert_tree_all_finite(out)
 
@@ -183,11 +205,12 @@ class ModelTest(parameterized.TestCase):
         bf16 = model_lib.RoFormer(dataclasses.replace(config, dtype="bfloat16"))
         shapes = jax.eval_shape(bf16.init, jax.random.key(0), ids)
         self.assertTrue(all(x.dtype == jnp.float32 for x in jax.tree.leaves(shapes)))
-        half = bf16.apply(variables, ids, token_type_ids=types)
+        # Jitted: op by op, every bfloat16 primitive compiled anew (~150, ~5 s).
+        half = jax.jit(bf16.apply)(variables, ids, token_type_ids=types)
         self.assertEqual(half.hidden_states.dtype, jnp.bfloat16)
         self.assertEqual(half.logits.dtype, jnp.float32)
         # Tolerance: hidden states (LayerNorm outputs, unit scale) within 0.1, logits within 2%
-        # of the largest logit; measured 0.03-0.04 and 1.0-1.4% (bf16 has an 8-bit mantissa).
+        # of the largest logit; measured 0.03-0.04 and 1.1-1.5% (bf16 has an 8-bit mantissa).
         hidden_error = jnp.abs(half.hidden_states.astype(jnp.float32) - full.hidden_states).max()
         self.assertLess(float(hidden_error), 0.1)
         logit_error = jnp.abs(half.logits - full.logits).max()
