@@ -2,6 +2,8 @@
 an explicit rotation matrix, shift invariance per axis, and transformers' own M-RoPE
 (Qwen2-VL's blocks, Qwen3-VL's interleaved form), in 5.x's classes and 4.57's functions."""
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -96,21 +98,23 @@ class OneAxisTest(parameterized.TestCase):
         chex.assert_trees_all_close(got, want, atol=angle_error * np.abs(x).max() * 2, rtol=0)
 
 
+def _rotate(freqs, layout="interleaved"):
+    """apply_rope_nd jitted whole with these frequencies as constants (numpy: exact phases)."""
+    return jax.jit(functools.partial(rope_nd.apply_rope_nd, freqs=freqs, layout=layout))
+
+
 class MatrixTest(parameterized.TestCase):
-    @parameterized.product(
-        kind=["axial", "mrope", "mrope interleaved", "per head", "learned"],
-        layout=["interleaved", "half"],
+    @parameterized.parameters(
+        ("axial", "interleaved"),
+        ("mrope", "half"),
+        ("mrope interleaved", "interleaved"),
+        ("per head", "half"),
+        ("learned", "interleaved"),
     )
     def test_equals_explicit_rotation_float32(self, kind, layout):
         freqs = _frequencies(kind)
         x, positions = _inputs(freqs.shape[-2])
-        got = (
-            jax.jit(rope_nd.apply_rope_nd, static_argnames="layout")(
-                x, positions, freqs, layout=layout
-            )
-            if kind == "learned"
-            else rope_nd.apply_rope_nd(x, positions, freqs, layout=layout)
-        )
+        got = _rotate(freqs, layout)(x, positions)
         want = _matrix_rope(x, positions, np.asarray(freqs, np.float64), layout)
         self.assertEqual(got.dtype, jnp.float32)
         chex.assert_trees_all_close(got, want, atol=1e-6 * np.abs(x).max() * 4, rtol=0)
@@ -120,17 +124,16 @@ class MatrixTest(parameterized.TestCase):
         freqs = _frequencies(kind)
         x, positions = _inputs(freqs.shape[-2], np.float64)
         with jax.enable_x64(True):
-            got = rope_nd.apply_rope_nd(x, positions, freqs, layout="half")
+            got = _rotate(freqs, "half")(x, positions)
             self.assertEqual(got.dtype, jnp.float64)
         chex.assert_trees_all_close(got, _matrix_rope(x, positions, freqs, "half"), atol=1e-12)
 
     def test_unbatched_positions_and_features_past_the_rotated_ones(self):
         freqs = _frequencies("axial")
         x, positions = _inputs(2)
-        got = rope_nd.apply_rope_nd(x, positions[0], freqs)
-        chex.assert_trees_all_equal(
-            got, rope_nd.apply_rope_nd(x, np.stack([positions[0]] * B), freqs)
-        )
+        rotate = _rotate(freqs)
+        got = rotate(x, positions[0])
+        chex.assert_trees_all_equal(got, rotate(x, np.stack([positions[0]] * B)))
         chex.assert_trees_all_equal(got[..., 12:], x[..., 12:])
 
 
@@ -142,10 +145,11 @@ class ShiftTest(parameterized.TestCase):
         x, positions = _inputs(axes)
         k, _ = _inputs(axes, seed=1)
 
+        rotate = _rotate(freqs)
+
+        @jax.jit
         def scores(positions):
-            q_rot = rope_nd.apply_rope_nd(x, positions, freqs)
-            k_rot = rope_nd.apply_rope_nd(k, positions, freqs)
-            return jnp.einsum("BLNH,BMNH->BNLM", q_rot, k_rot)
+            return jnp.einsum("BLNH,BMNH->BNLM", rotate(x, positions), rotate(k, positions))
 
         plain = scores(positions)
         for axis in range(axes):
