@@ -391,12 +391,18 @@ class ApplyRopeTest(parameterized.TestCase):
         scaled = rope.apply_rope(self.x, positions, scaling=YARN)
         chex.assert_trees_all_close(scaled, plain * (0.1 * math.log(8) + 1), atol=1e-5)
 
-    def test_no_scaling_and_default_scaling_agree(self):
+    @parameterized.parameters(
+        {"rope_type": "default"}, {"rope_type": "proportional", "factor": 1.0}
+    )
+    def test_no_scaling_and_plain_scaling_agree(self, **scaling):
+        # Both spellings of plain RoPE take its exact phases, bit for bit.
+        self.assertTrue(rope_scaling.is_plain(scaling))
         positions = jnp.arange(16) * 9973
         chex.assert_trees_all_equal(
-            rope.apply_rope(self.x, positions, scaling={"rope_type": "default"}),
-            rope.apply_rope(self.x, positions),
+            rope.apply_rope(self.x, positions, scaling=scaling), rope.apply_rope(self.x, positions)
         )
+        half = {"rope_type": "proportional", "partial_rotary_factor": 0.5}
+        self.assertFalse(rope_scaling.is_plain(half))  # zero frequencies past the half
 
     def test_dynamic_chooses_by_length(self):
         params = {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 8}

@@ -206,12 +206,12 @@ def _nd_check(config):
         layer_rope = config.layer_rope(layer)
         if layer_rope is None:
             continue
-        if rope_scaling.kind_of(layer_rope.scaling) not in ("default", "proportional"):
+        params = layer_rope.scaling or {}
+        if not rope_scaling.is_plain(params):
             raise ValueError(
                 f"position={config.position!r} rotates by RoPE-Axial's or M-RoPE's frequencies; "
                 f"layer {layer}'s rope scaling {layer_rope.scaling} is not plain RoPE"
             )
-        params = layer_rope.scaling or {}
         sections = params.get("mrope_section")
         if sections is not None and len(sections) != config.position_axes:
             raise ValueError(

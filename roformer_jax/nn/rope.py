@@ -124,7 +124,7 @@ def rotate_by_turns(x, turns, *, attention: float = 1.0, layout: str = "interlea
 
 def _frequencies(rotary_dim, base, scaling, seq_len):
     """(θ_i, attention factor); θ_i is None for base^(-2i/R), made exact from base itself."""
-    if rope_scaling.kind_of(scaling) == "default":
+    if rope_scaling.is_plain(scaling):
         return None, 1.0
     # float64: at position 10^6 a float32 θ_i would already be off by ~0.1 rad.
     return scaled_frequencies(

@@ -27,6 +27,7 @@ Glossary of shapes:
   P  rotated pairs (the first R = 2P of the H features are rotated; the rest pass through)
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -54,6 +55,8 @@ def apply_rope_nd(x, positions, freqs, *, layout: str = "interleaved"):
     """
     rope_layouts.check_layout(layout)
     positions = jnp.asarray(positions)
+    if not isinstance(freqs, jax.Array):  # lists too: constants
+        freqs = np.asarray(freqs, np.float64)
     per_head = _validate(x, positions, freqs)
     dtype = rope._angle_dtype(x.dtype)
     if isinstance(freqs, np.ndarray) and jnp.issubdtype(positions.dtype, jnp.integer):

@@ -230,6 +230,18 @@ def kind_of(scaling: Mapping | None) -> str:
     return params.get("rope_type", params.get("type", "default"))
 
 
+def is_plain(scaling: Mapping | None) -> bool:
+    """Whether a dictionary is plain RoPE, in either spelling transformers uses: "default", or
+    "proportional" with factor 1 over the whole head (releases that dropped "default")."""
+    params = scaling or {}
+    kind = kind_of(params)
+    return kind == "default" or (
+        kind == "proportional"
+        and float(params.get("factor", 1.0)) == 1.0
+        and float(params.get("partial_rotary_factor", 1.0)) == 1.0
+    )
+
+
 def scaled_frequencies(
     rotary_dim: int,
     *,
