@@ -128,13 +128,16 @@ class MatrixTest(parameterized.TestCase):
             self.assertEqual(got.dtype, jnp.float64)
         chex.assert_trees_all_close(got, _matrix_rope(x, positions, freqs, "half"), atol=1e-12)
 
-    def test_unbatched_positions_and_features_past_the_rotated_ones(self):
+    def test_unbatched_and_floating_positions_and_features_past_the_rotated_ones(self):
         freqs = _frequencies("axial")
         x, positions = _inputs(2)
         rotate = _rotate(freqs)
         got = rotate(x, positions[0])
         chex.assert_trees_all_equal(got, rotate(x, np.stack([positions[0]] * B)))
         chex.assert_trees_all_equal(got[..., 12:], x[..., 12:])
+        # Floating positions (interpolated ones) take float32 products, close to exact here.
+        floating = rotate(x, positions[0].astype(np.float32))
+        chex.assert_trees_all_close(floating, got, atol=1e-5 * np.abs(x).max(), rtol=0)
 
 
 class ShiftTest(parameterized.TestCase):
