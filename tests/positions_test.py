@@ -159,21 +159,17 @@ class MultiAxisTest(parameterized.TestCase):
     def test_mrope_model_reads_three_axes(self):
         model, variables = _model(**MROPE)
         ids, where = _ids(), _axes_ids(3)
-        out = model.apply(variables, ids, position_ids=where).hidden_states
+        run = jax.jit(lambda p: model.apply(variables, ids, position_ids=p).hidden_states)
+        out = run(where)
         for axis in range(3):  # relative on each axis ...
             shift = 1000 * (jnp.arange(3) == axis)
-            shifted = model.apply(variables, ids, position_ids=where + shift).hidden_states
-            chex.assert_trees_all_close(shifted, out, atol=2e-5)
+            chex.assert_trees_all_close(run(where + shift), out, atol=2e-5)
             # ... and each axis matters
-            stretched = where * (1 + (jnp.arange(3) == axis))
-            moved = model.apply(variables, ids, position_ids=stretched).hidden_states
+            moved = run(where * (1 + (jnp.arange(3) == axis)))
             self.assertGreater(float(jnp.abs(moved - out).max()), 1e-3)
         # Positions [B, L] are every axis alike, as HF's M-RoPE reads text.
         text = jnp.broadcast_to(jnp.arange(L)[None, :, None], (B, L, 3))
-        chex.assert_trees_all_equal(
-            model.apply(variables, ids, position_ids=jnp.arange(L)[None].repeat(B, 0)),
-            model.apply(variables, ids, position_ids=text),
-        )
+        chex.assert_trees_all_equal(run(jnp.arange(L)[None].repeat(B, 0)), run(text))
         with self.assertRaisesRegex(ValueError, r"position_ids has shape \(2, 8, 2\).*3 axes"):
             model.apply(variables, ids, position_ids=_axes_ids(2))
 
