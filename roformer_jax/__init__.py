@@ -17,17 +17,21 @@ from roformer_jax.nn.decoding import generate
 from roformer_jax.nn.model import RoFormer
 from roformer_jax.nn.model_config import ModelConfig, model_config
 from roformer_jax.nn.rope import apply_rope, rope_frequencies, rope_rotation
+from roformer_jax.nn.rope_nd import apply_rope_nd, axial_frequencies, mrope_frequencies
 from roformer_jax.nn.rope_scaling import scaled_frequencies
 
 __all__ = [
     "ModelConfig",
     "RoFormer",
     "apply_rope",
+    "apply_rope_nd",
+    "axial_frequencies",
     "cosine_attention",
     "generate",
     "linear_attention",
     "load_hf_roformer",
     "model_config",
+    "mrope_frequencies",
     "rope_frequencies",
     "rope_rotation",
     "save_hf_roformer",

@@ -1,6 +1,7 @@
 """Tests for roformer_jax/positions.py: the table of position encodings, ALiBi among them."""
 
 import chex
+import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -137,6 +138,103 @@ class TableTest(parameterized.TestCase):
         want = np.zeros((50, 16))
         want[:, 0::2], want[:, 1::2] = np.sin(pos[:, None] * theta), np.cos(pos[:, None] * theta)
         chex.assert_trees_all_close(got, want.astype(np.float32), atol=1e-5)
+
+
+MROPE = dict(position="rope_nd", position_axes=3, rope_scaling={"mrope_section": [2, 3, 3]})
+
+
+def _axes_ids(axes, seed=2):
+    return jnp.asarray(np.random.default_rng(seed).integers(0, 30, (B, L, axes)), jnp.int32)
+
+
+class MultiAxisTest(parameterized.TestCase):
+    def test_one_axis_is_rope(self):
+        model, variables = _model("rope")
+        ids = _ids()
+        want = model.apply(variables, ids, position_ids=jnp.arange(L) * 7)
+        nd, _ = _model("rope_nd")
+        got = nd.apply(variables, ids, position_ids=(jnp.arange(L) * 7)[:, None])
+        chex.assert_trees_all_close(got, want, atol=1e-6, rtol=0)
+
+    def test_mrope_model_reads_three_axes(self):
+        model, variables = _model(**MROPE)
+        ids, where = _ids(), _axes_ids(3)
+        run = jax.jit(lambda p: model.apply(variables, ids, position_ids=p).hidden_states)
+        out = run(where)
+        for axis in range(3):  # relative on each axis ...
+            shift = 1000 * (jnp.arange(3) == axis)
+            chex.assert_trees_all_close(run(where + shift), out, atol=2e-5)
+            # ... and each axis matters
+            moved = run(where * (1 + (jnp.arange(3) == axis)))
+            self.assertGreater(float(jnp.abs(moved - out).max()), 1e-3)
+        # Positions [B, L] are every axis alike, as HF's M-RoPE reads text.
+        text = jnp.broadcast_to(jnp.arange(L)[None, :, None], (B, L, 3))
+        chex.assert_trees_all_equal(run(jnp.arange(L)[None].repeat(B, 0)), run(text))
+        with self.assertRaisesRegex(ValueError, r"position_ids has shape \(2, 8, 2\).*3 axes"):
+            model.apply(variables, ids, position_ids=_axes_ids(2))
+
+    def test_mrope_sections_must_match_the_axes(self):
+        with self.assertRaisesRegex(ValueError, "mrope_section \\[2, 3, 3\\] has 3 axes"):
+            _model(**dict(MROPE, position_axes=2))
+        with self.assertRaisesRegex(ValueError, "add up to 7 pairs"):
+            _model(**dict(MROPE, rope_scaling={"mrope_section": [2, 3, 2]}))
+        with self.assertRaisesRegex(ValueError, "not plain RoPE"):
+            _model("rope_nd", rope_scaling={"rope_type": "linear", "factor": 2.0})
+
+    def test_cached_steps_take_positions_on_axes(self):
+        model, variables = _model(**MROPE, causal=True, num_layers=1)
+        ids, where = _ids(), _axes_ids(3)
+        want = jax.jit(model.apply)(variables, ids, position_ids=where).logits
+
+        @jax.jit
+        def step(cache, ids, where):  # one token at a time: one compilation
+            return model.apply({**variables, **cache}, ids, position_ids=where, decode_length=L,
+                               mutable=["cache"])  # fmt: skip
+
+        cache, logits = {}, []
+        for i in range(L):
+            out, cache = step(cache, ids[:, i : i + 1], where[:, i : i + 1])  # [B, 1, A]
+            logits.append(out.logits)
+        chex.assert_trees_all_close(jnp.concatenate(logits, 1), want, atol=1e-4)
+
+
+class LearnedFrequencyTest(absltest.TestCase):
+    def test_init_is_ropes_then_trains_and_restores(self):
+        config = dict(position="rope_learned", position_axes=2, rope_per_head=True, num_layers=1)
+        model, variables = _model(**config)
+        attention_params = variables["params"]["encoder"]["layer_0"]["attention"]
+        freqs = attention_params["rope_frequencies"]["frequencies"]
+        chex.assert_shape(freqs, (4, 2, 8))  # [N, A, P]: RoPE-Mixed, per head
+        ids, where = _ids(), _axes_ids(2)
+        fixed, _ = _model("rope_nd", position_axes=2, num_layers=1)
+        # Initialised to RoPE-Axial's frequencies, as float32 (fixed: exact phases).
+        chex.assert_trees_all_close(
+            model.apply(variables, ids, position_ids=where),
+            fixed.apply(variables, ids, position_ids=where),
+            atol=1e-5,
+        )
+
+        @jax.jit
+        @jax.value_and_grad
+        def loss(params):
+            out = model.apply({"params": params}, ids, position_ids=where).logits
+            return jnp.mean(jax.nn.log_softmax(out)[..., 0])
+
+        before, grads = loss(variables["params"])
+        grad = grads["encoder"]["layer_0"]["attention"]["rope_frequencies"]["frequencies"]
+        chex.assert_tree_all_finite(grad)
+        self.assertGreater(float(jnp.abs(grad).max()), 1e-4)  # the frequencies are trained
+        # A small step on the frequencies alone lowers the loss.
+        trained = jax.tree_util.tree_map_with_path(
+            lambda path, p, g: p - 1e-3 * g / jnp.abs(g).max() if "rope_freq" in str(path) else p,
+            variables["params"],
+            grads,
+        )
+        self.assertLess(loss(trained)[0], before)
+        restored = flax.serialization.from_bytes(
+            variables["params"], flax.serialization.to_bytes(trained)
+        )
+        chex.assert_trees_all_equal(restored, trained)
 
 
 if __name__ == "__main__":

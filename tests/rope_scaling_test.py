@@ -140,6 +140,101 @@ class AgainstHuggingFaceTest(parameterized.TestCase):
         )
 
 
+# Gemma-style pairs of layer types, each with its own base, scaling and rotated fraction; head
+# dim 36: fraction 0.5 rotates 9 pairs (odd), 0 none, 0.25 four of proportional's eighteen.
+PER_LAYER = [
+    dict(
+        full_attention=dict(rope_type="yarn", factor=4.0, rope_theta=1e6, partial_rotary_factor=0.5,
+                            original_max_position_embeddings=128),
+        sliding_attention=dict(rope_type="default", rope_theta=1e4),
+    ),
+    dict(
+        full_attention=dict(rope_type="proportional", factor=1.0, rope_theta=1e6,
+                            partial_rotary_factor=0.25),
+        sliding_attention=dict(rope_type="linear", factor=2.0, rope_theta=1e4,
+                               partial_rotary_factor=0.0),
+    ),
+    dict(
+        full_attention=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                            high_freq_factor=4.0, original_max_position_embeddings=64,
+                            rope_theta=5e5, partial_rotary_factor=1.0),
+        sliding_attention=dict(rope_type="dynamic", factor=2.0, rope_theta=1e4,
+                               original_max_position_embeddings=512, partial_rotary_factor=0.5),
+    ),
+    dict(
+        full_attention=dict(rope_type="longrope", factor=4.0, rope_theta=1e4,
+                            partial_rotary_factor=0.5, original_max_position_embeddings=128,
+                            short_factor=list(np.linspace(1.0, 1.5, 9)),
+                            long_factor=list(np.linspace(1.0, 8.0, 9))),
+        sliding_attention=dict(rope_type="proportional", factor=2.0, rope_theta=1e4),
+    ),
+    # Plain RoPE in both spellings, with and without a fraction.
+    dict(
+        full_attention=dict(rope_type="default", rope_theta=1e6, partial_rotary_factor=0.5),
+        sliding_attention=dict(rope_type="proportional", rope_theta=1e4),
+    ),
+]  # fmt: skip
+
+
+class PerLayerTest(parameterized.TestCase):
+    @parameterized.product(case=list(range(len(PER_LAYER))), seq_len=[None, 1000])
+    def test_each_layer_type_matches_rope_init_functions(self, case, seq_len):
+        if transformers is None:
+            self.skipTest("transformers is not installed")
+        layer_types = ["sliding_attention", "full_attention", "sliding_attention"]
+        config = transformers.Gemma3TextConfig(
+            hidden_size=72, num_attention_heads=2, head_dim=36, num_hidden_layers=3,
+            layer_types=layer_types, max_position_embeddings=512,
+            rope_parameters=json.loads(json.dumps(PER_LAYER[case])),
+        )  # fmt: skip
+        ours = rope_scaling.layer_parameters(PER_LAYER[case], layer_types, 3)
+        for layer, name in enumerate(layer_types):
+            kind = config.rope_parameters[name]["rope_type"]
+            if kind == "default":  # v5 dropped it; linear at factor 1 is plain RoPE
+                config.rope_parameters[name].update(rope_type="linear", factor=1.0)
+                kind = "linear"
+            want, want_attention = ROPE_INIT_FUNCTIONS[kind](
+                config, "cpu", seq_len=seq_len, layer_type=name
+            )
+            layer_rope = rope_scaling.layer_rope(36, ours[layer], base=10000.0)
+            if layer_rope is None:  # fraction 0: nothing rotated
+                self.assertEqual(want.numel(), 0)
+                continue
+            got, attention = rope_scaling.scaled_frequencies(
+                layer_rope.rotary_dim or 36, base=layer_rope.base, scaling=layer_rope.scaling,
+                seq_len=seq_len,
+            )  # fmt: skip
+            chex.assert_trees_all_close(got, want.numpy(), rtol=1e-6, atol=0)
+            self.assertAlmostEqual(attention, want_attention, delta=1e-6 * want_attention)
+
+    def test_flat_parameters_serve_every_layer_and_none_is_no_positions(self):
+        flat = {"rope_type": "linear", "factor": 2.0}
+        self.assertEqual(rope_scaling.layer_parameters(flat, ["a", "b"], 2), [flat, flat])
+        self.assertEqual(rope_scaling.layer_parameters(None, None, 2), [{}, {}])
+        nested = {"a": {"rope_theta": 1e6}, "b": None}
+        self.assertEqual(
+            rope_scaling.layer_parameters(nested, ["a", "b", "a"], 3),
+            [{"rope_theta": 1e6}, None, {"rope_theta": 1e6}],
+        )
+        self.assertIsNone(rope_scaling.layer_rope(64, None, base=1e4))
+        self.assertEqual(
+            rope_scaling.layer_rope(64, {"rope_theta": 1e6}, base=1e4),
+            rope_scaling.LayerRope(1e6, None, {"rope_theta": 1e6}),
+        )
+
+    @parameterized.parameters(
+        (dict(a={}), ["a", "b"], 2, r"layer types \['b'\] are missing from rope_parameters"),
+        (dict(a={}), ["a"], 2, "layer_types has 1 entries for 2 layers"),
+        (dict(a=dict(partial_rotary_factor=0.25)), ["a"], 1, "rotates 9 features, an odd"),
+        (dict(a=dict(partial_rotary_factor=1.5)), ["a"], 1, r"is not in \[0, 1\]"),
+        (dict(a=dict(rope_type="yarn")), ["a"], 1, "'factor'"),
+    )
+    def test_bad_layer_parameters(self, params, layer_types, layers, message):
+        with self.assertRaisesRegex(ValueError, message):
+            for p in rope_scaling.layer_parameters(params, layer_types, layers):
+                rope_scaling.layer_rope(36, p, base=1e4)
+
+
 def _theta(dim, base):
     return np.array([base ** (-2.0 * i / dim) for i in range(dim // 2)])
 
@@ -296,12 +391,18 @@ class ApplyRopeTest(parameterized.TestCase):
         scaled = rope.apply_rope(self.x, positions, scaling=YARN)
         chex.assert_trees_all_close(scaled, plain * (0.1 * math.log(8) + 1), atol=1e-5)
 
-    def test_no_scaling_and_default_scaling_agree(self):
+    @parameterized.parameters(
+        {"rope_type": "default"}, {"rope_type": "proportional", "factor": 1.0}
+    )
+    def test_no_scaling_and_plain_scaling_agree(self, **scaling):
+        # Both spellings of plain RoPE take its exact phases, bit for bit.
+        self.assertTrue(rope_scaling.is_plain(scaling))
         positions = jnp.arange(16) * 9973
         chex.assert_trees_all_equal(
-            rope.apply_rope(self.x, positions, scaling={"rope_type": "default"}),
-            rope.apply_rope(self.x, positions),
+            rope.apply_rope(self.x, positions, scaling=scaling), rope.apply_rope(self.x, positions)
         )
+        half = {"rope_type": "proportional", "partial_rotary_factor": 0.5}
+        self.assertFalse(rope_scaling.is_plain(half))  # zero frequencies past the half
 
     def test_dynamic_chooses_by_length(self):
         params = {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 8}
@@ -413,6 +514,53 @@ class ModelConfigTest(parameterized.TestCase):
         out = model.apply(variables, ids).hidden_states
         shifted = model.apply(variables, ids, position_ids=jnp.arange(8) + 1000).hidden_states
         chex.assert_trees_all_close(shifted, out, atol=2e-5)
+
+    def test_per_layer_rope(self):
+        ids = jnp.asarray(np.random.default_rng(1).integers(5, 64, (2, 8)), jnp.int32)
+        linear = {"rope_type": "linear", "factor": 2.0}
+        flat = _model_config(linear, hidden_dropout=0.0, initializer_range=0.2)
+        model = model_lib.RoFormer(flat)
+        variables = model.init(jax.random.key(0), ids)
+
+        def run(scaling, layer_types, position_ids=None):
+            config = dataclasses.replace(flat, rope_scaling=scaling, layer_types=layer_types)
+            return model_lib.RoFormer(config).apply(variables, ids, position_ids=position_ids)
+
+        # Both layer types as the flat dictionary: the flat model, bit for bit.
+        same = run({"a": linear, "b": linear}, ["a", "b"])
+        chex.assert_trees_all_equal(same, model.apply(variables, ids))
+        # Layer 1 without positions, layer 0 its own base on half the head: another model,
+        # still one of relative positions.
+        mixed = {"a": {"rope_theta": 1e6, "partial_rotary_factor": 0.5}, "b": None}
+        out = run(mixed, ["a", "b"])
+        shifted = run(mixed, ["a", "b"], position_ids=jnp.arange(8) + 1000)
+        chex.assert_trees_all_close(shifted, out, atol=2e-5)
+        self.assertGreater(float(jnp.abs(out.hidden_states - same.hidden_states).max()), 1e-3)
+        no_positions = run({"a": None, "b": None}, ["a", "b"])
+        reversed_ids = run({"a": None, "b": None}, ["a", "b"], position_ids=jnp.arange(8)[::-1])
+        chex.assert_trees_all_equal(no_positions, reversed_ids)  # NoPE: order is unseen
+        # Stored as JSON, as rope_scaling: a list or a tuple give the same config.
+        config = dataclasses.replace(flat, rope_scaling=mixed, layer_types=("a", "b"))
+        self.assertEqual(config, dataclasses.replace(config, layer_types='["a", "b"]'))
+        self.assertIsNone(config.layer_rope(1))
+
+    @parameterized.parameters(
+        (dict(layer_types=["a", "b"], rope_scaling={"a": {}}), "layer types \\['b'\\] are missing"),
+        (dict(layer_types=["a"], rope_scaling={"a": {}}), "1 entries for 2 layers"),
+        (dict(layer_types="a"), "layer_types='a' is not JSON"),
+        (dict(layer_types=["a", "a"], rope_scaling={"a": {}}, position="xpos",
+              hidden_size=72, num_heads=2, rope_base=10000.0), None),
+        (dict(layer_types=["a", "a"], rope_scaling={"a": {"partial_rotary_factor": 0.5}},
+              position="xpos"), "xPos rotates and scales every feature"),
+    )  # fmt: skip
+    def test_bad_per_layer_config(self, overrides, message):
+        overrides = {"rope_scaling": None, **overrides}
+        scaling = overrides.pop("rope_scaling")
+        if message is None:
+            _model_config(scaling, **overrides)
+            return
+        with self.assertRaisesRegex(ValueError, message):
+            _model_config(scaling, **overrides)
 
     def test_needs_a_rotation(self):
         with self.assertRaisesRegex(ValueError, "rotates nothing; use position='rope'"):

@@ -151,6 +151,7 @@ class SelfAttention(nn.Module):
     """
 
     config: ModelConfig
+    layer: int = 0  # its index in the encoder: the layer's own RoPE (`ModelConfig.layer_rope`)
 
     @nn.compact
     def __call__(
@@ -164,10 +165,13 @@ class SelfAttention(nn.Module):
             for name in ("query", "key", "value")
         )
         encoding, where = cfg.encoding, {}  # what the position encoding does in attention
-        if encoding.rotation is not None:
-            where["rotation"] = encoding.rotation(cfg, position_ids, decode_length)
+        rotation = encoding.rotation and encoding.rotation(
+            cfg, position_ids, decode_length, self.layer
+        )  # None in a layer without positions
+        if rotation is not None:
+            where["rotation"] = rotation
             if cfg.rotary_value:  # HF RoFormer's option: v is rotated too, and not rotated back.
-                v = where["rotation"].k(v)
+                v = rotation.k(v)
         kind = cfg.kind
         offered = {"feature_map": cfg.feature_map, "placement": cfg.linear_rope,
                    "projection": projection}  # fmt: skip
@@ -189,7 +193,9 @@ class SelfAttention(nn.Module):
         else:  # the kind's step after the memory of the earlier calls, which it updates
             if encoding.bias is not None:  # of key positions that only the cache knows
                 where["bias"] = functools.partial(encoding.bias, cfg)
-            offered.update(positions=position_ids, capacity=decode_length)
+            # The cache keeps one position per key, for a bias; N-D positions have no bias.
+            flat = position_ids if encoding.axes is None else position_ids[..., 0]
+            offered.update(positions=flat, capacity=decode_length)
             options = _chosen(offered, kind.step_options)
             memory = self.get_variable("cache", "memory")  # None at the first call
             out, memory = kind.step(memory, q, k, v, mask=mask, **where, **options)
@@ -201,6 +207,7 @@ class Layer(nn.Module):
     """One encoder block: self-attention and a GELU feed-forward, each with residual + LN."""
 
     config: ModelConfig
+    layer: int = 0  # its index in the encoder
 
     @nn.compact
     def __call__(
@@ -208,7 +215,7 @@ class Layer(nn.Module):
         projection=None,
     ):  # fmt: skip
         cfg = self.config
-        attention = SelfAttention(cfg, name="attention")
+        attention = SelfAttention(cfg, self.layer, name="attention")
         dropout = functools.partial(
             Dropout(cfg.hidden_dropout, deterministic=deterministic), example_ids=example_ids
         )
@@ -241,7 +248,7 @@ class Encoder(nn.Module):
         update=None,
     ):  # fmt: skip
         for i in range(self.config.num_layers):
-            layer = Layer(self.config, name=f"layer_{i}")
+            layer = Layer(self.config, i, name=f"layer_{i}")
             projection = feature_projection(self.config, i, update)
             x = layer(x, mask, position_ids, deterministic, decode_length, example_ids, projection)
         if self.config.pre_ln:
@@ -269,7 +276,8 @@ class MlmHead(nn.Module):
 def _checked_inputs(cfg: ModelConfig, input_ids, attention_mask, token_type_ids, position_ids,
                     decode_length):  # fmt: skip
     """`RoFormer`'s inputs checked against each other and the config, defaults filled in:
-    (position_ids [L] or [B, L], token_type_ids [B, L], mask [B, L] bool or None)."""
+    (position_ids [L] or [B, L] (or [L, A], [B, L, A] for an encoding on A axes),
+    token_type_ids [B, L], mask [B, L] bool or None)."""
     if input_ids.ndim != 2:
         raise ValueError(f"input_ids has shape {input_ids.shape}; expected [B, L]")
     b, length = input_ids.shape
@@ -289,11 +297,18 @@ def _checked_inputs(cfg: ModelConfig, input_ids, attention_mask, token_type_ids,
             "position='rope' to run past the training length"
         )
     position_ids = jnp.arange(length) if position_ids is None else jnp.asarray(position_ids)
-    if position_ids.shape not in ((length,), (b, length)):
+    axes = None if cfg.encoding.axes is None else cfg.encoding.axes(cfg)  # A, or one integer
+    shapes = [(length,), (b, length)]
+    if axes is not None:
+        shapes = [(length, axes), (b, length, axes), *shapes]
+    if position_ids.shape not in shapes:
         raise ValueError(
-            f"position_ids has shape {position_ids.shape}; expected [{length}] or "
-            f"[{b}, {length}] for input_ids of shape {input_ids.shape}"
+            f"position_ids has shape {position_ids.shape}; expected one of {shapes} for "
+            f"input_ids of shape {input_ids.shape}"
+            + (f" and position={cfg.position!r} on {axes} axes" if axes is not None else "")
         )
+    if axes is not None and position_ids.shape not in shapes[:2]:  # every axis alike, as HF
+        position_ids = jnp.broadcast_to(position_ids[..., None], (*position_ids.shape, axes))
     if token_type_ids is None:
         token_type_ids = jnp.zeros_like(input_ids)
     mask = None
@@ -312,7 +327,9 @@ class RoFormer(nn.Module):
 
     Call with input_ids int [B, L]; attention_mask [B, L] (1/True = real token; padded keys are
     never attended to); token_type_ids int [B, L] (default 0); position_ids int [L] or [B, L]
-    (default arange(L); relative encodings are invariant to adding a constant). Dropout
+    (default arange(L); relative encodings are invariant to adding a constant), or [L, A] or
+    [B, L, A] for an encoding on A position axes ("rope_nd", "rope_learned"; [L] or [B, L] is
+    then every axis alike, as HF's M-RoPE reads text). Dropout
     draws from the "dropout" rng stream when deterministic=False, each row's masks from that
     key and its example_ids int [B] (its index in the global batch; default arange(B)). With
     mlm_positions int [B, P] the MLM head runs only at those positions of each row and logits

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from roformer_jax.nn import rope
+from roformer_jax.nn import rope_scaling as scalings  # the field rope_scaling shadows the name
 from roformer_jax.nn.attention_core import PLACEMENTS
 from roformer_jax.nn.attention_kinds import ATTENTION_KINDS, AttentionKind
 from roformer_jax.nn.feature_maps import FEATURE_MAPS
@@ -63,6 +64,15 @@ class ModelConfig:
     # '{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}'; a dict
     # is accepted and stored as JSON, which stays hashable, overridable and checkpointable.
     rope_scaling: str | None = None
+    # HF v5's `layer_types` as JSON (a list is accepted), one name per layer, e.g.
+    # '["sliding_attention", "full_attention"]': with rope_scaling nested by these names
+    # ('{"full_attention": {"rope_theta": 1e6}, "sliding_attention": null}'), each layer
+    # rotates with its type's base, scaling and partial_rotary_factor, or not at all (null).
+    layer_types: str | None = None
+    # A, the axes of each token's position for encodings that take several ("rope_nd",
+    # "rope_learned"): position_ids [(B,) L, A]; M-RoPE's mrope_section has A entries.
+    position_axes: int = 1
+    rope_per_head: bool = False  # "rope_learned": frequencies per head (RoPE-Mixed)
     rotary_value: bool = False  # also rotate v, as HF RoFormer's `rotary_value`
     pre_ln: bool = False  # LayerNorm before each sublayer (and once at the end) instead of after
     # Token i attends to tokens j <= i only: a decoder (HF's `is_decoder`), for next-token
@@ -110,7 +120,11 @@ class ModelConfig:
             )
         if self.feature_redraw < 0:
             raise ValueError(f"feature_redraw={self.feature_redraw} must be >= 0 (0: never)")
-        if self.rope_scaling is not None:
+        if self.position_axes < 1:
+            raise ValueError(f"position_axes={self.position_axes} must be a positive integer")
+        self._canonical_json("rope_scaling", dict)
+        self._canonical_json("layer_types", list)
+        if self.rope_scaling is not None or self.layer_types is not None:
             self._check_rope_scaling()
         self.encoding.check(self)
         if self.rotary_value and self.encoding.rotation is None:
@@ -126,25 +140,51 @@ class ModelConfig:
                 "can use: set position='rope', or attention='softmax'"
             )
 
-    def _check_rope_scaling(self):
-        if self.encoding.rotation is None:
-            raise ValueError(
-                f"rope_scaling={self.rope_scaling} scales RoPE's frequencies, but position="
-                f"{self.position!r} rotates nothing; use position='rope'"
-            )
-        parsed = self.rope_scaling
+    def _canonical_json(self, name, kind):
+        """Field `name` (JSON of a `kind`, or a `kind`) as canonical JSON (sorted keys), so
+        that equal values give equal configs however they were written, and a resumed run is
+        not refused for the order of its keys."""
+        value = getattr(self, name)
+        if value is None:
+            return
+        parsed = value
         if isinstance(parsed, str):
             try:
                 parsed = json.loads(parsed)
             except json.JSONDecodeError as error:
-                raise ValueError(f"rope_scaling={parsed!r} is not JSON: {error}") from None
-        if not isinstance(parsed, dict):
-            raise ValueError(f"rope_scaling={self.rope_scaling!r} is not a JSON object")
-        # Canonical JSON (sorted keys), so that equal dictionaries give equal configs however
-        # they were written, and a resumed run is not refused for the order of its keys.
-        object.__setattr__(self, "rope_scaling", json.dumps(parsed, sort_keys=True))
-        # Fails now, with HF's key names, rather than at the first forward pass.
-        rope.scaled_frequencies(self.head_dim, base=self.rope_base, scaling=parsed)
+                raise ValueError(f"{name}={value!r} is not JSON: {error}") from None
+        if isinstance(parsed, tuple):
+            parsed = list(parsed)
+        if not isinstance(parsed, kind):
+            what = "a JSON object" if kind is dict else "a JSON list"
+            raise ValueError(f"{name}={value!r} is not {what}")
+        object.__setattr__(self, name, json.dumps(parsed, sort_keys=True))
+
+    def _check_rope_scaling(self):
+        if self.encoding.rotation is None:
+            raise ValueError(
+                f"rope_scaling={self.rope_scaling} and layer_types={self.layer_types} set "
+                f"RoPE's frequencies, but position={self.position!r} rotates nothing; use "
+                "position='rope'"
+            )
+        parsed, layer_types = self.rope_scaling_dict, self.layer_types_list
+        if not scalings.is_nested(parsed, layer_types):
+            # One dictionary for every layer, as before HF v5: its "rope_theta" must agree.
+            rope.scaled_frequencies(self.head_dim, base=self.rope_base, scaling=parsed)
+        for layer in range(self.num_layers):  # fails now, with HF's key names
+            self.layer_rope(layer)
+
+    def layer_rope(self, layer: int) -> scalings.LayerRope | None:
+        """How `layer` rotates (base, rotary dim, scaling); None for a layer without positions."""
+        params = scalings.layer_parameters(
+            self.rope_scaling_dict, self.layer_types_list, self.num_layers
+        )
+        return scalings.layer_rope(self.head_dim, params[layer], base=self.rope_base)
+
+    @property
+    def layer_types_list(self) -> list[str] | None:
+        """`layer_types` parsed."""
+        return None if self.layer_types is None else json.loads(self.layer_types)
 
     @property
     def rope_scaling_dict(self) -> dict | None:

@@ -15,11 +15,13 @@ one entry.
 
 Hooks receive the model config (`roformer_jax.nn.model_config.ModelConfig`) and the position ids
 (`position_ids`, the indices; `config.position` names the encoding).
-Glossary of shapes: B batch, L query length, M key length, N heads, E embedding size.
-Position ids are int [L] or [B, L].
+Glossary of shapes: B batch, L query length, M key length, N heads, E embedding size,
+A position axes, P rotated pairs. Position ids are int [L] or [B, L], or [L, A] or [B, L, A]
+for an encoding that says it takes A axes (time, height and width; an image's x and y).
 """
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -29,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from roformer_jax.nn import rope, rope_phase
+from roformer_jax.nn import rope, rope_nd, rope_phase, rope_scaling
 
 ModelConfig = Any  # roformer_jax.nn.model_config.ModelConfig, which imports this module
 
@@ -41,10 +43,12 @@ class PositionEncoding:
     Attributes:
       embed: (config, position_ids, dtype) -> [(B,) L, E], added to the token embeddings. Runs
         inside the embedding module, so it may create Flax parameters (a learned table).
-      rotation: (config, position_ids, seq_len) -> `rope.Rotation` applied to q and k.
+      rotation: (config, position_ids, seq_len, layer) -> `rope.Rotation` applied to q and k
+        in that layer, or None for a layer without positions (`ModelConfig.layer_rope`).
         seq_len is the length of the whole sequence: the L rotated, or when decoding the
         cache's capacity, so that each step rotates as the whole sequence would be rotated
-        (scalings that choose frequencies by the length, xPos's centre).
+        (scalings that choose frequencies by the length, xPos's centre). Runs inside the
+        attention module, so it may create Flax parameters (learned frequencies).
       bias: (config, q_positions, k_positions) -> [B or 1, N, L, M] added to softmax scores.
         Attention kinds that never form the scores (linear, cosine) cannot take it.
       max_length: config -> the longest sequence it supports, or None for any length.
@@ -52,6 +56,9 @@ class PositionEncoding:
       scale_embeddings: multiply the word and token type embeddings by √E before `embed` is
         added, as Vaswani et al. 2017 (sec. 3.4) do for a fixed sinusoid of amplitude 1:
         embeddings initialized with std 0.02 (BERT's) would otherwise be swamped by it.
+      axes: config -> A, for an encoding whose positions have A axes: its hooks receive
+        position ids [L, A] or [B, L, A] (ids [L] or [B, L] are every axis alike, as HF's
+        M-RoPE reads text tokens). None: one integer per token.
     """
 
     embed: Callable[[ModelConfig, jax.Array, Any], jax.Array] | None = None
@@ -60,6 +67,7 @@ class PositionEncoding:
     max_length: Callable[[ModelConfig], int | None] = lambda config: None
     check: Callable[[ModelConfig], None] = lambda config: None
     scale_embeddings: bool = False
+    axes: Callable[[ModelConfig], int] | None = None
 
 
 # ---------------------------------------------------------------- absolute: added to embeddings
@@ -98,21 +106,119 @@ def _even_embedding(config):
 # ---------------------------------------------------------------- relative: q and k rotated
 
 
-def _rope(config, position_ids, seq_len):
+def _rope(config, position_ids, seq_len, layer):
+    layer_rope = config.layer_rope(layer)
+    if layer_rope is None:
+        return None
     return rope.rope_rotation(
-        position_ids, base=config.rope_base, scaling=config.rope_scaling_dict, seq_len=seq_len
+        position_ids,
+        base=layer_rope.base,
+        rotary_dim=layer_rope.rotary_dim,
+        scaling=layer_rope.scaling,
+        seq_len=seq_len,
     )
 
 
-def _xpos(config, position_ids, seq_len):
+def _xpos(config, position_ids, seq_len, layer):
+    layer_rope = config.layer_rope(layer)
+    if layer_rope is None:
+        return None
     return rope.xpos_rotation(
-        position_ids, base=config.rope_base, scaling=config.rope_scaling_dict, seq_len=seq_len
+        position_ids, base=layer_rope.base, scaling=layer_rope.scaling, seq_len=seq_len
     )
 
 
 def _even_heads(config):
     if config.head_dim % 2:
         raise ValueError(f"head dim {config.head_dim} is odd; RoPE rotates pairs of features")
+
+
+def _xpos_check(config):
+    _even_heads(config)
+    for layer in range(config.num_layers):
+        layer_rope = config.layer_rope(layer)
+        if layer_rope is not None and layer_rope.rotary_dim is not None:
+            raise ValueError(
+                f"xPos rotates and scales every feature; layer {layer} has rotary dim "
+                f"{layer_rope.rotary_dim} of head dim {config.head_dim} (partial_rotary_factor)"
+            )
+
+
+# ------------------------------------------------- relative: q and k rotated, positions on A axes
+
+
+def nd_frequencies(config, layer: int) -> np.ndarray | None:
+    """RoPE's frequencies over `config.position_axes` axes for `layer`: [A, P] float64, or None
+    for a layer without positions.
+
+    M-RoPE's (`rope_nd.mrope_frequencies`) when the layer's rope parameters carry HF's
+    "mrope_section" (and "mrope_interleaved" for Qwen3-VL), RoPE-Axial's otherwise; A = 1 is
+    RoPE's own. The layer's base and rotary dim (partial_rotary_factor) apply.
+    """
+    layer_rope = config.layer_rope(layer)
+    if layer_rope is None:
+        return None
+    params = layer_rope.scaling or {}
+    rotary_dim = layer_rope.rotary_dim or config.head_dim
+    if "mrope_section" in params:
+        interleaved = bool(params.get("mrope_interleaved", False))
+        return rope_nd.mrope_frequencies(
+            rotary_dim, params["mrope_section"], base=layer_rope.base, interleaved=interleaved
+        )
+    return rope_nd.axial_frequencies(rotary_dim, config.position_axes, base=layer_rope.base)
+
+
+def _nd_rotation(position_ids, freqs):
+    rotate = functools.partial(rope_nd.apply_rope_nd, positions=position_ids, freqs=freqs)
+    return rope.Rotation(q=rotate, k=rotate)
+
+
+def _rope_nd(config, position_ids, seq_len, layer):
+    freqs = nd_frequencies(config, layer)
+    return None if freqs is None else _nd_rotation(position_ids, freqs)
+
+
+class LearnedFrequencies(nn.Module):
+    """RoPE's frequencies as a parameter, [A, P] or per head [N, A, P], initialised to `init`."""
+
+    init: np.ndarray
+
+    @nn.compact
+    def __call__(self):
+        return self.param("frequencies", lambda rng: jnp.asarray(self.init, jnp.float32))
+
+
+def _rope_learned(config, position_ids, seq_len, layer):
+    """Learned frequencies (rotary-embedding-torch's `learned_freq`; with rope_per_head,
+    RoPE-Mixed of Heo et al. 2024, eq. 11), each layer its own, initialised to `nd_frequencies`:
+    RoPE's for A = 1, RoPE-Axial's for more axes."""
+    init = nd_frequencies(config, layer)
+    if init is None:
+        return None
+    if config.rope_per_head:
+        init = np.repeat(init[None], config.num_heads, axis=0)  # [N, A, P]
+    return _nd_rotation(position_ids, LearnedFrequencies(init, name="rope_frequencies")())
+
+
+def _nd_check(config):
+    _even_heads(config)
+    for layer in range(config.num_layers):
+        layer_rope = config.layer_rope(layer)
+        if layer_rope is None:
+            continue
+        params = layer_rope.scaling or {}
+        if not rope_scaling.is_plain(params):
+            raise ValueError(
+                f"position={config.position!r} rotates by RoPE-Axial's or M-RoPE's frequencies; "
+                f"layer {layer}'s rope scaling {layer_rope.scaling} is not plain RoPE"
+            )
+        sections = params.get("mrope_section")
+        if sections is not None and len(sections) != config.position_axes:
+            raise ValueError(
+                f"mrope_section {sections} has {len(sections)} axes; position_axes is "
+                f"{config.position_axes}"
+            )
+        nd_frequencies(config, layer)  # sections that fit the head, axes that split it
 
 
 # ---------------------------------------------------------------- relative: a bias on the scores
@@ -160,7 +266,13 @@ ENCODINGS: dict[str, PositionEncoding] = {
     "learned": PositionEncoding(embed=_learned, max_length=lambda config: config.max_len),
     "sinusoidal": PositionEncoding(embed=_sinusoidal, check=_even_embedding, scale_embeddings=True),
     "rope": PositionEncoding(rotation=_rope, check=_even_heads),
-    "xpos": PositionEncoding(rotation=_xpos, check=_even_heads),
+    "xpos": PositionEncoding(rotation=_xpos, check=_xpos_check),
+    "rope_nd": PositionEncoding(
+        rotation=_rope_nd, check=_nd_check, axes=lambda config: config.position_axes
+    ),
+    "rope_learned": PositionEncoding(
+        rotation=_rope_learned, check=_nd_check, axes=lambda config: config.position_axes
+    ),
     "alibi": PositionEncoding(bias=_alibi),
     "none": PositionEncoding(),
 }

@@ -91,7 +91,28 @@ def apply_rope(
     turns = rope_phase.rotation_turns(
         positions, rotary_dim, base=base, dtype=dtype, layout=layout, inv_freq=inv_freq
     )
-    cos, sin = _cos_sin(_over_heads(turns, seq_axis), attention, layout)  # [..., L, (1,) R]
+    return rotate_by_turns(x, _over_heads(turns, seq_axis), attention=attention, layout=layout)
+
+
+def rotate_by_turns(x, turns, *, attention: float = 1.0, layout: str = "interleaved"):
+    """The rotation step of `apply_rope`, given its angles: x's first R features rotated.
+
+    Shared by `apply_rope` and `rope_nd.apply_rope_nd` (the same operations, so the same
+    speed and bits for the same angles).
+
+    Args:
+      x: array of shape [..., H].
+      turns: the angle of each feature in turns (each pair's at both of its features, in
+        `layout`'s order), float32 or float64: shape [..., R], broadcasting against
+        x[..., :R] (e.g. [..., L, 1, R] for every head alike, [..., L, N, R] per head).
+      attention: cos and sin multiplied by it, as HF does for scaled RoPE.
+      layout: "interleaved" or "half".
+
+    Returns:
+      Array of x's shape and dtype; features past R pass through.
+    """
+    rotary_dim, dtype = turns.shape[-1], turns.dtype
+    cos, sin = _cos_sin(turns, attention, layout)  # [..., R]
     # The rotation: (a, b) -> (a cos - b sin, b cos + a sin) = x·cos + partners(x)·[-sin, +sin],
     # partners(x) putting b at a's place and a at b's, in at least float32.
     rotated = _rope_cpu.rotate(_rope_cpu.widen(x[..., :rotary_dim], dtype), cos, sin, layout)
@@ -103,7 +124,7 @@ def apply_rope(
 
 def _frequencies(rotary_dim, base, scaling, seq_len):
     """(θ_i, attention factor); θ_i is None for base^(-2i/R), made exact from base itself."""
-    if rope_scaling.kind_of(scaling) == "default":
+    if rope_scaling.is_plain(scaling):
         return None, 1.0
     # float64: at position 10^6 a float32 θ_i would already be off by ~0.1 rad.
     return scaled_frequencies(

@@ -7,12 +7,18 @@ carries, in either generation: transformers v4's `rope_scaling` (base given apar
 Where HF reads the pre-training length from the model config (`max_position_embeddings` for
 "dynamic"), the dictionary carries it as "original_max_position_embeddings".
 
+Per layer (`layer_parameters`, `layer_rope`): v5's `rope_parameters` may be nested by layer
+type, `{"full_attention": {...}, "sliding_attention": {...}}` beside `layer_types` (one type
+per layer), each type with its own base, scaling and partial_rotary_factor, or None for a layer
+without positions (NoPE, as Llama 4's every 4th layer).
+
 Shapes: R rotary dim; every function returns (inv_freq [R/2] float32, attention_factor float).
 The arithmetic is float64 numpy: the frequencies are constants of the model, not traced values.
 """
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -224,6 +230,18 @@ def kind_of(scaling: Mapping | None) -> str:
     return params.get("rope_type", params.get("type", "default"))
 
 
+def is_plain(scaling: Mapping | None) -> bool:
+    """Whether a dictionary is plain RoPE, in either spelling transformers uses: "default", or
+    "proportional" with factor 1 over the whole head (releases that dropped "default")."""
+    params = scaling or {}
+    kind = kind_of(params)
+    return kind == "default" or (
+        kind == "proportional"
+        and float(params.get("factor", 1.0)) == 1.0
+        and float(params.get("partial_rotary_factor", 1.0)) == 1.0
+    )
+
+
 def scaled_frequencies(
     rotary_dim: int,
     *,
@@ -257,3 +275,70 @@ def scaled_frequencies(
         raise ValueError(f"rope scaling 'rope_theta' {theta} disagrees with base {base}")
     inv_freq, attention = SCALINGS[kind](rotary_dim, float(base), params, seq_len)
     return np.asarray(inv_freq, dtype), float(attention)
+
+
+class LayerRope(NamedTuple):
+    """How one layer rotates: `apply_rope`'s base, rotary_dim and scaling."""
+
+    base: float
+    rotary_dim: int | None  # R; None for every feature (partial_rotary_factor 1)
+    scaling: dict | None  # the layer's dictionary (kind and its keys), None for plain RoPE
+
+
+def is_nested(rope_parameters: Mapping | None, layer_types: Sequence[str] | None) -> bool:
+    """Whether `rope_parameters` is nested by layer type: a key of it is one of `layer_types`
+    (HF's `nested_rope_parameter_keys`)."""
+    return any(key in (layer_types or ()) for key in (rope_parameters or {}))
+
+
+def layer_parameters(
+    rope_parameters: Mapping | None, layer_types: Sequence[str] | None, num_layers: int
+) -> list[dict | None]:
+    """Each layer's flat dictionary, from v5's `rope_parameters`, flat or nested by layer type.
+
+    Nested (as HF reads it) when a key of `rope_parameters` is one of `layer_types`; then
+    layer l takes the entry of layer_types[l], which may be None (no positions). Flat: every
+    layer takes the whole dictionary ({} for None).
+    """
+    params = dict(rope_parameters or {})
+    types = list(layer_types or [])
+    if layer_types is not None and len(types) != num_layers:
+        raise ValueError(f"layer_types has {len(types)} entries for {num_layers} layers: {types}")
+    if not is_nested(params, types):
+        return [params] * num_layers
+    missing = sorted(set(types) - set(params))
+    if missing:
+        raise ValueError(
+            f"layer types {missing} are missing from rope_parameters, which has "
+            f"{sorted(params)}; give each a dictionary, or None for a layer without positions"
+        )
+    for name in types:
+        if params[name] is not None and not isinstance(params[name], Mapping):
+            raise ValueError(f"rope_parameters[{name!r}] = {params[name]!r} is not a dictionary")
+    return [None if params[name] is None else dict(params[name]) for name in types]
+
+
+def layer_rope(head_dim: int, params: Mapping | None, *, base: float) -> LayerRope | None:
+    """One layer's RoPE from its flat dictionary (`layer_parameters`); None: no positions.
+
+    The layer's "rope_theta" overrides `base` (the model's). HF rotates the first
+    int(H·partial_rotary_factor) features, except "proportional", which rotates the whole head
+    with zero frequencies past the fraction. Fraction 0 rotates nothing, like a NoPE layer.
+    """
+    if params is None:
+        return None
+    params = dict(params)
+    base = float(params.get("rope_theta", base))
+    partial = float(params.get("partial_rotary_factor", 1.0))
+    if not 0.0 <= partial <= 1.0:
+        raise ValueError(f"partial_rotary_factor {partial} is not in [0, 1]")
+    rotary_dim = head_dim if kind_of(params) == "proportional" else int(head_dim * partial)
+    if rotary_dim == 0:
+        return None
+    if rotary_dim % 2:
+        raise ValueError(
+            f"partial_rotary_factor {partial} of head dim {head_dim} rotates {rotary_dim} "
+            "features, an odd number; RoPE rotates pairs of features"
+        )
+    scaled_frequencies(rotary_dim, base=base, scaling=params)  # fails now, with HF's key names
+    return LayerRope(base, None if rotary_dim == head_dim else rotary_dim, params or None)
