@@ -23,11 +23,14 @@ GOLDEN_PARAM_COUNTS = {"tiny": 2_088_442, "small": 11_070_522, "base": 109_121_0
 BERT_BASE_MLM_PARAMS = 109_514_298
 
 KINDS = tuple(ATTENTION_KINDS)
-# A bias on the scores (ALiBi) needs the score matrix: softmax only.
+# A bias on the scores (ALiBi) needs the score matrix: softmax only. The encodings on several
+# position axes reach every kind through the same `rope.Rotation` as "rope" does: softmax
+# only here (positions_test.py checks them with more positions).
 COMBINATIONS = [
     dict(testcase_name=f"{p}_{a}", position=p, attention=a)
     for p, a in itertools.product(positions.ENCODINGS, KINDS)
-    if positions.ENCODINGS[p].bias is None or a == "softmax"
+    if (positions.ENCODINGS[p].bias is None and positions.ENCODINGS[p].axes is None)
+    or a == "softmax"
 ]
 B, L, V = 2, 8, 64
 
