@@ -304,6 +304,15 @@ class BatchTest(CorpusTestCase):
             self, c, next(train_batches(other, batch_size=8, seed=1, start_step=3, prefetch=0))
         )
 
+    def test_document_segments(self):
+        # [CLS] 7 8 [SEP] | 9 [SEP] | [SEP]: the row's closing [SEP] (where the window was cut)
+        # joins the last document, even right after one ended.
+        ids = np.array([[1, 7, 8, 3, 9, 3, 3], [1, 7, 3, 8, 9, 9, 3]])
+        np.testing.assert_array_equal(
+            objectives.document_segments(ids, sep_id=3),
+            [[0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 1, 1]],
+        )
+
     @parameterized.parameters("mlm", "clm")
     def test_isolated_rows_are_the_open_rows_with_their_documents(self, objective):
         open_, isolated = (self.load(objective=objective, documents=d) for d in DOCUMENTS)
