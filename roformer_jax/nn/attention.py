@@ -1,12 +1,15 @@
 """Attention kinds as pure functions: softmax, linear (RoFormer eqs. 18-19) and cosine.
 
 Glossary of shapes:
-  B batch, L query length, M key length, N heads, H head dim,
+  B batch, L query length, M key length, N query heads, K key/value heads (N a multiple of
+  K), G = N / K, H head dim,
   F feature dim (of a feature map φ), E value columns (H, or H + 1 with a column of ones),
-  K number of chunks, C chunk length.
+  J number of chunks, C chunk length.
 
-Every function takes q [B, L, N, H] and k, v [B, M, N, H] and returns [B, L, N, H] in q's
-dtype. Common keyword arguments:
+Every function takes q [B, L, N, H] and k, v [B, M, K, H] and returns [B, L, N, H] in q's
+dtype. K < N is grouped-query attention (GQA; K = 1: multi-query): query head n reads
+key/value head n // G, HF's `repeat_kv` order; k and v are never repeated. Common keyword
+arguments:
   mask          [B, M] bool, True = real token. Padded keys add nothing to any numerator or
                 denominator; a query whose keys are all padded gets zeros.
   causal        query i sees keys j <= i (needs L == M).
@@ -14,14 +17,21 @@ dtype. Common keyword arguments:
                 `rope.rope_rotation(positions)`: RoPE, Su et al. 2021, eq. 14), or None. The
                 kinds never see positions themselves, so any encoding that rotates q and k
                 (scaled RoPE, xPos, ...) needs no keyword here.
-Softmax attention also takes `bias` [B or 1, N, L, M], added to the scores (ALiBi); the
-linear kinds cannot, since they never form the scores. Linear attention's feature maps φ
-(elu + 1, ..., FAVOR+'s random features) are the table of `feature_maps.py`.
+  segment_ids   int [B, L] (needs L == M): packed rows. Query i sees key j only if both lie
+                in the same segment, a run of equal ids (`segments.py`; ids of documents
+                packed one after another). Padding is still marked by mask=False, whatever
+                its id. Positions restarting per segment are the caller's
+                (`segments.segment_positions`), as every rotation is.
+Softmax attention also takes `bias` [B or 1, N, L, M], added to the scores (ALiBi), and a
+sliding `window`; the linear kinds cannot take a bias, since they never form the scores.
+Linear attention's feature maps φ (elu + 1, ..., FAVOR+'s random features) are the table of
+`feature_maps.py`.
 
 The linear kinds (`linear_attention`, `cosine_attention`) never form the L x M matrix: their
-memory is O(L) with or without `causal`. The causal form splits the sequence into chunks of
-C positions, is quadratic inside a chunk and carries prefix sums of the per-chunk states
-[K, B, N, F, E] across chunks, so no [L, F, E] tensor is ever built.
+memory is O(L) with or without `causal` or `segment_ids`. The causal form splits the
+sequence into chunks of C positions, is quadratic inside a chunk and carries prefix sums of
+the per-chunk states [J, B, K, F, E] across chunks, so no [L, F, E] tensor is ever built;
+segments restart those sums at each segment's start (`attention_core.kernel_sums`).
 What the full forms share with their decode steps (attention_step.py) is in
 `attention_core.py`; the table of kinds is `attention_kinds.ATTENTION_KINDS`.
 Speed is measured in benchmarks/attention.py; what makes the CPU path fast is in
@@ -31,13 +41,15 @@ Speed is measured in benchmarks/attention.py; what makes the CPU path fast is in
 import jax
 import jax.numpy as jnp
 
-from roformer_jax.nn import _attention_cpu
+from roformer_jax.nn import _attention_cpu, segments
 from roformer_jax.nn.attention_core import (
     KernelOptions,
     LinearOptions,
+    check_window,
     compute_dtype,
     cosine_features,
     feature_sums,
+    grouped_product,
     guard,
     heads,
     kernel_attention,
@@ -47,21 +59,46 @@ from roformer_jax.nn.attention_core import (
 from roformer_jax.nn.rope import Rotation
 
 
-def _check_shapes(q, k, v, mask, causal) -> None:
+def _check_shapes(q, k, v, mask, causal, segment_ids=None) -> None:
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(
-            f"q, k, v must be [B, L, N, H], [B, M, N, H], [B, M, N, H]; got shapes "
+            f"q, k, v must be [B, L, N, H], [B, M, K, H], [B, M, K, H]; got shapes "
             f"{q.shape}, {k.shape}, {v.shape}"
         )
     b, length, n, h = q.shape
-    if k.shape[0] != b or k.shape[2:] != (n, h) or v.shape[:3] != k.shape[:3]:
+    if k.shape[0] != b or k.shape[3] != h or v.shape != k.shape:
         raise ValueError(
-            f"q {q.shape}, k {k.shape}, v {v.shape} do not agree as [B, L, N, H], [B, M, N, H]"
+            f"q {q.shape}, k {k.shape}, v {v.shape} do not agree as [B, L, N, H], [B, M, K, H]"
+        )
+    if n % k.shape[2]:
+        raise ValueError(
+            f"q {q.shape}, k {k.shape}, v {v.shape} do not agree: q's N={n} heads are not a "
+            f"multiple of k and v's K={k.shape[2]} heads (grouped-query attention)"
         )
     if mask is not None and mask.shape != k.shape[:2]:
         raise ValueError(f"mask has shape {mask.shape}; expected [B, M] = {k.shape[:2]}")
     if causal and length != k.shape[1]:
         raise ValueError(f"causal attention needs L == M; got L={length}, M={k.shape[1]}")
+    if segment_ids is not None:
+        segments.check_segment_ids(segment_ids, b, length, k.shape[1])
+
+
+def _segment_index(segment_ids):
+    return None if segment_ids is None else segments.segment_index(segment_ids)
+
+
+def _visible(mask, causal, segment_ids, window, length, keys):
+    """Which keys each query sees: bool, broadcastable to [B, 1, L, M]."""
+    visible = jnp.ones((1, 1, 1, keys), bool) if mask is None else mask[:, None, None, :]
+    offset = jnp.arange(length)[:, None] - jnp.arange(keys)[None, :]  # i - j, [L, M]
+    if causal:
+        visible = visible & (offset >= 0)
+    if window is not None:  # i - window < j (<= i when causal), or |i - j| < window
+        visible = visible & (jnp.abs(offset) < window)
+    if segment_ids is not None:
+        index = segments.segment_index(segment_ids)
+        visible = visible & (index[:, None, :, None] == index[:, None, None, :])
+    return visible
 
 
 def softmax_attention(
@@ -76,27 +113,31 @@ def softmax_attention(
     dropout_rate=0.0,
     dropout_rng=None,
     example_ids=None,
+    segment_ids=None,
+    window: int | None = None,
 ):
     """softmax(R q (R k)ᵀ / √H + bias) v: R the rotation (when given), bias [B or 1, N, L, M].
 
     Scores and softmax are computed in float32 (float64 for float64 inputs). O(L·M) memory.
     `dropout_rate` > 0 drops attention weights (scaled by 1/(1 - rate)); needs `dropout_rng`.
     Row b's mask depends on that key and example_ids[b] only (int [B]; default arange(B)).
+    window: None, or an int >= 1: sliding-window attention (Mistral; Gemma's local layers),
+    query i sees the keys j with |i - j| < window (causal: i - window < j <= i), counted in
+    the rows' indices; it composes with mask, segment_ids and grouped heads.
     Returns [B, L, N, H] in q's dtype.
     """
-    _check_shapes(q, k, v, mask, causal)
+    _check_shapes(q, k, v, mask, causal, segment_ids)
+    check_window(window)
     if dropout_rate > 0.0 and dropout_rng is None:
         raise ValueError(f"dropout_rate={dropout_rate} needs a dropout_rng")
     if rotation is not None:
         q, k = rotation.q(q), rotation.k(k)
-    visible = jnp.ones((1, 1, 1, k.shape[1]), bool) if mask is None else mask[:, None, None, :]
-    if causal:
-        visible = visible & jnp.tril(jnp.ones((q.shape[1], k.shape[1]), bool))
+    visible = _visible(mask, causal, segment_ids, window, q.shape[1], k.shape[1])
     return softmax_over_visible(q, k, v, visible, bias, dropout_rate, dropout_rng, example_ids)
 
 
 def _numerator_rope(q, k, v, *, phi, mask, eps, rotation):
-    """Eq. (19), not causal: q [B, L, N, H], k, v [B, M, N, H] -> (out [B, N, L, H], the
+    """Eq. (19), not causal: q [B, L, N, H], k, v [B, M, K, H] -> (out [B, N, L, H], the
     denominators [B, N, L, 1]); phi: (φ of queries, φ of keys).
 
     Keys first: S = Σ_j φ(k_j) and the state Σ_j R_jφ(k_j) v_jᵀ; then each query's
@@ -108,10 +149,10 @@ def _numerator_rope(q, k, v, *, phi, mask, eps, rotation):
     if mask is not None:  # where, not *: a NaN in the padding must not leak
         kf = jnp.where(mask[:, :, None, None], kf, 0.0)
         v = jnp.where(mask[:, :, None, None], v, 0.0)
-    key_sums = jnp.sum(kf, axis=1)  # [B, N, F]
-    state = jnp.einsum("BNMF,BNME->BNFE", heads(rotation.k(kf)), heads(v))  # [B, N, F, H]
+    key_sums = jnp.sum(kf, axis=1)  # [B, K, F]
+    state = jnp.einsum("BKMF,BKME->BKFE", heads(rotation.k(kf)), heads(v))  # [B, K, F, H]
     qf = phi_q(_attention_cpu.after(q, state))
-    num = jnp.einsum("BNLF,BNFE->BNLE", heads(rotation.q(qf)), state)
+    num = grouped_product(heads(rotation.q(qf)), state)
     den = feature_sums(qf, key_sums)
     return num / guard(den, eps), den
 
@@ -137,6 +178,7 @@ def linear_attention(
     mask=None,
     causal=False,
     rotation: Rotation | None = None,
+    segment_ids=None,
     return_min_denominator=False,
     **options,
 ):
@@ -154,7 +196,9 @@ def linear_attention(
     the numerator divided by eps.
 
     Computed as φ(q_i)ᵀ Σ_j φ(k_j) v_jᵀ in float32 (or float64): O(L·F·H) time and O(L) memory;
-    `causal` uses chunks of `chunk_size` positions (see `attention_core.kernel_sums`).
+    `causal` and `segment_ids` use chunks of `chunk_size` positions, whose sums restart at
+    each segment's start (see `attention_core.kernel_sums`); the sums are formed once per
+    key/value head, whatever G.
     options: the fields of `attention_core.LinearOptions` (placement="numerator",
     feature_map="elu", projection=None, eps=1e-6, chunk_size=64), which its decode step takes
     too. feature_map: a key of feature_maps.FEATURE_MAPS ("elu" = elu + 1, "relu", "softplus",
@@ -163,21 +207,23 @@ def linear_attention(
     Returns [B, L, N, H] in q's dtype; with return_min_denominator, (that, the smallest
     |denominator| of a real query before the guard, a float32 scalar).
     """
-    _check_shapes(q, k, v, mask, causal)
+    _check_shapes(q, k, v, mask, causal, segment_ids)
     options = LinearOptions(**options)
     options.check(q.shape[-1])
     out_dtype, dtype = q.dtype, compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
 
-    if rotation is not None and options.placement == "numerator" and not causal:
+    plain = not causal and segment_ids is None  # one sum over all keys
+    if rotation is not None and options.placement == "numerator" and plain:
         out, den = _numerator_rope(
             q, k, v, phi=options.phi(), mask=mask, eps=options.eps, rotation=rotation
         )
     else:
         qn, kn, den = linear_features(q, k, rotation=rotation, options=options)
         out, den, _ = kernel_attention(
-            qn, kn, heads(v), den_features=den, mask=mask, causal=causal, options=options
-        )
+            qn, kn, heads(v), den_features=den, mask=mask, causal=causal, options=options,
+            segments=_segment_index(segment_ids),
+        )  # fmt: skip
     out = heads(out).astype(out_dtype)
     return (out, _min_abs_denominator(den, mask)) if return_min_denominator else out
 
@@ -190,6 +236,7 @@ def cosine_attention(
     mask=None,
     causal=False,
     rotation: Rotation | None = None,
+    segment_ids=None,
     return_min_denominator=False,
     **options,
 ):
@@ -205,11 +252,14 @@ def cosine_attention(
     Returns [B, L, N, H] in q's dtype; with return_min_denominator, (that, the smallest
     denominator of a real query, a float32 scalar), as `linear_attention`.
     """
-    _check_shapes(q, k, v, mask, causal)
+    _check_shapes(q, k, v, mask, causal, segment_ids)
     options = KernelOptions(**options)
     out_dtype, dtype = q.dtype, compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
     qf, kf = cosine_features(q, k, rotation)
-    out, den, _ = kernel_attention(qf, kf, heads(v), mask=mask, causal=causal, options=options)
+    out, den, _ = kernel_attention(
+        qf, kf, heads(v), mask=mask, causal=causal, options=options,
+        segments=_segment_index(segment_ids),
+    )  # fmt: skip
     out = heads(out).astype(out_dtype)
     return (out, _min_abs_denominator(den, mask)) if return_min_denominator else out

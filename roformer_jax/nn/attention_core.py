@@ -2,14 +2,19 @@
 share: softmax over the visible keys, the linear kinds' options, features and kernel sums.
 
 Glossary of shapes:
-  B batch, L query length, M key length, N heads, H head dim,
+  B batch, L query length, M key length, N query heads, K key/value heads (N a multiple of
+  K), G = N / K query heads per key/value head, H head dim,
   F feature dim (of a feature map φ), E value columns (H, or H + 1 with a column of ones),
-  K number of chunks, C chunk length.
+  J number of chunks, C chunk length.
 Heads-major arrays ([B, N, L, F]) are what the kernel sums take: XLA's CPU matmuls want the
 batch axes first, so one transpose in and out beats one per product.
+Grouped-query attention (GQA): query head n reads key/value head n // G (HF's `repeat_kv`
+order). Keys and values are never repeated: the G query heads of a group meet their key/value
+head in one product, as if they were G times as many queries.
 """
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -76,21 +81,31 @@ def option_names(options: type) -> frozenset[str]:
     return frozenset(field.name for field in dataclasses.fields(options))
 
 
+def check_window(window) -> None:
+    """Raises ValueError unless window (softmax's sliding window) is None or an int >= 1."""
+    if window is not None and (not isinstance(window, int) or window < 1):
+        raise ValueError(f"window={window!r}; expected None or an int >= 1 (keys per query)")
+
+
 def softmax_over_visible(q, k, v, visible, bias, dropout_rate=0.0, dropout_rng=None,
                          example_ids=None):  # fmt: skip
     """softmax(q kᵀ / √H + bias) v over the visible keys; q, k already rotated.
 
-    q [B, L, N, H], k, v [B, M, N, H]; visible: bool, broadcastable to [B, N, L, M]; bias
+    q [B, L, N, H], k, v [B, M, K, H]; visible: bool, broadcastable to [B, N, L, M]; bias
     [B or 1, N, L, M] or None. A row with no visible key gets zeros. Dropout as in
     `attention.softmax_attention`. Returns [B, L, N, H] in q's dtype.
     """
     if dropout_rate == 0.0 and not on_cpu():
         return _fused_softmax(q, k, v, visible, bias)
     dtype = compute_dtype(q)
-    scores = jnp.einsum("BLNH,BMNH->BNLM", q, k, preferred_element_type=dtype)
-    scores = scores * (q.shape[-1] ** -0.5)
     if bias is not None:
         _check_bias(bias, q, k)
+    b, length, n, h = q.shape
+    kv, keys = k.shape[2], k.shape[1]
+    q = q.reshape(b, length, kv, n // kv, h)  # [B, L, K, G, H]
+    scores = jnp.einsum("BLKGH,BMKH->BKGLM", q, k, preferred_element_type=dtype)
+    scores = scores.reshape(b, n, length, keys) * (h**-0.5)  # [B, N, L, M]
+    if bias is not None:
         scores = scores + bias.astype(dtype)
     weights = jax.nn.softmax(jnp.where(visible, scores, jnp.finfo(dtype).min), axis=-1)
     # A row with no visible key would otherwise be a uniform average over padding.
@@ -100,7 +115,8 @@ def softmax_over_visible(q, k, v, visible, bias, dropout_rate=0.0, dropout_rng=N
             example_ids = jnp.arange(weights.shape[0])
         keep = _threefry.bernoulli_rows(dropout_rng, example_ids, 1.0 - dropout_rate, weights.shape)
         weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
-    out = jnp.einsum("BNLM,BMNH->BLNH", weights.astype(v.dtype), v)
+    weights = weights.astype(v.dtype).reshape(b, kv, n // kv, length, keys)  # [B, K, G, L, M]
+    out = jnp.einsum("BKGLM,BMKH->BLKGH", weights, v).reshape(b, length, n, h)
     return out.astype(q.dtype)
 
 
@@ -137,52 +153,118 @@ def guard(den, eps):
 
 
 def feature_sums(qf, key_sums):
-    """qf_i·key_sums for each query and head: [B, L, N, F], [B, N, F] -> [B, N, L, 1]."""
+    """qf_i·key_sums for each query and head: [B, L, N, F], [B, K, F] -> [B, N, L, 1]."""
+    # The sums of each key/value head serve its G query heads: B·N·F numbers, not keys.
+    key_sums = jnp.repeat(key_sums, qf.shape[2] // key_sums.shape[1], axis=1)  # [B, N, F]
     if on_cpu():
         return _attention_cpu.feature_sums(qf, key_sums)
     return heads(jnp.einsum("BLNF,BNF->BLN", qf, key_sums)[..., None])
 
 
-def kernel_sums(qf, kf, values, *, causal, chunk_size):
+def grouped_product(qf, states):
+    """qf_i·states for each query of each head: [B, N, L, F], [B, K, F, E] -> [B, N, L, E].
+
+    The G query heads of a key/value head are one product, as G·L queries."""
+    b, n, length, f = qf.shape
+    kv = states.shape[1]
+    out = jnp.einsum("BKQF,BKFE->BKQE", qf.reshape(b, kv, n // kv * length, f), states)
+    return out.reshape(b, n, length, -1)
+
+
+def kernel_sums(qf, kf, values, *, causal, chunk_size, segments=None):
     """Σ_j (qf_i·kf_j) values_j over all j, or over j <= i when causal; O(L) memory.
 
-    qf [B, N, L, F], kf [B, N, M, F], values [B, N, M, E] -> [B, N, L, E].
-    Non-causal: qf (kfᵀ values), O(L·F·E). Causal: chunks of C positions; inside a chunk the
-    masked C x C products are explicit, earlier chunks enter through an exclusive prefix sum
-    of the per-chunk states [B, N, K, F, E]. Sums are thus hierarchical (C terms, then K),
-    which also keeps float32 rounding small. Never an [L, F, E] tensor.
+    qf [B, N, L, F], kf [B, K, M, F], values [B, K, M, E] -> [B, N, L, E]; query head n reads
+    key/value head n // G. segments: None, or int [B, L] (L == M), each token's segment
+    numbered along the row (`segments.segment_index`): then only the j in i's segment count.
+    Non-causal without segments: qf (kfᵀ values), O(L·F·E). Otherwise chunks of C positions;
+    inside a chunk the masked C x C products are explicit, earlier (and, non-causal, later)
+    chunks enter through sums of per-chunk states [J, B, K, F, E] (`_carried`). Sums are
+    thus hierarchical (C terms, then J), which also keeps float32 rounding small. Never an
+    [L, F, E] tensor, nor anything [L, L].
     """
-    if not causal:
-        return jnp.einsum("BNLF,BNFE->BNLE", qf, jnp.einsum("BNMF,BNME->BNFE", kf, values))
-    b, n, length = qf.shape[:3]
+    if not causal and segments is None:
+        return grouped_product(qf, jnp.einsum("BKMF,BKME->BKFE", kf, values))
+    b, n, length, f = qf.shape
+    kv = kf.shape[1]
+    g = n // kv
     c = min(chunk_size, length)
     pad = -length % c
     if pad:  # zero keys and values add nothing; the padded queries are cut off below
         widths = ((0, 0), (0, 0), (0, pad), (0, 0))
         qf, kf, values = (jnp.pad(x, widths) for x in (qf, kf, values))
-    kc = (length + pad) // c
-    qf, kf, values = (x.reshape(b, n, kc, c, x.shape[-1]) for x in (qf, kf, values))
+        if segments is not None:
+            segments = jnp.pad(segments, ((0, 0), (0, pad)), mode="edge")
+    j = (length + pad) // c
+    # A chunk's queries of the G heads of a group, [G·C, F], meet the chunk's keys in one
+    # product: [B, N, L, F] = [B, K, G, J, C, F] -> [B, K, J, G·C, F] (no copy when G = 1).
+    qc = qf.reshape(b, kv, g, j, c, f).transpose(0, 1, 3, 2, 4, 5).reshape(b, kv, j, g * c, f)
+    kc, vc = (x.reshape(b, kv, j, c, x.shape[-1]) for x in (kf, values))
 
-    tril = jnp.tril(jnp.ones((c, c), bool))
-    scores = jnp.where(tril, jnp.einsum("BNKCF,BNKDF->BNKCD", qf, kf), 0.0)
-    out = jnp.einsum("BNKCD,BNKDE->BNKCE", scores, values)
-    states = jnp.einsum("BNKDF,BNKDE->KBNFE", kf, values)
-    # Earlier chunks: an exclusive prefix sum of the states over chunks.
-    if on_cpu():
-        prefix = _attention_cpu.exclusive_cumsum(states)
-    else:
-        prefix = jnp.cumsum(states, axis=0) - states
-    out = out + jnp.einsum("BNKCF,KBNFE->BNKCE", qf, prefix)
-    return out.reshape(b, n, kc * c, -1)[:, :, :length]
+    visible = jnp.tril(jnp.ones((c, c), bool)) if causal else None  # [C, C]
+    if segments is not None:
+        segments = segments.reshape(b, 1, j, c)  # [B, 1, J, C]
+        same = segments[..., :, None] == segments[..., None, :]  # [B, 1, J, C, C]
+        visible = same if visible is None else same & visible
+    scores = jnp.einsum("BKJQF,BKJDF->BKJQD", qc, kc)
+    scores = jnp.where(jnp.tile(visible, (1,) * (visible.ndim - 2) + (g, 1)), scores, 0.0)
+    out = jnp.einsum("BKJQD,BKJDE->BKJQE", scores, vc) + _carried(qc, kc, vc, segments, g)
+    if not causal:  # later chunks: the same sums with the row reversed
+        flip = functools.partial(jnp.flip, axis=(2, 3))  # the chunks and the positions in each
+        out = out + flip(_carried(flip(qc), flip(kc), flip(vc), flip(segments), g))
+    out = out.reshape(b, kv, j, g, c, -1).transpose(0, 1, 3, 2, 4, 5)  # [B, K, G, J, C, E]
+    return out.reshape(b, n, j * c, -1)[:, :, :length]
+
+
+def _carried(qc, kc, vc, segments, g):
+    """What the keys of earlier chunks add to each query: Σ_{j in earlier chunks} (qf_i·kf_j)
+    values_j, over the j in i's segment when `segments` [B, 1, J, C] is given.
+
+    qc [B, K, J, G·C, F], kc [B, K, J, C, F], vc [B, K, J, C, E] -> [B, K, J, G·C, E].
+    Segments are runs, so the earlier keys in i's segment are those in the chunk's first
+    segment, if i is in it: R_j, summed by a scan over chunks that restarts where a segment
+    starts at a chunk's first token, and carries R_j on through a chunk wholly inside one
+    segment. Only the states [J, B, K, F, E] of the chunks' last segments are formed.
+    """
+    if segments is None:
+        states = jnp.einsum("BKJDF,BKJDE->JBKFE", kc, vc)
+        # Earlier chunks: an exclusive prefix sum of the states over chunks.
+        if on_cpu():
+            prefix = _attention_cpu.exclusive_cumsum(states)
+        else:
+            prefix = jnp.cumsum(states, axis=0) - states
+        return jnp.einsum("BKJQF,JBKFE->BKJQE", qc, prefix)
+    first = segments == segments[..., :1]  # in the chunk's first segment
+    last = segments == segments[..., -1:]  # in the chunk's last segment
+    states = jnp.einsum("BKJDF,BKJDE->JBKFE", kc, jnp.where(last[..., None], vc, 0.0))
+    whole = jnp.moveaxis(first[..., -1], 2, 0)  # [J, B, 1]: the chunk is one segment
+    # The chunk's first segment began in an earlier chunk: [J, B, 1].
+    continued = segments[..., 0] == jnp.roll(segments[..., -1], 1, axis=-1)
+    continued = jnp.moveaxis(continued.at[..., 0].set(False), 2, 0)
+    gates = (whole[..., None, None], continued[..., None, None])  # [J, B, 1, 1, 1]
+    _, prefix = jax.lax.scan(_carry_step, jnp.zeros_like(states[0]), (states, *gates))
+    reads = jnp.where(jnp.tile(first, (1, 1, 1, g))[..., None], qc, 0.0)
+    return jnp.einsum("BKJQF,JBKFE->BKJQE", reads, prefix)
+
+
+def _carry_step(running, chunk):
+    """One chunk of `_carried`'s scan. running: the keys' sums of the segment that the last
+    chunk ended in; returns (the same after this chunk, R_j: those this chunk's first segment
+    had before it)."""
+    state, whole, continued = chunk
+    before = jnp.where(continued, running, 0.0)
+    return state + jnp.where(whole, before, 0.0), before
 
 
 def kernel_attention(qn, kn, v, *, den_features=None, mask, causal, options: KernelOptions,
-                     state=None):  # fmt: skip
-    """Σ_j (qn_i·kn_j) v_j / guard(Σ_j qd_i·kd_j), all heads-major: [B, N, L, F], [B, N, M, F].
+                     state=None, segments=None):  # fmt: skip
+    """Σ_j (qn_i·kn_j) v_j / guard(Σ_j qd_i·kd_j), all heads-major: queries [B, N, L, F],
+    keys and values [B, K, M, F] (query head n reads key/value head n // G).
 
     den_features=(qd, kd) when the denominator has its own features (eq. 19); otherwise it is
     Σ_j qn_i·kn_j, read off a column of ones appended to v in the same products.
     options: eps and chunk_size (a LinearOptions serves: it is a KernelOptions).
+    segments: None, or int [B, L] numbering each token's segment (`kernel_sums`).
     Returns (out [B, N, L, H], the denominators before the guard [B, N, L, 1], None).
 
     With `state` (the sums over tokens seen before these, one per term, as in
@@ -204,10 +286,12 @@ def kernel_attention(qn, kn, v, *, den_features=None, mask, causal, options: Ker
     sums, after = [], []
     for (qx, kx, values), seen in zip(terms, before):
         kx, values = keys(kx), keys(values)
-        total = kernel_sums(qx, kx, values, causal=causal, chunk_size=options.chunk_size)
+        total = kernel_sums(
+            qx, kx, values, causal=causal, chunk_size=options.chunk_size, segments=segments
+        )
         if seen is not None:
-            total = total + jnp.einsum("BNLF,BNFE->BNLE", qx, seen)
-            after.append(seen + jnp.einsum("BNMF,BNME->BNFE", kx, values))
+            total = total + grouped_product(qx, seen)
+            after.append(seen + jnp.einsum("BKMF,BKME->BKFE", kx, values))
         sums.append(total)
     num, den = (sums[0][..., :-1], sums[0][..., -1:]) if den_features is None else sums
     return num / guard(den, options.eps), den, None if state is None else tuple(after)

@@ -35,27 +35,31 @@ class AttentionKind:
     step_options: frozenset[str]
 
 
-# Reported by a linear kind's full form: how near the denominator's guard comes to binding.
-_MIN_DENOMINATOR = frozenset({"return_min_denominator"})
+# A linear kind's full form also takes packed rows' segment ids (its step decodes one
+# sequence per row) and reports how near the denominator's guard comes to binding.
+_FULL_ONLY = frozenset({"segment_ids", "return_min_denominator"})
 
 ATTENTION_KINDS: dict[str, AttentionKind] = {
     "softmax": AttentionKind(
         full=attention.softmax_attention,
         step=attention_step.softmax_attention_step,
-        options=frozenset({"bias", "dropout_rate", "dropout_rng", "example_ids"}),
-        # The KV cache stores each key's position (for a bias) in `capacity` slots.
-        step_options=frozenset({"bias", "positions", "capacity"}),
+        options=frozenset(
+            {"bias", "dropout_rate", "dropout_rng", "example_ids", "segment_ids", "window"}
+        ),
+        # The KV cache stores each key's position (for a bias) in `capacity` slots, or in a
+        # ring of `window` slots.
+        step_options=frozenset({"bias", "positions", "capacity", "window"}),
     ),
     "linear": AttentionKind(
         full=attention.linear_attention,
         step=attention_step.linear_attention_step,
-        options=option_names(LinearOptions) | _MIN_DENOMINATOR,
+        options=option_names(LinearOptions) | _FULL_ONLY,
         step_options=option_names(LinearOptions),
     ),
     "cosine": AttentionKind(
         full=attention.cosine_attention,
         step=attention_step.cosine_attention_step,
-        options=option_names(KernelOptions) | _MIN_DENOMINATOR,
+        options=option_names(KernelOptions) | _FULL_ONLY,
         step_options=option_names(KernelOptions),
     ),
 }

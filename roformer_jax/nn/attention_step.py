@@ -1,15 +1,18 @@
 """Each attention kind one block of tokens at a time, for decoding (`roformer_jax.nn.decoding`).
 
 Each kind's step function takes what the earlier tokens left (`memory`: None before the first
-block), the new tokens' q, k, v [B, T, N, H], and returns (out [B, T, N, H], memory after
-them). The new tokens attend causally among themselves and to every earlier token, so a
-prompt of T tokens followed by single tokens computes what the kind's causal form computes
-on the whole sequence. Steps take the kind's own options as its full form does
-(`attention_core.LinearOptions`, `KernelOptions`).
+block), the new tokens' q [B, T, N, H] and k, v [B, T, K, H] (K key/value heads, as in
+attention.py), and returns (out [B, T, N, H], memory after them). The new tokens attend
+causally among themselves and to every earlier token, so a prompt of T tokens followed by
+single tokens computes what the kind's causal form computes on the whole sequence. Steps
+take the kind's own options as its full form does (`attention_core.LinearOptions`,
+`KernelOptions`).
 
-Softmax keeps every earlier key and value (`KVCache`, O(length) memory); the linear kinds keep
-sums over earlier tokens (`KernelState`, O(1) in the length): the recurrent decoding that
-linear attention allows.
+Softmax keeps every earlier key and value (`KVCache`, O(length) memory), or with a sliding
+window only the last `window` (a ring); the linear kinds keep sums over earlier tokens
+(`KernelState`, O(1) in the length): the recurrent decoding that linear attention allows.
+Every memory holds K key/value heads, not N. A step decodes one sequence per row: it takes
+no segment ids.
 """
 
 from collections.abc import Callable
@@ -21,6 +24,7 @@ import jax.numpy as jnp
 from roformer_jax.nn.attention_core import (
     KernelOptions,
     LinearOptions,
+    check_window,
     compute_dtype,
     cosine_features,
     heads,
@@ -32,25 +36,30 @@ from roformer_jax.nn.rope import Rotation
 
 
 class KVCache(NamedTuple):
-    """Softmax attention's memory: every earlier key (rotated at its position) and value.
+    """Softmax attention's memory: earlier keys (rotated at their positions) and values.
 
-    Slots fill from 0; `length` are written. S is the capacity, fixed when the cache is made.
-    Heads lead: with [B, S, N, H], XLA's CPU backend copied every layer's whole cache into
-    [B, N, H, S] for the scores at each step (benchmarks/decode.py).
+    S slots, fixed when the cache is made; `length` tokens have been written. Without a
+    window, token t is in slot t (S is the capacity). With a sliding window, S = window (or
+    less) and the cache is a ring: token t is in slot t mod S, each new token overwriting the
+    one `window` tokens before it, which no later query sees.
+    Heads lead: with [B, S, K, H], XLA's CPU backend copied every layer's whole cache into
+    [B, K, H, S] for the scores at each step (benchmarks/decode.py). K key/value heads: with
+    grouped-query attention the cache is N / K times smaller than with N.
     """
 
-    keys: jax.Array  # [B, N, S, H], rotated where they were written
-    values: jax.Array  # [B, N, S, H]
+    keys: jax.Array  # [B, K, S, H], rotated where they were written
+    values: jax.Array  # [B, K, S, H]
     positions: jax.Array  # int32 [B, S], each key's position (for a bias on the scores)
     valid: jax.Array  # bool [B, S]: written, and not padding
-    length: jax.Array  # int32 [], the slots written so far
+    length: jax.Array  # int32 [], the tokens written so far
 
 
 class KernelState(NamedTuple):
     """A linear kind's memory: Σ_j k'_j e_jᵀ over earlier tokens j, for each sum it forms.
 
-    numerator: [B, N, F, E], with k' the key features and e_j = v_j, or [v_j, 1] when the
-    denominator shares the numerator's features. denominator: [B, N, F, 1] when it has its own
+    numerator: [B, K, F, E] (one per key/value head), with k' the key features and e_j = v_j,
+    or [v_j, 1] when the denominator shares the numerator's features. denominator: [B, K, F, 1]
+    when it has its own
     features (eq. 19: Σ_j φ(k_j)), else None. O(1) memory in the length: the recurrent
     decoding that linear attention allows and softmax does not.
     """
@@ -70,53 +79,97 @@ def softmax_attention_step(
     mask=None,
     rotation: Rotation | None = None,
     bias: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
+    window: int | None = None,
 ):
     """`softmax_attention`, causal, for T new tokens after those in `cache`.
 
-    q, k, v [B, T, N, H]; positions int [B, T], where the new tokens are (stored for `bias`);
-    mask [B, T] bool (False: padding, never attended to). The keys are rotated once, when
-    written: new queries are rotated at their own positions, never re-counted from 0.
-    cache None: the first block, into a new cache of `capacity` slots. bias: a function
-    (query positions [B, T], key positions [B, S]) -> [B or 1, N, T, S] (ALiBi).
+    q [B, T, N, H], k, v [B, T, K, H]; positions int [B, T], where the new tokens are (stored
+    for `bias`); mask [B, T] bool (False: padding, never attended to). The keys are rotated
+    once, when written: new queries are rotated at their own positions, never re-counted
+    from 0. cache None: the first block, into a new cache of `capacity` slots, or with a
+    `window` (as `softmax_attention`'s, counted in tokens of the row) a ring of
+    min(window, capacity) slots, which decodes any length. bias: a function
+    (query positions [B, T], key positions [B, S']) -> [B or 1, N, T, S'] (ALiBi).
     Writing past the capacity is the caller's to prevent (`length` is traced).
     Returns (out [B, T, N, H], cache).
     """
+    check_window(window)
     b, t = q.shape[:2]
     if cache is None:
-        cache = _empty_cache(k, v, capacity)
+        cache = _empty_cache(k, v, capacity, window)
     if rotation is not None:
         q, k = rotation.q(q), rotation.k(k)
+    positions = jnp.broadcast_to(positions, (b, t))
+    new_mask = jnp.ones((b, t), bool) if mask is None else mask
+    if window is None:
+        cache = _write(cache, k, v, positions, new_mask, ring=False)
+        slots = jnp.arange(cache.keys.shape[2])
+        earlier = slots[None, :] <= cache.length - t + jnp.arange(t)[:, None]  # [T, S]
+        keys, values, key_positions = heads(cache.keys), heads(cache.values), cache.positions
+        visible = cache.valid[:, None, None, :] & earlier[None, None]  # [B, 1, T, S]
+    else:
+        # The new queries see the ring as it was and the new keys: written first, a new key
+        # would overwrite one that an earlier new query still sees.
+        old = _ring_index(cache)[None, :] > cache.length + jnp.arange(t)[:, None] - window
+        offset = jnp.arange(t)[:, None] - jnp.arange(t)[None, :]  # [T, T]
+        new = (offset >= 0) & (offset < window)
+        keys = jnp.concatenate([heads(cache.keys), k.astype(cache.keys.dtype)], axis=1)
+        values = jnp.concatenate([heads(cache.values), v.astype(cache.values.dtype)], axis=1)
+        key_positions = jnp.concatenate([cache.positions, positions], axis=1)
+        visible = jnp.concatenate(
+            [cache.valid[:, None, None, :] & old, new_mask[:, None, None, :] & new], axis=-1
+        )  # [B, 1, T, S + T]
+        cache = _write(cache, k, v, positions, new_mask, ring=True)
+    if bias is not None:
+        bias = bias(positions, key_positions)
+    return softmax_over_visible(q, keys, values, visible, bias), cache
+
+
+def _ring_index(cache: KVCache):
+    """int [S]: the token each slot holds, t in slot t mod S (negative: none yet)."""
+    slots = cache.keys.shape[2]
+    last = cache.length - 1
+    return last - (last - jnp.arange(slots)) % slots
+
+
+def _write(cache: KVCache, k, v, positions, mask, *, ring: bool) -> KVCache:
+    """The cache with T new tokens written after `length`: in slots length, length + 1, ...;
+    in a ring taken modulo S, and only the last S tokens of a longer block kept."""
+    slots, t = cache.keys.shape[2], k.shape[1]
     start = cache.length
+    keep = min(t, slots) if ring else t
 
     def write(old, new, axis=1):
-        return jax.lax.dynamic_update_slice_in_dim(old, new.astype(old.dtype), start, axis=axis)
+        new = jax.lax.slice_in_dim(new, t - keep, t, axis=axis).astype(old.dtype)
+        if not ring:
+            return jax.lax.dynamic_update_slice_in_dim(old, new, start, axis=axis)
+        at = (start + t - keep + jnp.arange(keep)) % slots  # distinct slots
+        return old.at[(slice(None),) * axis + (at,)].set(new)
 
-    new_mask = jnp.ones((b, t), bool) if mask is None else mask
-    cache = KVCache(
+    return KVCache(
         keys=write(cache.keys, heads(k), axis=2),
         values=write(cache.values, heads(v), axis=2),
-        positions=write(cache.positions, jnp.broadcast_to(positions, (b, t))),
-        valid=write(cache.valid, new_mask),
+        positions=write(cache.positions, positions),
+        valid=write(cache.valid, mask),
         length=start + t,
     )
-    slots = jnp.arange(cache.keys.shape[2])
-    earlier = slots[None, :] <= start + jnp.arange(t)[:, None]  # [T, S]
-    visible = cache.valid[:, None, None, :] & earlier[None, None]  # [B, 1, T, S]
-    if bias is not None:
-        bias = bias(jnp.broadcast_to(positions, (b, t)), cache.positions)
-    return softmax_over_visible(q, heads(cache.keys), heads(cache.values), visible, bias), cache
 
 
-def _empty_cache(k, v, capacity: int | None) -> KVCache:
-    """A KV cache of `capacity` slots, none written, for keys and values like k, v [B, T, N, H]."""
+def _empty_cache(k, v, capacity: int | None, window: int | None) -> KVCache:
+    """A KV cache, none written, for keys and values like k, v [B, T, K, H]: `capacity`
+    slots, or with a window min(window, capacity) slots (a ring)."""
     b, t, n, h = k.shape
-    if capacity is None or capacity < t:
+    if window is not None:
+        slots = window if capacity is None else min(window, capacity)
+    elif capacity is None or capacity < t:
         raise ValueError(f"a KV cache of capacity {capacity} cannot hold {t} tokens")
+    else:
+        slots = capacity
     return KVCache(
-        keys=jnp.zeros((b, n, capacity, h), k.dtype),
-        values=jnp.zeros((b, n, capacity, h), v.dtype),
-        positions=jnp.zeros((b, capacity), jnp.int32),
-        valid=jnp.zeros((b, capacity), bool),
+        keys=jnp.zeros((b, n, slots, h), k.dtype),
+        values=jnp.zeros((b, n, slots, h), v.dtype),
+        positions=jnp.zeros((b, slots), jnp.int32),
+        valid=jnp.zeros((b, slots), bool),
         length=jnp.zeros((), jnp.int32),
     )
 
@@ -146,11 +199,11 @@ def linear_attention_step(
 ):
     """`linear_attention`, causal, for T new tokens after those summed in `state`.
 
-    q, k, v [B, T, N, H]; mask [B, T]; options: the fields of `attention_core.LinearOptions`,
-    as the full form takes them. The state is O(1) in the length (`KernelState`): with
-    RoPE in the numerator (eq. 19) it is Σ_j [R_j φ(k_j)] v_jᵀ and Σ_j φ(k_j), each updated
-    in O(F·H) per token, so a RoFormer with linear attention generates in constant time and
-    memory per token. Returns (out [B, T, N, H], state).
+    q [B, T, N, H], k, v [B, T, K, H]; mask [B, T]; options: the fields of
+    `attention_core.LinearOptions`, as the full form takes them. The state is O(1) in the
+    length (`KernelState`): with RoPE in the numerator (eq. 19) it is Σ_j [R_j φ(k_j)] v_jᵀ
+    and Σ_j φ(k_j), each updated in O(F·H) per token, so a RoFormer with linear attention
+    generates in constant time and memory per token. Returns (out [B, T, N, H], state).
     """
     options = LinearOptions(**options)
     options.check(q.shape[-1])
