@@ -11,6 +11,7 @@ import numpy as np
 from absl.testing import absltest, parameterized
 
 from roformer_jax.nn import _attention_cpu, attention, attention_core, attention_step, feature_maps
+from roformer_jax.nn import positions as positions_lib
 from roformer_jax.nn.attention_kinds import ATTENTION_KINDS
 from roformer_jax.nn.rope import rope_rotation
 from roformer_jax.nn.rope_reference import apply_rope_dense, rotation_matrices
@@ -444,6 +445,144 @@ class LinearGradientTest(absltest.TestCase):
         chex.assert_trees_all_close(got(q, k, v), want(q, k, v), atol=1e-4)
 
 
+# The kinds whose grouped heads take paths of their own: softmax's grouped einsums, eq. (19)'s
+# block-diagonal denominator and chunked sums, cosine's column of ones. The other placements
+# and FAVOR+ take the paths of these.
+GROUPED_KINDS = [kind for kind in KINDS if kind[0] in ("softmax", "linear_numerator", "cosine")]
+
+
+def _grouped_pairs(kinds, q, k, v, mask, cases):
+    """For each kind and (K, causal) case: (out with K key/value heads, out with them repeated
+    to q's N heads), jitted as one program: op by op, these shapes compiled every primitive."""
+
+    @jax.jit
+    def pairs(q, k, v, mask):
+        out = {}
+        for name, fn, kw in kinds:
+            extra = {} if fn is attention.softmax_attention else {"chunk_size": 3}
+            for kv_heads, causal in cases:
+                kk, vv = k[:, :, :kv_heads], v[:, :, :kv_heads]
+                repeat = functools.partial(jnp.repeat, repeats=q.shape[2] // kv_heads, axis=2)
+                args = dict(_with_positions(kw), mask=mask, causal=causal, **extra)
+                out[name, kv_heads, causal] = (
+                    fn(q, kk, vv, **args),
+                    fn(q, repeat(kk), repeat(vv), **args),
+                )
+        return out
+
+    return pairs(q, k, v, mask)
+
+
+class GroupedHeadsTest(parameterized.TestCase):
+    """K key/value heads for N = 4 query heads equal the same kind with k, v repeated."""
+
+    def test_equals_repeated_heads(self):
+        q = jnp.concatenate(_qkv(20)[:2], axis=2)  # [B, L, 4, H]
+        _, k, v = _qkv(21)  # [B, L, 2, H]
+        # MQA (K = 1) causal, GQA (K = 2, G = 2) not.
+        pairs = _grouped_pairs(GROUPED_KINDS, q, k, v, _mask(20), ((1, True), (2, False)))
+        for case, (got, want) in pairs.items():
+            chex.assert_shape(got, q.shape)
+            chex.assert_trees_all_close(got, want, atol=1e-6, custom_message=str(case))
+
+    def test_float64_equals_repeated_heads(self):
+        with jax.enable_x64(True):
+            q = jnp.concatenate(_qkv(22, dtype=jnp.float64)[:2], axis=2)
+            _, k, v = _qkv(23, dtype=jnp.float64)
+            kinds = [kind for kind in KINDS if kind[0] == "linear_numerator"]
+            pairs = _grouped_pairs(kinds, q, k, v, _mask(22), ((2, True), (1, False)))
+            for case, (got, want) in pairs.items():
+                chex.assert_type(got, jnp.float64)
+                chex.assert_trees_all_close(got, want, atol=1e-12, custom_message=str(case))
+
+    def test_new_paths_have_the_gradients_of_finite_differences(self):
+        # Grouped heads (K = 1), packed rows, a sliding window, in one program.
+        ids = jnp.asarray([[0, 0, 0, 1, 1, 1, 1], [2, 2, 5, 5, 5, 5, 5]])
+        rotation = rope_rotation(jnp.arange(L))
+
+        @jax.jit
+        def outs(q, k, v):
+            common = dict(segment_ids=ids, rotation=rotation)
+            return (
+                attention.softmax_attention(q, k, v, causal=True, window=2, **common),
+                attention.linear_attention(q, k, v, causal=True, chunk_size=3, **common),
+            )
+
+        with jax.enable_x64(True):
+            q, k, v = _qkv(24, dtype=jnp.float64)
+            jax.test_util.check_grads(outs, (q, k[:, :, :1], v[:, :, :1]), order=1, modes=("rev",))
+
+
+class WindowTest(absltest.TestCase):
+    def test_window_equals_an_explicit_mask(self):
+        # With one key/value head, packed rows and padding: |i - j| < 3 (causal: j <= i too).
+        q, k, v = _qkv(25)
+        mask = _mask(25)
+        ids = jnp.asarray([[0, 0, 0, 1, 1, 1, 1], [2, 2, 2, 2, 2, 5, 5]])
+        i, j = np.arange(L)[:, None], np.arange(L)[None, :]
+        same = np.asarray(ids)[:, :, None] == np.asarray(ids)[:, None, :]  # [B, L, L]
+
+        @jax.jit
+        def forms(q, k, v):
+            out = {}
+            for causal in (False, True):
+                near = (np.abs(i - j) < 3) & ((j <= i) | (not causal))
+                visible = jnp.asarray(same & near)[:, None] & mask[:, None, None, :]
+                repeated = (jnp.repeat(x[:, :, :1], N, axis=2) for x in (k, v))
+                out[causal] = (
+                    attention.softmax_attention(q, k[:, :, :1], v[:, :, :1], mask=mask,
+                                                causal=causal, segment_ids=ids, window=3),
+                    nn.dot_product_attention(q, *repeated, mask=visible),
+                )  # fmt: skip
+            return out
+
+        for causal, (got, want) in forms(q, k, v).items():
+            chex.assert_trees_all_close(got, want, atol=1e-6, custom_message=f"causal={causal}")
+
+    def test_decode_step_with_a_ring_of_window_slots(self):
+        # Prompt then tokens, and blocks longer than the window, with ALiBi on the positions
+        # kept in the ring and one key/value head: the windowed causal form on the whole.
+        q, k, v = _qkv(26)
+        k, v = k[:, :, :1], v[:, :, :1]
+        positions = jnp.asarray(np.arange(L)[None] + np.array([[0], [9]]))  # [B, L]
+        window = 3
+
+        def bias(q_positions, k_positions):
+            return positions_lib.alibi_bias(q_positions, k_positions, N)
+
+        @jax.jit
+        def forms(q, k, v):
+            want = attention.softmax_attention(
+                q, k, v, causal=True, window=window, rotation=rope_rotation(positions),
+                bias=bias(positions, positions),
+            )  # fmt: skip
+            got = {}
+            for blocks in ((4, 1, 2), (5, 2)):
+                cache, outs, start = None, [], 0
+                for size in blocks:
+                    part = positions[:, start : start + size]
+                    out, cache = attention_step.softmax_attention_step(
+                        cache, *(x[:, start : start + size] for x in (q, k, v)),
+                        positions=part, rotation=rope_rotation(part), bias=bias, window=window,
+                    )  # fmt: skip
+                    outs.append(out)
+                    start += size
+                got[blocks] = jnp.concatenate(outs, axis=1), cache
+            return want, got
+
+        want, got = forms(q, k, v)
+        for blocks, (out, cache) in got.items():
+            chex.assert_shape(cache.keys, (B, 1, window, H))
+            chex.assert_trees_all_close(out, want, atol=1e-5, custom_message=str(blocks))
+
+    def test_window_below_one_is_refused(self):
+        q, k, v = _qkv(0)
+        with self.assertRaisesRegex(ValueError, "window=0; expected None or an int >= 1"):
+            attention.softmax_attention(q, k, v, window=0)
+        with self.assertRaisesRegex(ValueError, "window=-2"):
+            attention_step.softmax_attention_step(None, q, k, v, positions=jnp.arange(L), window=-2)
+
+
 def _decode_in_blocks(name, kw, q, k, v, mask, positions, blocks):
     """The kind's step function over consecutive blocks of the sequence, outputs joined."""
     step = ATTENTION_KINDS[name.split("_")[0]].step
@@ -486,8 +625,9 @@ class FusedSoftmaxTest(parameterized.TestCase):
 class DecodeStepsTest(parameterized.TestCase):
     """Each kind's step function, block after block, equals its causal form on the whole."""
 
-    def _check(self, name, fn, kw, dtype, atol, blocks):
+    def _check(self, name, fn, kw, dtype, atol, blocks, kv_heads=N):
         q, k, v = _qkv(5, dtype=dtype)
+        k, v = k[:, :, :kv_heads], v[:, :, :kv_heads]
         mask = np.ones((B, L), bool)
         mask[0, :2] = False  # a left-padded prompt, as decoding.generate lays them out
         mask = jnp.asarray(mask)
@@ -528,6 +668,25 @@ class DecodeStepsTest(parameterized.TestCase):
         kw = {"feature_map": "favor", "projection": FAVOR_W}
         kw.update({"rotation": None} if placement is None else {"placement": placement})
         self._check("linear", attention.linear_attention, kw, jnp.float32, 1e-5, (4, 1, 2))
+
+    @parameterized.named_parameters(
+        (name, name, fn, kw) for name, fn, kw in KINDS
+        if name in ("softmax", "linear_numerator")  # cosine's step is linear's
+    )  # fmt: skip
+    def test_one_key_value_head(self, name, fn, kw):
+        self._check(name, fn, kw, jnp.float32, 1e-5, (4, 1, 2), kv_heads=1)
+
+    def test_memories_hold_the_key_value_heads(self):
+        q, k, v = _qkv(6)
+        k, v = k[:, :, :1], v[:, :, :1]  # MQA: caches N = 2 times smaller
+        cache, state = (
+            jax.eval_shape(lambda q, k, v, name=name, options=options: ATTENTION_KINDS[name].step(
+                None, q, k, v, **options)[1], q, k, v)
+            for name, options in (("softmax", dict(positions=jnp.arange(L), capacity=L)),
+                                  ("cosine", {}))
+        )  # fmt: skip
+        chex.assert_shape((cache.keys, cache.values), (B, 1, L, H))
+        chex.assert_shape(state.numerator, (B, 1, H + 1, H + 1))  # Σ_j [1, b_j][v_j, 1]ᵀ
 
     def test_linear_state_is_constant_in_the_length(self):
         q, k, v = _qkv(6)
@@ -589,6 +748,11 @@ class ErrorsTest(parameterized.TestCase):
     @parameterized.named_parameters(
         ("rank", dict(q=jnp.zeros((L, N, H))), "must be"),
         ("heads", dict(k=jnp.zeros((B, L, N + 1, H))), "do not agree"),
+        (
+            "kv_heads",
+            dict(k=jnp.zeros((B, L, 3, H)), v=jnp.zeros((B, L, 3, H))),
+            "q's N=2 heads are not a multiple of k and v's K=3 heads",
+        ),
         ("mask", dict(mask=jnp.ones((B, L + 1), bool)), r"mask has shape \(2, 8\)"),
         (
             "causal_lengths",
