@@ -1,8 +1,8 @@
 """Tokens/s and model FLOP utilization (MFU) of the jitted train step.
 
     python benchmarks/train_step.py [--sizes=small,base] [--attention=softmax,linear]
-        [--dtypes=float32,bfloat16] [--mlm_head=targets,all] [--batch=8] [--seq_len=128]
-        [--rounds=5] [--output=train_step.jsonl]
+        [--dtypes=float32,bfloat16] [--mlm_head=targets,all] [--documents=open,isolated]
+        [--doc_len=100] [--batch=8] [--seq_len=128] [--rounds=5] [--output=train_step.jsonl]
 
 MFU = model FLOPs per step / step time / matmul peak. The peak is the best rate of a jitted
 4096 x 4096 x 4096 matmul of the same dtype in this run, timed in turns with the steps; step
@@ -15,6 +15,10 @@ each position it runs at: every position ("all") or the masking.max_targets(L) p
 row that can hold a target ("targets", what training does).
 Element-wise work (softmax, LayerNorm, GELU, Adam) is not counted, as in the PaLM paper's
 MFU. The XLA column is XLA's own FLOP count of the compiled step, a check on ours.
+
+--documents: "open" rows as today's, "isolated" rows with segment_ids (data.documents), their
+documents ending at random with a mean length of --doc_len tokens; "vs open" is an isolated
+step's time over the open step's of the same case (issue 33 asks at most 1.1).
 """
 
 import itertools
@@ -37,12 +41,14 @@ _SIZES = flags.DEFINE_list("sizes", ["small", "base"], "Model sizes (model_confi
 _ATTENTION = flags.DEFINE_list("attention", ["softmax", "linear"], "Attention kinds.")
 _DTYPES = flags.DEFINE_list("dtypes", ["float32", "bfloat16"], "Compute dtypes.")
 _HEADS = flags.DEFINE_list("mlm_head", ["targets", "all"], "Where the MLM head runs.")
+_DOCUMENTS = flags.DEFINE_list("documents", ["open", "isolated"], "data.documents of the rows.")
+_DOC_LEN = flags.DEFINE_integer("doc_len", 100, "Mean tokens per document of isolated rows.")
 _BATCH = flags.DEFINE_integer("batch", 8, "Sequences per step.")
 _SEQ_LEN = flags.DEFINE_integer("seq_len", 128, "Tokens per sequence.")
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed (matmul, step) pairs per case.")
 _OUTPUT = flags.DEFINE_string("output", None, "Append JSON lines here.")
 
-VOCAB = {"small": 8192, "base": 30522}  # our WordPiece default; bert-base-uncased's
+VOCAB = {"tiny": 8192, "small": 8192, "base": 30522}  # our WordPiece default; bert-base-uncased's
 MASK_PROB = DataConfig().mask_prob  # the rate training masks at
 
 
@@ -74,8 +80,10 @@ def _matmul(dtype, n: int = 4096):
     return lambda: matmul(a, a), 2 * n**3
 
 
-def _train_step(cfg: ModelConfig, batch: int, seq_len: int, mask_prob: float | None):
-    """The jitted train step (compiled, run once) as a thunk, and its compiled executable."""
+def _train_step(cfg: ModelConfig, batch: int, seq_len: int, mask_prob: float | None,
+                doc_len: int | None = None):  # fmt: skip
+    """The jitted train step (compiled, run once) as a thunk, and its compiled executable;
+    with doc_len, rows of isolated documents of that mean length."""
     model = RoFormer(cfg)
     tx = optim.make_optimizer(optim.OptimConfig(warmup_steps=0), total_steps=10_000)
     rng = np.random.default_rng(0)
@@ -84,6 +92,10 @@ def _train_step(cfg: ModelConfig, batch: int, seq_len: int, mask_prob: float | N
                                special_ids=range(5))  # fmt: skip
     data.update(attention_mask=np.ones_like(ids), token_type_ids=np.zeros_like(ids),
                 index=np.arange(batch, dtype=np.int32))  # fmt: skip
+    if doc_len is not None:
+        starts = rng.random((batch, seq_len)) < 1.0 / doc_len  # [B, L]
+        starts[:, 0] = False
+        data["segment_ids"] = np.cumsum(starts, axis=1).astype(np.int32)
 
     @jax.jit
     def init(key):
@@ -103,14 +115,16 @@ def _train_step(cfg: ModelConfig, batch: int, seq_len: int, mask_prob: float | N
     return run, compiled
 
 
-def bench(size, attention, dtype, head, *, batch, seq_len, rounds):
+def bench(size, attention, dtype, head, documents, *, batch, seq_len, rounds):
     """Best-of-`rounds` step time and matmul peak, interleaved: [matmul, step] x rounds.
 
     On a machine shared with other jobs the fastest run of each is the least disturbed one;
     interleaving exposes both to the same conditions.
     """
     cfg = model_config(size, vocab_size=VOCAB[size], attention=attention, dtype=dtype)
-    step, compiled = _train_step(cfg, batch, seq_len, MASK_PROB if head == "targets" else None)
+    doc_len = _DOC_LEN.value if documents == "isolated" else None
+    mask_prob = MASK_PROB if head == "targets" else None
+    step, compiled = _train_step(cfg, batch, seq_len, mask_prob, doc_len)
     xla_flops = compiled.cost_analysis().get("flops")
     matmul, matmul_flops = _matmul(jnp.dtype(dtype))
     step_s, matmul_s = [], []
@@ -125,6 +139,7 @@ def bench(size, attention, dtype, head, *, batch, seq_len, rounds):
         "attention": attention,
         "dtype": dtype,
         "mlm_head": head,
+        "documents": documents,
         "ms": 1e3 * seconds,
         "ms_median": 1e3 * float(np.median(step_s)),
         "tokens/s": batch * seq_len / seconds,
@@ -141,7 +156,9 @@ def bench(size, attention, dtype, head, *, batch, seq_len, rounds):
 def main(argv):
     del argv
     records = []
-    cases = itertools.product(_SIZES.value, _ATTENTION.value, _DTYPES.value, _HEADS.value)
+    cases = itertools.product(
+        _SIZES.value, _ATTENTION.value, _DTYPES.value, _HEADS.value, _DOCUMENTS.value
+    )
     for case in cases:
         records.append(
             bench(*case, batch=_BATCH.value, seq_len=_SEQ_LEN.value, rounds=_ROUNDS.value)
@@ -152,8 +169,12 @@ def main(argv):
     for r in records:
         r["peak TFLOP/s"] = max(q["matmul TFLOP/s"] for q in records if q["dtype"] == r["dtype"])
         r["MFU"] = r["TFLOP/s"] / r["peak TFLOP/s"]
-    columns = ["size", "attention", "dtype", "mlm_head", "ms", "tokens/s", "GFLOP/step",
-               "XLA GFLOP", "TFLOP/s", "peak TFLOP/s", "MFU"]  # fmt: skip
+        case = ("size", "attention", "dtype", "mlm_head")
+        open_ = [q for q in records if q["documents"] == "open" and
+                 all(q[k] == r[k] for k in case)]  # fmt: skip
+        r["vs open"] = r["ms"] / open_[0]["ms"] if open_ else None
+    columns = ["size", "attention", "dtype", "mlm_head", "documents", "ms", "vs open",
+               "tokens/s", "GFLOP/step", "XLA GFLOP", "TFLOP/s", "peak TFLOP/s", "MFU"]  # fmt: skip
     report(records, columns, _OUTPUT.value)
 
 

@@ -63,9 +63,15 @@ _CONFIG_FIELDS = (
     ("hidden_act", "hidden_act", "gelu"),
 )
 # What HF RoFormer hard-codes; a ModelConfig must agree to be saved in HF's format.
-# HF RoFormer has no rope scaling: a scaled model saved there would silently lose it.
+# HF RoFormer has no rope scaling, no key/value heads shared by groups of query heads and no
+# sliding window: a model saved there with any of them would silently lose it (or not load).
 _HF_FIXED = dict(
-    position="rope", attention="softmax", pre_ln=False, rope_base=10000.0, rope_scaling=None
+    position="rope",
+    attention="softmax",
+    pre_ln=False,
+    rope_base=10000.0,
+    rope_scaling=None,
+    window=None,
 )
 
 # Our module path -> HF module name (without the "roformer." prefix); {i} is the layer index.
@@ -148,8 +154,13 @@ def config_to_hf(
     and a multiple-choice summary other than HF's default as `summary_type`.
     """
     mismatched = {k: getattr(config, k) for k, v in _HF_FIXED.items() if getattr(config, k) != v}
+    if config.kv_heads != config.num_heads:  # None and num_heads both mean "one per head"
+        mismatched["num_kv_heads"] = config.num_kv_heads
     if mismatched:
-        raise ValueError(f"HF RoFormer needs {_HF_FIXED}; this config has {mismatched}")
+        raise ValueError(
+            f"HF RoFormer needs {_HF_FIXED} and num_kv_heads = num_heads (it has no field for "
+            f"shared key/value heads); this config has {mismatched}"
+        )
     # RoFormerForCausalLM and RoFormerForMaskedLM share weight names; `architectures` is what
     # AutoModel and pipelines read to pick one.
     labels = {}

@@ -14,7 +14,7 @@ from roformer_jax.data import corpus as corpus_lib
 from roformer_jax.data import objectives
 from roformer_jax.data.batches import held_out_pairs, train_batches
 from roformer_jax.data.corpus import load_corpus
-from roformer_jax.data.data_config import DataConfig
+from roformer_jax.data.data_config import DOCUMENTS, DataConfig
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 WIKITEXT = os.path.join(DATA, "wikitext-2", "valid.txt")
@@ -247,11 +247,13 @@ class BatchTest(CorpusTestCase):
                 np.concatenate([_original(h) for h in halves]), _original(whole)
             )
 
-    @parameterized.parameters((2, "mlm"), (4, "mlm"), (2, "mlm_same_doc"))
-    def test_masks_do_not_depend_on_the_number_of_hosts(self, hosts, objective):
+    @parameterized.parameters(
+        (2, "mlm"), (4, "mlm"), (2, "mlm_same_doc"), (2, "clm", "isolated")
+    )  # fmt: skip
+    def test_masks_do_not_depend_on_the_number_of_hosts(self, hosts, objective, documents="open"):
         # Each row is masked (and paired) from (seed, step, global row): P hosts see the
         # batch of one.
-        corpus = self.load(objective=objective, min_doc_chars=200)
+        corpus = self.load(objective=objective, min_doc_chars=200, documents=documents)
         one = train_batches(corpus, batch_size=8, seed=1, start_step=5, prefetch=0,
                                    process_index=0, process_count=1)  # fmt: skip
         parts = [
@@ -301,6 +303,37 @@ class BatchTest(CorpusTestCase):
         _assert_batches_equal(
             self, c, next(train_batches(other, batch_size=8, seed=1, start_step=3, prefetch=0))
         )
+
+    def test_document_segments(self):
+        # [CLS] 7 8 [SEP] | 9 [SEP] | [SEP]: the row's closing [SEP] (where the window was cut)
+        # joins the last document, even right after one ended.
+        ids = np.array([[1, 7, 8, 3, 9, 3, 3], [1, 7, 3, 8, 9, 9, 3]])
+        np.testing.assert_array_equal(
+            objectives.document_segments(ids, sep_id=3),
+            [[0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 1, 1]],
+        )
+
+    @parameterized.parameters("mlm", "clm")
+    def test_isolated_rows_are_the_open_rows_with_their_documents(self, objective):
+        open_, isolated = (self.load(objective=objective, documents=d) for d in DOCUMENTS)
+        a, b = (next(train_batches(c, batch_size=8, seed=2, start_step=3, prefetch=0))
+                for c in (open_, isolated))  # fmt: skip
+        segments, sep = b.pop("segment_ids"), isolated.tokenizer.sep_id
+        ids = a["input_ids"] if objective == "clm" else _original(a)  # clm masks nothing
+        # A new segment right after each [SEP] inside the text, and nowhere else.
+        ends = ids[:, 1:-2] == sep
+        np.testing.assert_array_equal(np.diff(segments[:, 1:-1], axis=1), ends)
+        np.testing.assert_array_equal(segments[:, :2], 0)
+        np.testing.assert_array_equal(segments[:, -1], segments[:, -2])
+        self.assertGreater(segments.max(), 0)  # rows of 16 meet documents of 4-25 words
+        # The same tokens, masks and targets; a causal row drops each document's last
+        # target (its [SEP]'s: the next document's first token).
+        crossing = np.zeros(ids.shape, bool)
+        crossing[:, 1:-2] = ends if objective == "clm" else False
+        self.assertEqual(crossing.any(), objective == "clm")
+        np.testing.assert_array_equal(b.pop("weights"), np.where(crossing, 0, a.pop("weights")))
+        np.testing.assert_array_equal(b.pop("targets"), np.where(crossing, 0, a.pop("targets")))
+        _assert_batches_equal(self, a, b)
 
     def test_prefetch_matches_and_reports_errors(self):
         corpus = self.load()
@@ -413,6 +446,8 @@ class BadInputTest(CorpusTestCase):
         ("min_doc_chars", dict(min_doc_chars=-1), "min_doc_chars -1"),
         ("vocab", dict(vocab_size=4), "vocab_size"),
         ("eval_pairs", dict(eval_pairs=0), "eval_pairs 0"),
+        ("documents", dict(documents="closed"), "documents 'closed'"),
+        ("isolated_pairs", dict(documents="isolated", objective="mlm_same_doc"), "'isolated'"),
     )
     def test_bad_config(self, kwargs, message):
         with self.assertRaisesRegex(ValueError, message):

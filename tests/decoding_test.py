@@ -38,7 +38,16 @@ ROPE_KINDS = [
 # compile in about half the time.
 POSITIONS = [
     dict(testcase_name="none_linear", position="none", attention="linear"),
-    dict(testcase_name="learned_softmax", position="learned", attention="softmax"),
+    # With key/value heads shared by pairs of query heads (a cache of K = 2 heads) and a
+    # sliding window (a ring of 3 keys, fewer than the sequence's 9): they change how keys
+    # are kept, not how positions enter, so they ride along here rather than compile alone.
+    dict(
+        testcase_name="learned_softmax_gqa_window",
+        position="learned",
+        attention="softmax",
+        num_kv_heads=2,
+        window=3,
+    ),
     dict(testcase_name="xpos_cosine", position="xpos", attention="cosine"),
     dict(testcase_name="alibi_softmax", position="alibi", attention="softmax"),
     dict(testcase_name="dynamic_rope", position="rope", attention="softmax", rope_scaling=DYNAMIC),

@@ -198,10 +198,14 @@ class SaveLoadTest(parameterized.TestCase):
                 hf.load_hf_roformer(d)
 
     def test_save_rejects_what_hf_cannot_express(self):
-        for overrides in (dict(position="learned"), dict(attention="linear"), dict(pre_ln=True)):
+        for overrides, message in (
+            (dict(position="learned"), "position"), (dict(attention="linear"), "attention"),
+            (dict(pre_ln=True), "pre_ln"), (dict(num_kv_heads=2), "'num_kv_heads': 2"),
+            (dict(window=4), "'window': 4"),
+        ):  # fmt: skip
             config = _tiny_config(**overrides)
             _, variables = _random_variables(config)
-            with tempfile.TemporaryDirectory() as d, self.assertRaisesRegex(ValueError, "HF"):
+            with tempfile.TemporaryDirectory() as d, self.assertRaisesRegex(ValueError, message):
                 hf.save_hf_roformer(config, variables, d)
 
     def test_load_errors_name_the_problem(self):

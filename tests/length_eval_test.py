@@ -6,6 +6,7 @@ import numpy as np
 import tiny
 from absl.testing import absltest, parameterized
 
+from roformer_jax.data import objectives
 from roformer_jax.data.corpus import load_corpus
 from roformer_jax.data.data_config import DataConfig
 from roformer_jax.data.length_eval import TooLittleText, length_eval_set
@@ -60,6 +61,20 @@ class LengthEvalSetTest(parameterized.TestCase):
                 self.assertEqual(held_out.num_targets, held_out.num_tokens)
         if objective == "mlm":
             self.assertBetween(held_out.num_targets / held_out.num_tokens, 0.13, 0.17)
+
+    def test_isolated_documents_add_their_segments_to_the_same_rows(self):
+        corpora = [_corpus(self, documents=d) for d in ("open", "isolated")]
+        open_, isolated = (length_eval_set(c, LENGTHS[:1], batch_size=4) for c in corpora)
+        sep, boundaries = corpora[1].tokenizer.sep_id, 0
+        for a, b in zip(open_.batches[16], isolated.batches[16], strict=True):
+            segments = b.pop("segment_ids")
+            self.assertEqual(a.keys(), b.keys())
+            for key in a:
+                np.testing.assert_array_equal(a[key], b[key])
+            want = objectives.document_segments(a["input_ids"], sep_id=sep)
+            np.testing.assert_array_equal(segments, want)
+            boundaries += int(segments.max())
+        self.assertGreater(boundaries, 0)
 
     def test_the_longest_windows_are_full(self):
         held_out = length_eval_set(_corpus(self), LENGTHS, batch_size=4, windows="documents")

@@ -21,6 +21,9 @@ from roformer_jax.nn.attention_kinds import ATTENTION_KINDS
 # `base` with position="learned" has 109,514,298: exactly HF BertForMaskedLM (BERT-base).
 GOLDEN_PARAM_COUNTS = {"tiny": 2_088_442, "small": 11_070_522, "base": 109_121_082}
 BERT_BASE_MLM_PARAMS = 109_514_298
+# "small" with one key/value head (multi-query): k and v project D = 256 to H = 64 features
+# instead of 256, 2 x (256 x 192 + 192) fewer in each of 4 layers.
+SMALL_MQA_PARAMS = 11_070_522 - 4 * 2 * (256 * 192 + 192)
 
 KINDS = tuple(ATTENTION_KINDS)
 # A bias on the scores (ALiBi) needs the score matrix: softmax only. The encodings on several
@@ -269,10 +272,19 @@ class ModelTest(parameterized.TestCase):
         (dict(hidden_dropout=1.0), r"hidden_dropout=1.0"),
         (dict(rotary_value=True, position="learned"), r"rotary_value"),
         (dict(hidden_sise=64), r"unknown ModelConfig fields \['hidden_sise'\]"),
+        (dict(num_kv_heads=3), r"num_kv_heads=3 must divide num_heads=4"),
+        (dict(num_kv_heads=0), r"num_kv_heads=0 must divide"),
+        (dict(window=0), r"window=0 must be >= 1"),
+        (dict(window=4, attention="linear"), r"window=4 .* 'linear' attention never forms"),
     )
     def test_bad_config(self, overrides, message):
         with self.assertRaisesRegex(ValueError, message):
             model_config_lib.model_config("tiny", **overrides)
+
+    def test_grouped_query_param_count(self):
+        model = model_lib.RoFormer(model_config_lib.model_config("small", num_kv_heads=1))
+        shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 8), jnp.int32))
+        self.assertEqual(_count(shapes), SMALL_MQA_PARAMS)
 
     def test_unknown_size(self):
         with self.assertRaisesRegex(ValueError, r"'huge'"):
@@ -282,6 +294,95 @@ class ModelTest(parameterized.TestCase):
     def test_random_features_come_in_pairs(self, count):
         with self.assertRaisesRegex(ValueError, f"random_features={count} must be even"):
             model_config_lib.model_config("tiny", random_features=count)
+
+
+# Two rows of two documents each, A|B and C|D with |A| = |D| = 3 and |B| = |C| = 5.
+SEGMENTS = jnp.array([[0, 0, 0, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 1, 1, 1]])
+_ALONE = ((0, 0, 3), (0, 3, 8), (1, 0, 5), (1, 5, 8))  # (row, start, end) of A, B, C, D
+# Each way positions enter (a table, a bias, RoPE's rotation) and each kind: softmax, linear
+# (also causal: chunked, a chunk crosses a boundary) and cosine (causal); one layer: what a
+# token read of another document would show in the first.
+PACKED = [
+    dict(testcase_name="learned_softmax", position="learned"),
+    dict(testcase_name="alibi_softmax", position="alibi"),
+    dict(testcase_name="rope_linear", attention="linear"),
+    dict(testcase_name="rope_linear_causal", attention="linear", causal=True),
+    dict(testcase_name="rope_cosine_causal", attention="cosine", causal=True),
+]
+
+
+class PackedTest(parameterized.TestCase):
+    """Documents packed in rows (segment_ids) and grouped-query heads in the whole model."""
+
+    @parameterized.named_parameters(*PACKED)
+    def test_each_document_as_if_alone(self, **overrides):
+        model, variables = _init(_config(num_layers=1, **overrides))
+        ids, types = _inputs()
+        # The packed rows, then each document alone in a row of its own, padding after it
+        # (which changes nothing: test_shapes_and_appended_padding): one batch, one program.
+        alone_ids, alone_types = (
+            jnp.stack([jnp.pad(x[r, a:b], (0, L - (b - a))) for r, a, b in _ALONE])
+            for x in (ids, types)
+        )  # [4, L]
+        both_ids, both_types = (
+            jnp.concatenate([ids, alone_ids]),
+            jnp.concatenate([types, alone_types]),
+        )
+        mask = jnp.arange(L)[None] < jnp.array([[L]] * B + [[b - a] for _, a, b in _ALONE])
+        segments = jnp.concatenate([SEGMENTS, jnp.zeros((4, L), SEGMENTS.dtype)])
+        # Jitted: the batch of 6 rows is this test's own shape.
+        logits = jax.jit(model.apply)(variables, both_ids, token_type_ids=both_types,
+                                      attention_mask=mask, segment_ids=segments).logits  # fmt: skip
+        for document, (r, a, b) in enumerate(_ALONE):
+            # The same sums over fewer (masked) terms: float32 rounding of logits of ~10.
+            chex.assert_trees_all_close(logits[r, a:b], logits[B + document, : b - a], atol=2e-5)
+
+    def test_explicit_positions_win_over_segments(self):
+        model, variables = _init(_config(position="learned"))
+        ids, _ = _inputs()
+        given = model.apply(variables, ids, segment_ids=SEGMENTS, position_ids=jnp.arange(L))
+        restarted = model.apply(variables, ids, segment_ids=SEGMENTS)
+        self.assertGreater(float(jnp.abs(given.logits - restarted.logits).max()), 1e-2)
+
+    def test_grouped_heads_are_repeated_heads(self):
+        # A model with K key/value heads computes what one of N heads computes whose k and v
+        # kernels repeat each of the K heads N / K times in a row (HF's repeat_kv order).
+        kv_heads = 2
+        model, variables = _init(_config(num_kv_heads=kv_heads))
+        full = model_lib.RoFormer(dataclasses.replace(model.config, num_kv_heads=None))
+        repeated = flax.traverse_util.flatten_dict(variables)
+        for path, x in list(repeated.items()):
+            if path[-2] in ("key", "value"):  # kernel [D, K H] or bias [K H]
+                heads = x.reshape(*x.shape[:-1], kv_heads, -1)
+                heads = jnp.repeat(heads, 4 // kv_heads, axis=-2)  # [..., N, H]
+                repeated[path] = heads.reshape(*x.shape[:-1], -1)
+        repeated = flax.traverse_util.unflatten_dict(repeated)
+        ids, types = _inputs()
+        chex.assert_trees_all_close(
+            model.apply(variables, ids, token_type_ids=types),
+            full.apply(repeated, ids, token_type_ids=types),
+            atol=1e-5,
+        )
+
+    def test_window_limits_what_a_token_reads(self):
+        # Two layers of window 2: token 0 reads tokens 0, 1 and, through token 1, token 2.
+        model, variables = _init(_config(window=2))
+        ids, _ = _inputs()
+        changed = ids.at[:, 3:].set((ids[:, 3:] + 1) % V)
+        one, two = (model.apply(variables, x).logits for x in (ids, changed))
+        chex.assert_trees_all_close(one[:, :1], two[:, :1], atol=1e-5)
+        self.assertGreater(float(jnp.abs(one[:, 1:] - two[:, 1:]).max()), 1e-2)
+
+    def test_bad_segments(self):
+        model, variables = _init(_config())
+        ids, _ = _inputs()
+        with self.assertRaisesRegex(ValueError, r"segment_ids has shape \(8,\)"):
+            model.apply(variables, ids, segment_ids=SEGMENTS[0])
+        with self.assertRaisesRegex(ValueError, r"dtype float32"):
+            model.apply(variables, ids, segment_ids=SEGMENTS.astype(jnp.float32))
+        causal = model_lib.RoFormer(dataclasses.replace(model.config, causal=True))
+        with self.assertRaisesRegex(ValueError, r"decoding runs one sequence per row"):
+            causal.apply(variables, ids, segment_ids=SEGMENTS, decode_length=L, mutable=["cache"])
 
 
 def _favor(**overrides):

@@ -107,6 +107,20 @@ class DropoutPerRowTest(parameterized.TestCase):
         self.assertNotEqual(float(first["loss"]), float(later["loss"]))
 
 
+class IsolatedDocumentsTest(absltest.TestCase):
+    def test_a_batch_of_segments_is_read_with_them(self):
+        model, _, state, batch = _setup(dropout=0.0)
+        segments = np.repeat([[0] * 20 + [1] * 44], 4, axis=0).astype(np.int32)  # [B, L]
+        step = jax.jit(make_eval_step(model))
+        isolated = step(state.params, {**batch, "segment_ids": segments})
+        apply = jax.jit(lambda params, ids, mask, segments: model.apply(
+            {"params": params}, ids, attention_mask=mask, segment_ids=segments).logits)  # fmt: skip
+        logits = apply(state.params, batch["input_ids"], batch["attention_mask"], segments)
+        want = mlm_sums(logits, batch["targets"], batch["weights"])
+        chex.assert_trees_all_close(isolated, want, rtol=1e-5)
+        self.assertGreater(abs(float(step(state.params, batch)["loss"] - isolated["loss"])), 1e-3)
+
+
 class NextTokenLossTest(absltest.TestCase):
     def test_clm_step_loss_is_the_mean_next_token_cross_entropy(self):
         model, tx, state, batch = _setup(dropout=0.0, objective="clm")

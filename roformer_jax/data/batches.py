@@ -54,9 +54,10 @@ def train_batches(
     in a background thread (0: in the caller's thread).
 
     Yields dicts of [b, seq_len] numpy arrays: input_ids, attention_mask, token_type_ids,
-    targets (int32) and weights (float32, 1 at the objective's targets); index, int32
-    [b], each row's index r in the global batch (the trainer's per-row dropout stream);
-    and for pairs pair_label, int32 [b] (1: A and B are of one document).
+    targets (int32) and weights (float32, 1 at the objective's targets), and with
+    data.documents "isolated" segment_ids (int32, one per document: objectives.row_targets);
+    index, int32 [b], each row's index r in the global batch (the trainer's per-row dropout
+    stream); and for pairs pair_label, int32 [b] (1: A and B are of one document).
     """
     index, count = host_share(process_index, process_count)
     local_rows(batch_size, count)  # fails now, not at the first batch
@@ -116,8 +117,9 @@ def _targets_of(corpus: Corpus) -> Callable[[np.ndarray, object], dict[str, np.n
     """The corpus config's objective as (rows [B, L], rngs) -> batch (objectives.row_targets)."""
     cfg = corpus.config
     return objectives.row_targets(
-        cfg.objective, corpus.tokenizer, mask_prob=cfg.mask_prob, whole_word=cfg.whole_word
-    )
+        cfg.objective, corpus.tokenizer, mask_prob=cfg.mask_prob, whole_word=cfg.whole_word,
+        isolated=cfg.documents == "isolated",
+    )  # fmt: skip
 
 
 def _window_order(corpus: Corpus, seq_len: int, seed: int) -> Callable[[np.ndarray], np.ndarray]:

@@ -15,6 +15,7 @@ from roformer_jax.data import corpora
 from roformer_jax.data.objectives import OBJECTIVES, mlm_targets
 
 EVAL_WINDOWS = ("stream", "documents")  # how data/length_eval.py cuts the held-out text
+DOCUMENTS = ("open", "isolated")  # whether training rows' documents see each other
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +56,12 @@ class DataConfig:
     # last keeping what is left; 0 = as read. A book without headings ("blank") then becomes
     # contiguous spans, so the held-out split holds long documents for length evaluation.
     min_doc_chars: int = 0
+    # The documents packed in a training row: "open" (every token attends across the [SEP]
+    # between them and positions run on, as BERT's packing) or "isolated" (each row carries
+    # segment_ids: tokens attend within their document only, positions restart at 0 in each,
+    # and "clm" predicts no document's first token from the one before; data/objectives.py).
+    # The tokens, masks and held-out sets are the same either way.
+    documents: str = "open"
 
     def __post_init__(self):
         if not self.source:
@@ -82,6 +89,13 @@ class DataConfig:
             )
         if self.max_chars is not None and self.max_chars <= 0:
             raise ValueError(f"max_chars {self.max_chars} must be positive (or None for all)")
+        if self.documents not in DOCUMENTS:
+            raise ValueError(f"documents {self.documents!r} is not one of {DOCUMENTS}")
+        if self.documents == "isolated" and self.pairs:
+            raise ValueError(
+                f"documents='isolated' with objective {self.objective!r}: a pair row joins "
+                "two windows to be read together; use documents='open'"
+            )
         if self.min_doc_chars < 0:
             raise ValueError(
                 f"min_doc_chars {self.min_doc_chars} must be >= 0 (0: documents as read)"

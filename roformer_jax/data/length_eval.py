@@ -15,6 +15,9 @@ what changes with C is only how much context a target has. At the longest length
 window is full. The seed is the data's `eval_seed`, not the run's, so that runs with
 different seeds score the same targets too. For "clm" every token of a piece is a target,
 predicted from the position before it (the first token of a window from [CLS]).
+With data.documents "isolated" the rows also carry segment_ids (objectives.document_segments),
+so that a model trained on isolated documents reads the held-out text as it was trained to:
+the same rows and the same targets, each document on its own.
 
 Pieces (`windows`):
   "documents"  each held-out document is a piece, cut to a multiple of S; documents shorter
@@ -40,7 +43,7 @@ import numpy as np
 from roformer_jax.data.corpus import Corpus
 from roformer_jax.data.data_config import EVAL_WINDOWS
 from roformer_jax.data.hosts import host_share
-from roformer_jax.data.objectives import mlm_targets
+from roformer_jax.data.objectives import document_segments, mlm_targets
 
 _EVAL_MASK = 3  # seed domain of the held-out masks (data/batches.py uses 0, 1 and 4)
 
@@ -103,6 +106,7 @@ def length_eval_set(
         raise TooLittleText(_too_little_text(span, windows))
     causal = config.objective == "clm"
     scored = [_scored(piece, i, corpus, seed=seed, causal=causal) for i, piece in enumerate(pieces)]
+    isolated = config.documents == "isolated"
     batches = {}
     for n in lengths:
         rows = [
@@ -110,7 +114,8 @@ def length_eval_set(
             for piece in scored
             for s in range(0, piece[0].size, n - 2)
         ]
-        batches[n] = _batched(rows, sizes[n], index, count, pad_id=tok.pad_id)
+        batches[n] = _batched(rows, sizes[n], index, count, pad_id=tok.pad_id,
+                              sep_id=tok.sep_id if isolated else None)  # fmt: skip
     num_targets = int(sum(np.count_nonzero(chosen) for _, _, chosen in scored))
     return LengthEvalSet(
         batches, num_targets, sum(p.size for p in pieces), len(pieces), int(causal)
@@ -167,8 +172,9 @@ def _row(tok, inputs, targets, chosen, *, length, causal):
     return ids, where if causal else where + 1, targets[where].astype(np.int32)
 
 
-def _batched(rows, batch_size, index, count, *, pad_id) -> list[dict[str, np.ndarray]]:
-    """Rows -> this host's share of batches of `batch_size`, the last padded with empty rows."""
+def _batched(rows, batch_size, index, count, *, pad_id, sep_id) -> list[dict[str, np.ndarray]]:
+    """Rows -> this host's share of batches of `batch_size`, the last padded with empty rows;
+    with their documents' segment_ids unless sep_id is None."""
     length = rows[0][0].size
     most = max(1, max(r[1].size for r in rows))
     empty = (np.full(length, pad_id, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32))
@@ -189,6 +195,8 @@ def _batched(rows, batch_size, index, count, *, pad_id) -> list[dict[str, np.nda
         "targets": targets,
         "weights": weights,
     }
+    if sep_id is not None:
+        batch["segment_ids"] = document_segments(ids, sep_id=sep_id)
     local = batch_size // count
     return [
         {k: v[i + index * local : i + (index + 1) * local] for k, v in batch.items()}

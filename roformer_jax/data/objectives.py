@@ -7,6 +7,11 @@ An objective is one function from rows to input_ids, targets and weights (maskin
 arithmetic) plus what it needs of the model, and one entry in OBJECTIVES; the train and eval
 steps read only targets and weights, so they do not know which objective made them.
 
+Isolated documents (`row_targets(..., isolated=True)`): rows also carry segment_ids, one
+segment per document the row meets (`document_segments`), so that the model attends and
+counts positions within each document only; a causal objective then predicts nothing across
+a boundary.
+
 Shapes: B batch, L sequence length.
 """
 
@@ -43,6 +48,21 @@ def clm_targets(ids: np.ndarray, rng, *, tokenizer, mask_prob: float, whole_word
     return masking.next_token_targets(ids, pad_id=tokenizer.pad_id)
 
 
+def document_segments(ids: np.ndarray, *, sep_id: int) -> np.ndarray:
+    """Segment ids int32 [B, L] of rows [CLS] text [SEP] cut from a token stream in which
+    every document ends with [SEP] (data/corpus.py).
+
+    Segment s (0, 1, ...) holds the s-th document the row meets: the piece the window cut of
+    it, its closing [SEP] included; [CLS] belongs to the first, the row's closing [SEP] (where
+    the window was cut, not a document's end) to the last.
+    """
+    ids = np.atleast_2d(ids)
+    segments = np.zeros(ids.shape, np.int32)
+    segments[:, 1:] = np.cumsum(ids[:, :-1] == sep_id, axis=1)  # a new one after each [SEP]
+    segments[:, -1] = segments[:, -2]
+    return segments
+
+
 @dataclasses.dataclass(frozen=True)
 class Objective:
     """What the batches of an objective hold."""
@@ -61,11 +81,15 @@ OBJECTIVES = {
 
 
 def row_targets(
-    objective: str, tokenizer, *, mask_prob: float, whole_word: bool
+    objective: str, tokenizer, *, mask_prob: float, whole_word: bool, isolated: bool = False
 ) -> Callable[[np.ndarray, object], dict[str, np.ndarray]]:
     """(rows [B, L], rng) -> the batch of those rows under `objective` (a key of OBJECTIVES):
     input_ids, targets, weights, attention_mask (all ones: rows are full) and token_type_ids
-    (zeros). rng: one generator, or one per row (see masking.mask_tokens)."""
+    (zeros). rng: one generator, or one per row (see masking.mask_tokens).
+
+    isolated: rows are cut from the document stream; the batch adds their segment_ids int32
+    [B, L] (`document_segments`), and a causal objective drops the target of each document's
+    last token, which would be the next document's first. Everything else is as without."""
     targets = functools.partial(
         OBJECTIVES[objective].targets,
         tokenizer=tokenizer,
@@ -77,6 +101,14 @@ def row_targets(
         batch = targets(ids, rng)
         batch["attention_mask"] = np.ones(ids.shape, np.int32)
         batch["token_type_ids"] = np.zeros(ids.shape, np.int32)
+        if isolated:
+            segments = document_segments(ids, sep_id=tokenizer.sep_id)
+            batch["segment_ids"] = segments
+            if OBJECTIVES[objective].causal:  # target i is token i + 1
+                kept = np.ones(ids.shape, bool)
+                kept[:, :-1] = segments[:, 1:] == segments[:, :-1]
+                batch["targets"] = np.where(kept, batch["targets"], 0).astype(np.int32)
+                batch["weights"] = np.where(kept, batch["weights"], 0).astype(np.float32)
         return batch
 
     return batch_of

@@ -14,7 +14,6 @@ head in one product, as if they were G times as many queries.
 """
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -102,8 +101,10 @@ def softmax_over_visible(q, k, v, visible, bias, dropout_rate=0.0, dropout_rng=N
         _check_bias(bias, q, k)
     b, length, n, h = q.shape
     kv, keys = k.shape[2], k.shape[1]
-    q = q.reshape(b, length, kv, n // kv, h)  # [B, L, K, G, H]
-    scores = jnp.einsum("BLKGH,BMKH->BKGLM", q, k, preferred_element_type=dtype)
+    # [B, K, G, L, H]: the product then yields the scores in their order, [B, K, G, L, M],
+    # where q as [B, L, K, G, H] made XLA transpose the whole [L, M] scores of every head.
+    q = q.reshape(b, length, kv, n // kv, h).transpose(0, 2, 3, 1, 4)
+    scores = jnp.einsum("BKGLH,BMKH->BKGLM", q, k, preferred_element_type=dtype)
     scores = scores.reshape(b, n, length, keys) * (h**-0.5)  # [B, N, L, M]
     if bias is not None:
         scores = scores + bias.astype(dtype)
@@ -209,22 +210,23 @@ def kernel_sums(qf, kf, values, *, causal, chunk_size, segments=None):
     scores = jnp.einsum("BKJQF,BKJDF->BKJQD", qc, kc)
     scores = jnp.where(jnp.tile(visible, (1,) * (visible.ndim - 2) + (g, 1)), scores, 0.0)
     out = jnp.einsum("BKJQD,BKJDE->BKJQE", scores, vc) + _carried(qc, kc, vc, segments, g)
-    if not causal:  # later chunks: the same sums with the row reversed
-        flip = functools.partial(jnp.flip, axis=(2, 3))  # the chunks and the positions in each
-        out = out + flip(_carried(flip(qc), flip(kc), flip(vc), flip(segments), g))
+    if not causal:
+        out = out + _carried(qc, kc, vc, segments, g, later=True)
     out = out.reshape(b, kv, j, g, c, -1).transpose(0, 1, 3, 2, 4, 5)  # [B, K, G, J, C, E]
     return out.reshape(b, n, j * c, -1)[:, :, :length]
 
 
-def _carried(qc, kc, vc, segments, g):
-    """What the keys of earlier chunks add to each query: Σ_{j in earlier chunks} (qf_i·kf_j)
-    values_j, over the j in i's segment when `segments` [B, 1, J, C] is given.
+def _carried(qc, kc, vc, segments, g, *, later=False):
+    """What the keys of earlier chunks (`later`: of later chunks) add to each query:
+    Σ_j (qf_i·kf_j) values_j over those j, and only the j in i's segment when `segments`
+    [B, 1, J, C] is given.
 
     qc [B, K, J, G·C, F], kc [B, K, J, C, F], vc [B, K, J, C, E] -> [B, K, J, G·C, E].
     Segments are runs, so the earlier keys in i's segment are those in the chunk's first
-    segment, if i is in it: R_j, summed by a scan over chunks that restarts where a segment
-    starts at a chunk's first token, and carries R_j on through a chunk wholly inside one
-    segment. Only the states [J, B, K, F, E] of the chunks' last segments are formed.
+    segment, if i is in it (`later`: the later keys, of its last segment): R_j, summed by a
+    scan over chunks that restarts where a segment starts at a chunk's first token and
+    carries R_j on through a chunk wholly inside one segment. Only the states [J, B, K, F, E]
+    of the chunks' last (`later`: first) segments are formed.
     """
     if segments is None:
         states = jnp.einsum("BKJDF,BKJDE->JBKFE", kc, vc)
@@ -236,21 +238,27 @@ def _carried(qc, kc, vc, segments, g):
         return jnp.einsum("BKJQF,JBKFE->BKJQE", qc, prefix)
     first = segments == segments[..., :1]  # in the chunk's first segment
     last = segments == segments[..., -1:]  # in the chunk's last segment
-    states = jnp.einsum("BKJDF,BKJDE->JBKFE", kc, jnp.where(last[..., None], vc, 0.0))
+    # Where the carried sums come from and who reads them; `edge` [B, 1, J]: the chunk's
+    # segment at the side the sums come from; `shift`: the neighbour they come from.
+    source, readers = (first, last) if later else (last, first)
+    edge, shift = (0, -1) if later else (-1, 1)
+    states = jnp.einsum("BKJDF,BKJDE->JBKFE", kc, jnp.where(source[..., None], vc, 0.0))
     whole = jnp.moveaxis(first[..., -1], 2, 0)  # [J, B, 1]: the chunk is one segment
-    # The chunk's first segment began in an earlier chunk: [J, B, 1].
-    continued = segments[..., 0] == jnp.roll(segments[..., -1], 1, axis=-1)
-    continued = jnp.moveaxis(continued.at[..., 0].set(False), 2, 0)
+    # The segment at the chunk's reading side continues from the neighbouring chunk: [J, B, 1].
+    continued = segments[..., -1 - edge] == jnp.roll(segments[..., edge], shift, axis=-1)
+    continued = jnp.moveaxis(continued.at[..., -1 - edge].set(False), 2, 0)
     gates = (whole[..., None, None], continued[..., None, None])  # [J, B, 1, 1, 1]
-    _, prefix = jax.lax.scan(_carry_step, jnp.zeros_like(states[0]), (states, *gates))
-    reads = jnp.where(jnp.tile(first, (1, 1, 1, g))[..., None], qc, 0.0)
-    return jnp.einsum("BKJQF,JBKFE->BKJQE", reads, prefix)
+    _, carried = jax.lax.scan(
+        _carry_step, jnp.zeros_like(states[0]), (states, *gates), reverse=later
+    )
+    reads = jnp.where(jnp.tile(readers, (1, 1, 1, g))[..., None], qc, 0.0)
+    return jnp.einsum("BKJQF,JBKFE->BKJQE", reads, carried)
 
 
 def _carry_step(running, chunk):
-    """One chunk of `_carried`'s scan. running: the keys' sums of the segment that the last
-    chunk ended in; returns (the same after this chunk, R_j: those this chunk's first segment
-    had before it)."""
+    """One chunk of `_carried`'s scan. running: the keys' sums of the segment that the chunk
+    before (in the scan's order) ended in; returns (the same after this chunk, R_j: those
+    that this chunk's segment at its near side had before it)."""
     state, whole, continued = chunk
     before = jnp.where(continued, running, 0.0)
     return state + jnp.where(whole, before, 0.0), before

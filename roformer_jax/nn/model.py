@@ -9,8 +9,9 @@ With the defaults (post-LN, exact-erf GELU, softmax, rope) it computes what Hugg
 `RoFormerModel` / `RoFormerForMaskedLM` compute, parameter for parameter (see hf.py).
 
 Glossary of shapes:
-  B batch, L sequence length, N heads, H head dim, D hidden size (model dim),
-  E embedding size (= D unless factorized), F intermediate (feed-forward) size, V vocab.
+  B batch, L sequence length, N heads, K key/value heads (N / K query heads share each),
+  H head dim, D hidden size (model dim), E embedding size (= D unless factorized),
+  F intermediate (feed-forward) size, V vocab.
 
 Parameter tree (names follow HF's where the structure allows; hf.py maps them):
   embeddings/{word_embeddings, token_type_embeddings, position_embeddings?, LayerNorm}
@@ -32,6 +33,7 @@ import jax.numpy as jnp
 from roformer_jax.nn import _threefry
 from roformer_jax.nn.feature_maps import FEATURE_MAPS
 from roformer_jax.nn.model_config import ACTIVATIONS, DTYPES, ModelConfig
+from roformer_jax.nn.segments import segment_positions
 
 
 def feature_projection(cfg: ModelConfig, layer: int, update=None) -> jax.Array | None:
@@ -140,7 +142,11 @@ def _chosen(offered: dict, names: frozenset[str]) -> dict:
 
 
 class SelfAttention(nn.Module):
-    """Projections q, k, v [B, L, N, H] → attention kind → output projection [B, L, D].
+    """Projections q [B, L, N, H], k, v [B, L, K, H] → attention kind → output projection
+    [B, L, D].
+
+    segment_ids: None, or int [B, L]: tokens attend within their segment only (packed
+    documents), given to the kind as its "segment_ids" option.
 
     decode_length: None, or the length of the whole sequence being decoded; then the layer
     keeps its kind's memory of earlier tokens (its `AttentionKind.step`) in the "cache"
@@ -156,13 +162,16 @@ class SelfAttention(nn.Module):
     @nn.compact
     def __call__(
         self, x, mask, position_ids, deterministic, decode_length=None, example_ids=None,
-        projection=None,
+        projection=None, segment_ids=None,
     ):  # fmt: skip
         cfg = self.config
         b, length, d = x.shape
-        q, k, v = (
-            _dense(cfg, d, name)(x).reshape(b, length, cfg.num_heads, cfg.head_dim)  # [B, L, N, H]
-            for name in ("query", "key", "value")
+        q = _dense(cfg, d, "query")(x).reshape(b, length, cfg.num_heads, cfg.head_dim)
+        k, v = (
+            _dense(cfg, cfg.kv_heads * cfg.head_dim, name)(x).reshape(
+                b, length, cfg.kv_heads, cfg.head_dim
+            )  # [B, L, K, H]
+            for name in ("key", "value")
         )
         encoding, where = cfg.encoding, {}  # what the position encoding does in attention
         rotation = encoding.rotation and encoding.rotation(
@@ -175,10 +184,14 @@ class SelfAttention(nn.Module):
         kind = cfg.kind
         offered = {"feature_map": cfg.feature_map, "placement": cfg.linear_rope,
                    "projection": projection}  # fmt: skip
+        if cfg.window is not None:  # the config has checked that the kind takes it
+            offered["window"] = cfg.window
         if decode_length is None:
             if encoding.bias is not None:
                 where["bias"] = encoding.bias(cfg, position_ids, position_ids)  # [B|1, N, L, L]
             use_dropout = not deterministic and cfg.attention_dropout > 0.0
+            if segment_ids is not None:  # _checked_inputs has checked that the kind takes them
+                offered["segment_ids"] = segment_ids
             offered.update(
                 dropout_rate=cfg.attention_dropout if use_dropout else 0.0,
                 dropout_rng=self.make_rng("dropout") if use_dropout else None,
@@ -212,7 +225,7 @@ class Layer(nn.Module):
     @nn.compact
     def __call__(
         self, x, mask, position_ids, deterministic, decode_length=None, example_ids=None,
-        projection=None,
+        projection=None, segment_ids=None,
     ):  # fmt: skip
         cfg = self.config
         attention = SelfAttention(cfg, self.layer, name="attention")
@@ -232,7 +245,14 @@ class Layer(nn.Module):
         x = sublayer(
             x,
             lambda h: attention(
-                h, mask, position_ids, deterministic, decode_length, example_ids, projection
+                h,
+                mask,
+                position_ids,
+                deterministic,
+                decode_length,
+                example_ids,
+                projection,
+                segment_ids,
             ),
             _layer_norm(cfg, "attention_norm"),
         )
@@ -245,12 +265,13 @@ class Encoder(nn.Module):
     @nn.compact
     def __call__(
         self, x, mask, position_ids, deterministic, decode_length=None, example_ids=None,
-        update=None,
+        update=None, segment_ids=None,
     ):  # fmt: skip
         for i in range(self.config.num_layers):
             layer = Layer(self.config, i, name=f"layer_{i}")
             projection = feature_projection(self.config, i, update)
-            x = layer(x, mask, position_ids, deterministic, decode_length, example_ids, projection)
+            x = layer(x, mask, position_ids, deterministic, decode_length, example_ids, projection,
+                      segment_ids)  # fmt: skip
         if self.config.pre_ln:
             x = _layer_norm(self.config, "final_norm")(x)
         return x
@@ -274,10 +295,10 @@ class MlmHead(nn.Module):
 
 
 def _checked_inputs(cfg: ModelConfig, input_ids, attention_mask, token_type_ids, position_ids,
-                    decode_length):  # fmt: skip
+                    decode_length, segment_ids):  # fmt: skip
     """`RoFormer`'s inputs checked against each other and the config, defaults filled in:
     (position_ids [L] or [B, L] (or [L, A], [B, L, A] for an encoding on A axes),
-    token_type_ids [B, L], mask [B, L] bool or None)."""
+    token_type_ids [B, L], mask [B, L] bool or None, segment_ids [B, L] or None)."""
     if input_ids.ndim != 2:
         raise ValueError(f"input_ids has shape {input_ids.shape}; expected [B, L]")
     b, length = input_ids.shape
@@ -296,6 +317,10 @@ def _checked_inputs(cfg: ModelConfig, input_ids, attention_mask, token_type_ids,
             f"position={cfg.position!r} supports with max_len {cfg.max_len}; use "
             "position='rope' to run past the training length"
         )
+    if segment_ids is not None:
+        segment_ids = _checked_segments(cfg, segment_ids, input_ids.shape, decode_length)
+        if position_ids is None:  # every document counts from 0, whatever the encoding
+            position_ids = segment_positions(segment_ids)  # [B, L]
     position_ids = jnp.arange(length) if position_ids is None else jnp.asarray(position_ids)
     axes = None if cfg.encoding.axes is None else cfg.encoding.axes(cfg)  # A, or one integer
     shapes = [(length,), (b, length)]
@@ -316,7 +341,24 @@ def _checked_inputs(cfg: ModelConfig, input_ids, attention_mask, token_type_ids,
         mask = jnp.asarray(attention_mask).astype(bool)
         if mask.shape != input_ids.shape:
             raise ValueError(f"attention_mask has shape {mask.shape}; expected {input_ids.shape}")
-    return position_ids, token_type_ids, mask
+    return position_ids, token_type_ids, mask, segment_ids
+
+
+def _checked_segments(cfg: ModelConfig, segment_ids, shape, decode_length) -> jax.Array:
+    segment_ids = jnp.asarray(segment_ids)
+    if segment_ids.shape != shape or not jnp.issubdtype(segment_ids.dtype, jnp.integer):
+        raise ValueError(
+            f"segment_ids has shape {segment_ids.shape} and dtype {segment_ids.dtype}; "
+            f"expected integers of the input_ids' shape {shape}"
+        )
+    if decode_length is not None:
+        raise ValueError(
+            "segment_ids with decode_length: decoding runs one sequence per row; pass the "
+            "document being continued alone"
+        )
+    if "segment_ids" not in cfg.kind.options:
+        raise ValueError(f"attention={cfg.attention!r} takes no segment_ids")
+    return segment_ids
 
 
 class RoFormer(nn.Module):
@@ -327,9 +369,13 @@ class RoFormer(nn.Module):
 
     Call with input_ids int [B, L]; attention_mask [B, L] (1/True = real token; padded keys are
     never attended to); token_type_ids int [B, L] (default 0); position_ids int [L] or [B, L]
-    (default arange(L); relative encodings are invariant to adding a constant), or [L, A] or
-    [B, L, A] for an encoding on A position axes ("rope_nd", "rope_learned"; [L] or [B, L] is
-    then every axis alike, as HF's M-RoPE reads text). Dropout
+    (default arange(L), or with segment_ids each segment's own from 0; relative encodings
+    are invariant to adding a constant), or [L, A] or [B, L, A] for an encoding on A position
+    axes ("rope_nd", "rope_learned"; [L] or [B, L] is then every axis alike, as HF's M-RoPE
+    reads text). segment_ids int [B, L]: documents packed in a row, each token attending to
+    its own segment's only, its position counted from the segment's start
+    (`segments.segment_positions`) for every encoding; padding is still marked by
+    attention_mask. Dropout
     draws from the "dropout" rng stream when deterministic=False, each row's masks from that
     key and its example_ids int [B] (its index in the global batch; default arange(B)). With
     mlm_positions int [B, P] the MLM head runs only at those positions of each row and logits
@@ -364,14 +410,16 @@ class RoFormer(nn.Module):
         decode_length=None,
         example_ids=None,
         update=None,
+        segment_ids=None,
     ) -> EncoderOutput:
         cfg = self.config
         input_ids = jnp.asarray(input_ids)
         if decode_length is not None:  # decoding runs deterministic only
             deterministic = True
-        position_ids, token_type_ids, mask = _checked_inputs(
-            cfg, input_ids, attention_mask, token_type_ids, position_ids, decode_length
-        )
+        position_ids, token_type_ids, mask, segment_ids = _checked_inputs(
+            cfg, input_ids, attention_mask, token_type_ids, position_ids, decode_length,
+            segment_ids,
+        )  # fmt: skip
         b = input_ids.shape[0]
 
         embeddings = Embeddings(cfg, name="embeddings")
@@ -379,7 +427,7 @@ class RoFormer(nn.Module):
         if cfg.embed_dim != cfg.hidden_size:
             x = _dense(cfg, cfg.hidden_size, "embeddings_project")(x)  # [B, L, D]
         x = Encoder(cfg, name="encoder")(
-            x, mask, position_ids, deterministic, decode_length, example_ids, update
+            x, mask, position_ids, deterministic, decode_length, example_ids, update, segment_ids
         )
         logits = None
         if self.with_mlm_head:

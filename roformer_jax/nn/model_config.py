@@ -40,6 +40,10 @@ class ModelConfig:
     hidden_size: int = 768  # D
     num_layers: int = 12  # encoder blocks
     num_heads: int = 12  # N; head dim H = D / N
+    # K key/value heads, each shared by N / K query heads (grouped-query attention, Ainslie
+    # et al. 2023; K = 1 is multi-query): k and v project to K·H features, and a decode
+    # cache holds K heads. None: K = N, every query head its own (BERT, RoFormer).
+    num_kv_heads: int | None = None
     intermediate_size: int = 3072  # F
     hidden_dropout: float = 0.1  # after embeddings and after each sublayer
     attention_dropout: float = 0.1  # on softmax attention weights (other kinds have none)
@@ -78,6 +82,10 @@ class ModelConfig:
     # Token i attends to tokens j <= i only: a decoder (HF's `is_decoder`), for next-token
     # prediction and generation (roformer_jax.nn.decoding); every attention kind has a causal form.
     causal: bool = False
+    # Query i sees keys j with |i - j| < window (causal: i - window < j <= i), as Mistral's
+    # and Gemma's local layers; a decode cache then holds `window` keys. None: every key.
+    # Only kinds that form the scores can take it (`AttentionKind.options` names "window").
+    window: int | None = None
     initializer_range: float = 0.02  # std of the normal initializer (BERT)
     hidden_act: str = "gelu"  # a key of ACTIVATIONS
 
@@ -101,6 +109,13 @@ class ModelConfig:
         if self.hidden_size % self.num_heads:
             raise ValueError(
                 f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}"
+            )
+        if self.num_kv_heads is not None and (
+            self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads
+        ):
+            raise ValueError(
+                f"num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads}: "
+                "each key/value head serves num_heads / num_kv_heads query heads"
             )
         choices = {
             "dtype": tuple(DTYPES),
@@ -138,6 +153,17 @@ class ModelConfig:
                 f"{self.attention!r} attention never forms the L x M score matrix (that is "
                 "what makes it linear); RoPE rotates q and k instead, which linear attention "
                 "can use: set position='rope', or attention='softmax'"
+            )
+        if self.window is not None:
+            self._check_window()
+
+    def _check_window(self):
+        if self.window < 1:
+            raise ValueError(f"window={self.window} must be >= 1 (None: every key)")
+        if "window" not in self.kind.options:
+            raise ValueError(
+                f"window={self.window} limits which keys a query scores, but {self.attention!r} "
+                "attention never forms the scores; use attention='softmax' or window=None"
             )
 
     def _canonical_json(self, name, kind):
@@ -194,6 +220,11 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """K, the key/value heads (`num_kv_heads`, or N when None)."""
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
 
     @property
     def embed_dim(self) -> int:

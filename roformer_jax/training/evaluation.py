@@ -85,6 +85,7 @@ def _scores(model, params, batch, update):
         attention_mask=batch["attention_mask"],
         token_type_ids=batch["token_type_ids"],
         mlm_positions=batch["head_positions"],
+        segment_ids=batch.get("segment_ids"),  # a held-out set of isolated documents
         deterministic=True,
         update=update,
     )

@@ -87,10 +87,10 @@ def pair_sums(pair_logits, labels, row_weights) -> dict[str, jax.Array]:
 
 
 def mlm_apply(model, params, batch, mask_prob, **kwargs) -> dict[str, jax.Array]:
-    """`mlm_sums` of the model on `batch` (and `pair_sums` where it has a pair_label [B]);
-    the head runs at the batch's head_positions
-    [B, P] where it has them (targets and weights are then [B, P] too), else with mask_prob
-    at targets only, else everywhere.
+    """`mlm_sums` of the model on `batch` (and `pair_sums` where it has a pair_label [B]),
+    its documents isolated where it has segment_ids [B, L]; the head runs at the batch's
+    head_positions [B, P] where it has them (targets and weights are then [B, P] too), else
+    with mask_prob at targets only, else everywhere.
 
     Each row's masking.max_targets(L, mask_prob) highest-weight positions are gathered: they
     hold every target that masking.mask_tokens chose at that rate without whole words, so the
@@ -98,6 +98,8 @@ def mlm_apply(model, params, batch, mask_prob, **kwargs) -> dict[str, jax.Array]
     "min_denominator", its smallest |value| over the layers (see `SelfAttention`).
     """
     targets, weights = batch["targets"], batch["weights"]
+    if "segment_ids" in batch:  # isolated documents (data.documents); positions follow them
+        kwargs["segment_ids"] = batch["segment_ids"]
     if "head_positions" in batch:  # held-out sets say where (data/length_eval.py)
         kwargs["mlm_positions"] = batch["head_positions"]
     elif mask_prob is not None:

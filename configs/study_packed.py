@@ -1,0 +1,65 @@
+"""Isolated documents against open rows (issue 33): the small RoFormer, softmax and linear
+attention (RoPE in the numerator, eq. 19), 3 seeds.
+
+  python experiments/compare.py --config=configs/study_packed.py:wikitext2 --workdir=runs/pk_wt2
+  python experiments/compare.py --config=configs/study_packed.py:warpeace --workdir=runs/pk_wp
+
+Training rows pack the documents of the token stream, a [SEP] after each (data/corpus.py).
+"open" rows are today's: every token attends across the [SEP]s and positions run on from
+one document into the next. "isolated" rows carry segment_ids (data.documents): each token
+attends to its own document only and counts positions from its start, and linear
+attention's sums restart at every document. Both read the same windows with the same masks
+(data/batches.py), and are scored on the same held-out rows and targets at 128, each
+reading them as it was trained (held-out rows of an isolated run carry their segments too,
+data/length_eval.py). A document is a WikiText-2 paragraph (one line) or a War and Peace
+paragraph (blank-line separated): rows of 126 tokens meet several, so isolation changes
+what most tokens see. The shared setting of configs/studies.py: 4 layers x 128 wide, 200
+steps of 16 x 128 tokens; 12 runs of about a minute each per corpus on 2 quiet cores.
+
+":runlocal" (after the corpus, or alone for the builtin corpus) checks the wiring in
+seconds: one seed, one layer, 4 steps of 4 rows, evaluated once.
+"""
+
+from ml_collections import ConfigDict
+
+from configs import studies
+
+_DATA = "../shared/data"
+CORPORA = {
+    "builtin": {},
+    "wikitext2": dict(source=f"{_DATA}/wikitext-2/train.txt", doc_separator="line"),
+    "warpeace": dict(source=f"{_DATA}/war-and-peace/input.txt", doc_separator="blank"),
+}
+_LINEAR = {"attention": "linear", "position": "rope", "linear_rope": "numerator"}
+
+
+def get_config(arg=None):
+    names = [n for n in (arg or "").split(",") if n]
+    unknown = sorted(set(names) - set(CORPORA) - {"runlocal"})
+    if unknown:
+        raise ValueError(f"unknown config arguments {unknown}; give one of {sorted(CORPORA)} "
+                         "and/or 'runlocal'")  # fmt: skip
+    runlocal = "runlocal" in names
+    config = studies.get_config("runlocal" if runlocal else None)
+    corpus = next((n for n in names if n in CORPORA), "builtin")
+    config.experiment.data.update(CORPORA[corpus])
+    config.runs = ConfigDict(
+        {
+            "softmax, open": {"data": {"documents": "open"}},
+            "softmax, isolated": {"data": {"documents": "isolated"}},
+            "linear eq (19), open": {"model": _LINEAR, "data": {"documents": "open"}},
+            "linear eq (19), isolated": {"model": _LINEAR, "data": {"documents": "isolated"}},
+        }
+    )
+    if runlocal:
+        config.experiment.train.update(steps=4, batch_size=4, log_every=2, eval_every=4,
+                                       checkpoint_every=4, eval_batches=1)  # fmt: skip
+        config.experiment.optim.warmup_steps = 1
+        config.experiment.model.num_layers = 1  # compiling 4 layers took most of a minute a run
+        config.experiment.data.max_chars = 100_000
+        config.seeds = (0,)
+    config.baseline = "softmax, open"
+    config.title = "MLM: documents isolated in packed rows, or open (issue 33)"
+    config.plot_keys = ("train/loss", "valid/loss_128")
+    config.table_keys = ("train/loss", "valid/loss_128", "valid/accuracy_128")
+    return config
