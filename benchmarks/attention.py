@@ -6,6 +6,11 @@
 Shapes: B = 1, N = 8 (B·N = 8), H = 64, float32, L = M. Kinds: softmax with RoPE, linear
 (elu + 1) without RoPE, with RoPE in the numerator (eq. 19) and in both (eq. 18), cosine with
 RoPE. Modes: "fwd" (the output) and "fwd+bwd" (gradients of sum(out) w.r.t. q, k and v).
+Variants (--variants) of every kind: "full" (k, v with N heads), "K=2" and "K=1" (grouped-query
+and multi-query attention: k, v with K heads), "segments" (packed rows: documents of
+--document tokens, `segment_ids`, RoPE at positions restarting in each). The summary gives
+each variant's time over the same kind's "full" in the same run (targets: grouped heads not
+slower than full ones, segments at most 1.2x).
 
 Each case runs in its own subprocess, so that its peak resident memory is its own:
   ms        median wall time of a jitted call (after a compiling call); ms_min in the JSON
@@ -49,7 +54,7 @@ import numpy as np
 from absl import app, flags
 from timing import report, time_call
 
-from roformer_jax.nn import attention, rope
+from roformer_jax.nn import attention, rope, segments
 
 _QUICK = flags.DEFINE_bool("quick", False, "L = 512, 1024, 2048 and fewer repeats.")
 _LENGTHS = flags.DEFINE_list("lengths", [str(512 << i) for i in range(6)], "Sequence lengths.")
@@ -73,7 +78,13 @@ MALLOCS = {
 _MALLOC = flags.DEFINE_list(
     "malloc", ["default"], f"Allocator settings to run every case under: {', '.join(MALLOCS)}."
 )
-_CASE = flags.DEFINE_string("case", None, "Internal: 'kind,L,mode' run in this process.")
+_CASE = flags.DEFINE_string("case", None, "Internal: 'kind,L,mode,variant' run in this process.")
+# Each variant's key/value heads (None: N) and whether rows are packed documents.
+VARIANTS = {"full": (None, False), "K=2": (2, False), "K=1": (1, False), "segments": (None, True)}
+_VARIANTS = flags.DEFINE_list("variants", list(VARIANTS), "Variants of each kind to time.")
+_DOCUMENT = flags.DEFINE_integer(
+    "document", 384, "Tokens per packed document (segments; not a multiple of the chunk)."
+)
 
 # (function, keywords, rotated by RoPE)
 KINDS = {
@@ -87,10 +98,15 @@ MODES = ("fwd", "fwd+bwd")
 FIRST_TOUCH = ("fresh us/page", "again us/page", "fresh, huge pages")
 
 
-def make_fn(kind, length, mode, causal):
+def make_fn(kind, length, mode, causal, variant="full"):
     fn, kw, rotated = KINDS[kind]
+    positions = jnp.arange(length)
+    if VARIANTS[variant][1]:
+        ids = positions[None] // _DOCUMENT.value  # [1, L]
+        kw = {**kw, "segment_ids": ids}
+        positions = segments.segment_positions(ids)
     if rotated:
-        kw = {**kw, "rotation": rope.rope_rotation(jnp.arange(length))}
+        kw = {**kw, "rotation": rope.rope_rotation(positions)}
 
     def forward(q, k, v):
         return fn(q, k, v, causal=causal, **kw)
@@ -100,14 +116,17 @@ def make_fn(kind, length, mode, causal):
     return jax.jit(jax.grad(lambda q, k, v: jnp.sum(forward(q, k, v)), argnums=(0, 1, 2)))
 
 
-def run_case(kind, length, mode):
+def run_case(kind, length, mode, variant="full"):
     """Measures one case in this process; returns its record."""
-    shape = (1, length, _HEADS.value, _HEAD_DIM.value)
-    q, k, v = (jax.random.normal(key, shape) for key in jax.random.split(jax.random.key(0), 3))
-    fn = make_fn(kind, length, mode, _CAUSAL.value)
+    kv_heads = VARIANTS[variant][0] or _HEADS.value
+    shapes = [(1, length, heads, _HEAD_DIM.value) for heads in (_HEADS.value, kv_heads, kv_heads)]
+    keys = jax.random.split(jax.random.key(0), 3)
+    q, k, v = (jax.random.normal(key, shape) for key, shape in zip(keys, shapes, strict=True))
+    fn = make_fn(kind, length, mode, _CAUSAL.value, variant)
     compiled = fn.lower(q, k, v).compile()
     temp = compiled.memory_analysis().temp_size_in_bytes
-    record = {"kind": kind, "L": length, "mode": mode, "causal": _CAUSAL.value}
+    record = {"kind": kind, "variant": variant, "L": length, "mode": mode}
+    record |= {"causal": _CAUSAL.value}
     record |= {"temp MB": temp / 2**20, "allocator": allocator()}
     if temp > _MAX_GB.value * 2**30:
         return record | {"skipped": f"needs {temp / 2**30:.1f} GB of temporaries"}
@@ -178,17 +197,18 @@ def _reset_peak_rss():
     return _status_kib("VmRSS")
 
 
-def run_isolated(kind, length, mode, malloc):
+def run_isolated(kind, length, mode, malloc, variant="full"):
     """Runs one case in a fresh interpreter, under MALLOCS[malloc], and returns its record."""
-    flags_ = [f"--case={kind},{length},{mode}", f"--causal={_CAUSAL.value}"]
+    flags_ = [f"--case={kind},{length},{mode},{variant}", f"--causal={_CAUSAL.value}"]
     flags_ += [f"--heads={_HEADS.value}", f"--head_dim={_HEAD_DIM.value}"]
+    flags_ += [f"--document={_DOCUMENT.value}"]
     flags_ += [f"--repeats={_REPEATS.value}", f"--max_gb={_MAX_GB.value}"]
     env = os.environ | MALLOCS[malloc]
     done = subprocess.run(
         [sys.executable, __file__, *flags_], capture_output=True, text=True, check=False, env=env
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    case = {"kind": kind, "L": length, "mode": mode, "malloc": malloc}
+    case = {"kind": kind, "variant": variant, "L": length, "mode": mode, "malloc": malloc}
     if done.returncode or not lines:
         why = f"exit code {done.returncode}"
         if done.returncode == -9:
@@ -201,9 +221,31 @@ def _malloc(record):
     return record.get("malloc", "default")  # records saved before --malloc existed
 
 
+def _full(records):
+    """The records of the "full" variant (all records saved before variants existed)."""
+    return [r for r in records if r.get("variant", "full") == "full"]
+
+
+def variant_ratios(records):
+    """Each variant's fastest call over its kind's "full" one: a row per (malloc, kind, L, mode)."""
+    ms = {(_malloc(r), r["kind"], r["L"], r["mode"], r.get("variant", "full")): r.get("ms_min")
+          for r in records}  # fmt: skip
+    rows = []
+    for (malloc, kind, length, mode, variant), full in ms.items():
+        if variant != "full" or not full:
+            continue
+        row = {"malloc": malloc, "kind": kind, "L": length, "mode": mode}
+        for other in VARIANTS:
+            mine = ms.get((malloc, kind, length, mode, other))
+            if other != "full" and mine:
+                row[f"{other} / full"] = mine / full
+        rows.append(row)
+    return rows
+
+
 def summary(records):
     """The target ratios, one row per (malloc, L, mode)."""
-    by = {(_malloc(r), r["kind"], r["L"], r["mode"]): r for r in records}
+    by = {(_malloc(r), r["kind"], r["L"], r["mode"]): r for r in _full(records)}
     rows = []
     for (malloc, kind, length, mode), r in by.items():
         if kind != "linear":
@@ -228,7 +270,7 @@ def summary(records):
 def crossover(records):
     """Per allocator setting, kind and mode, the smallest measured L at which it beats softmax
     ("<= L" when that is the first L measured: the crossover lies at or below it)."""
-    ms = {(_malloc(r), r["kind"], r["L"], r["mode"]): r.get("ms_min") for r in records}
+    ms = {(_malloc(r), r["kind"], r["L"], r["mode"]): r.get("ms_min") for r in _full(records)}
     lengths = sorted({r["L"] for r in records})
     rows = []
     for malloc in dict.fromkeys(_malloc(r) for r in records):
@@ -255,8 +297,11 @@ def crossover(records):
 def print_tables(records, output=None):
     """The per-case table (records appended to `output` as JSON lines), ratios, crossovers."""
     kinds = [kind for kind in KINDS if any(r["kind"] == kind for r in records)]
-    columns = ["malloc", "kind", "L", "mode", "ms", "cpu ms", "temp MB", "peak MB", "faults"]
-    report(records, columns + ["skipped"], output)
+    columns = ["malloc", "kind", "variant", "L", "mode", "ms", "cpu ms", "temp MB", "peak MB"]
+    report(records, columns + ["faults", "skipped"], output)
+    print()
+    variants = [f"{v} / full" for v in VARIANTS if v != "full"]
+    report(variant_ratios(records), ["malloc", "kind", "L", "mode", *variants])
     print()
     ratios = ["malloc", "L", "mode", "numerator / linear", "softmax / linear"]
     report(summary(records), ratios + [f"{k} temp x" for k in kinds])
@@ -267,8 +312,8 @@ def print_tables(records, output=None):
 def main(argv):
     del argv
     if _CASE.value:
-        kind, length, mode = _CASE.value.split(",")
-        print(json.dumps(run_case(kind, int(length), mode)))
+        kind, length, mode, variant = _CASE.value.split(",")
+        print(json.dumps(run_case(kind, int(length), mode, variant)))
         return
     if _REPORT.value:
         with open(_REPORT.value, encoding="utf-8") as f:
@@ -287,11 +332,15 @@ def main(argv):
     start, records = time.time(), []
     touch = first_touch_us()
     report([touch], ["kind", *FIRST_TOUCH], _OUTPUT.value)
+    unknown = [v for v in _VARIANTS.value if v not in VARIANTS]
+    if unknown:
+        raise app.UsageError(f"--variants={','.join(unknown)}; expected some of {list(VARIANTS)}")
     cases = [
-        (kind, mode, malloc)
+        (kind, mode, malloc, variant)
         for malloc in _MALLOC.value
         for kind in _KINDS.value or KINDS
         for mode in MODES
+        for variant in _VARIANTS.value
     ]
     for length in lengths:
         trials = [

@@ -27,6 +27,11 @@ Columns:
   ms/token  median wall time of a call / steps per call (ms_min, of the fastest call, in the JSON)
   cache MB  bytes of the cache pytree (every layer's KV cache or state; sum of leaf nbytes)
   temp MB   XLA's temporary buffers for one step (compiled.memory_analysis())
+A table of the softmax KV cache's bytes per token of context with K key/value heads
+(grouped-query attention, --kv_heads, default N, N / 2 and 1 of the small model's N = 4 heads):
+per layer and for the model's layers, from the shapes of `attention_step.softmax_attention_step`'s
+cache (`jax.eval_shape`: nothing is computed), keys and values with the position and validity
+of each slot; the cache shrinks by N / K (nearly: positions and validity do not).
 A second table times `decoding.generate` end to end, batch 1, after a prompt of P tokens:
 (fastest call for 32 new tokens - fastest call for 1) / 31, the per-token cost of the loop
 itself (its prefill and first token subtracted), a sanity check on the step's figures at L = P.
@@ -49,7 +54,7 @@ import numpy as np
 from absl import app, flags
 from timing import report, time_call
 
-from roformer_jax.nn import decoding
+from roformer_jax.nn import attention_step, decoding
 from roformer_jax.nn.attention_step import KernelState, KVCache
 from roformer_jax.nn.model import RoFormer
 from roformer_jax.nn.model_config import model_config
@@ -63,6 +68,7 @@ _NEW_TOKENS = flags.DEFINE_integer("new_tokens", 32, "Tokens generated in the ge
 _REPEATS = flags.DEFINE_integer("repeats", 10, "Timed calls per case (at least).")
 _STEPS = flags.DEFINE_integer("steps_per_call", 16, "Tokens decoded per timed call.")
 _OUTPUT = flags.DEFINE_string("output", None, "Append JSON lines here.")
+_KV_HEADS = flags.DEFINE_list("kv_heads", None, "K for the KV-cache bytes (default: N, N/2, 1).")
 
 VOCAB, SLACK = 8192, 8  # capacity C = L + SLACK
 # The attention options of each kind (ModelConfig fields); all with RoPE.
@@ -124,6 +130,38 @@ def _fill(memory, length, key):
 
 def cache_bytes(cache):
     return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache))
+
+
+def kv_cache_rows(kv_heads, capacity=1024):
+    """Bytes per token of context of the small model's softmax KV cache, for each K."""
+    config = model_config("small", vocab_size=VOCAB, causal=True, **KINDS["softmax"])
+    n, h = config.num_heads, config.head_dim
+
+    def per_layer(heads):  # of the cache's shapes only: nothing is computed
+        q = jax.ShapeDtypeStruct((1, 1, n, h), jnp.float32)
+        k = jax.ShapeDtypeStruct((1, 1, heads, h), jnp.float32)
+        positions = jnp.zeros((1, 1), jnp.int32)
+        _, cache = jax.eval_shape(
+            lambda q, k: attention_step.softmax_attention_step(
+                None, q, k, k, positions=positions, capacity=capacity
+            ),
+            q,
+            k,
+        )
+        return cache_bytes(cache) / capacity
+
+    full = per_layer(n)
+    return [
+        {
+            "kind": "softmax",
+            "N": n,
+            "K": heads,
+            "bytes/token/layer": per_layer(heads),
+            "bytes/token": per_layer(heads) * config.num_layers,
+            "x full heads": per_layer(heads) / full,
+        }  # fmt: skip
+        for heads in kv_heads
+    ]
 
 
 def make_steps(model, capacity, steps):
@@ -272,6 +310,11 @@ def main(argv):
     if generated:
         print()
         report(generated, ["kind", "mode", "batch", "L", "new tokens", "ms/token"], _OUTPUT.value)
+    print()
+    n = model_config("small", vocab_size=VOCAB).num_heads
+    kv_heads = [int(k) for k in _KV_HEADS.value] if _KV_HEADS.value else [n, n // 2, 1]
+    columns = ["kind", "N", "K", "bytes/token/layer", "bytes/token", "x full heads"]
+    report(kv_cache_rows(kv_heads), columns, _OUTPUT.value)
     print()
     report(
         summary(records),

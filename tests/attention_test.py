@@ -605,10 +605,11 @@ class FusedSoftmaxTest(parameterized.TestCase):
 
     @parameterized.named_parameters(
         ("plain", False, False), ("causal", True, False), ("bias", False, True),
-        ("causal_bias", True, True),
+        ("causal_bias", True, True), ("one_key_value_head", True, True, 1),
     )  # fmt: skip
-    def test_equals_the_einsum_form(self, causal, with_bias):
+    def test_equals_the_einsum_form(self, causal, with_bias, kv_heads=N):
         q, k, v = _qkv(8)
+        k, v = k[:, :, :kv_heads], v[:, :, :kv_heads]
         mask = np.array(_mask(8))
         mask[1] = False  # a row with no key at all: zeros
         visible = jnp.asarray(mask)[:, None, None, :]
