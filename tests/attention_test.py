@@ -2,6 +2,7 @@
 
 import functools
 import inspect
+from unittest import mock
 
 import chex
 import flax.linen as nn
@@ -621,6 +622,42 @@ class FusedSoftmaxTest(parameterized.TestCase):
         got = attention_core._fused_softmax(q, k, v, visible, bias)
         np.testing.assert_allclose(got, want, atol=1e-6)
         np.testing.assert_array_equal(got[1], 0.0)
+
+
+class OtherBackendsTest(parameterized.TestCase):
+    """The branches taken off CPU (the fused softmax, jnp.cumsum's prefix), run here on CPU.
+
+    Seen on a GPU: the bias check sat on the CPU branch only; float64 softmax went through the
+    fused form's float32 scores (errors ~2e-7); and the prefix as cumsum - states let later
+    chunks' keys into earlier outputs' rounding.
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.enter_context(mock.patch.object(attention_core, "on_cpu", return_value=False))
+
+    def test_bias_shape_is_checked(self):
+        with self.assertRaisesRegex(ValueError, r"expected \[B or 1, N, L, M\]"):
+            attention.softmax_attention(*_qkv(0), bias=jnp.zeros((N, L, L)))
+
+    def test_float64_softmax_keeps_float64(self):
+        with jax.enable_x64(True):
+            q, k, v = _qkv(3, dtype=jnp.float64)
+            got = attention.softmax_attention(q, k, v, causal=True)
+        q, k, v = (np.asarray(x) for x in (q, k, v))
+        scores = np.einsum("BLNH,BMNH->BNLM", q, k) / np.sqrt(H)
+        scores = np.where(np.tril(np.ones((L, L), bool)), scores, -np.inf)
+        weights = np.exp(scores - scores.max(-1, keepdims=True))
+        weights /= weights.sum(-1, keepdims=True)
+        np.testing.assert_allclose(got, np.einsum("BNLM,BMNH->BLNH", weights, v), atol=1e-12)
+
+    def test_causal_linear_never_looks_ahead(self):
+        q, k, v = _qkv(9)
+        later = (jnp.arange(L) >= 4)[None, :, None, None]
+        q2, k2, v2 = (jnp.where(later, 7.0 - 3 * x, x) for x in (q, k, v))
+        before, after = (attention.linear_attention(*x, causal=True, chunk_size=3)
+                         for x in ((q, k, v), (q2, k2, v2)))  # fmt: skip
+        np.testing.assert_array_equal(before[:, :4], after[:, :4])
 
 
 class DecodeStepsTest(parameterized.TestCase):

@@ -61,7 +61,7 @@ def _exclusive_sum_step(total, state):
 def exclusive_cumsum(states):
     """Σ_{k' < k} states[k'] for each k: [K, ...] -> [K, ...].
 
-    The plain form is cumsum(states) - states. A sequential scan instead: on CPU jnp.cumsum
+    Elsewhere it is a shifted cumsum (attention_core). A sequential scan instead: on CPU jnp.cumsum
     (a reduce-window) was 4x slower here, and the running sum in a fixed order is exactly
     reproducible and exact at k = 0.
     """

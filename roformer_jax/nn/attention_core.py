@@ -94,11 +94,12 @@ def softmax_over_visible(q, k, v, visible, bias, dropout_rate=0.0, dropout_rng=N
     [B or 1, N, L, M] or None. A row with no visible key gets zeros. Dropout as in
     `attention.softmax_attention`. Returns [B, L, N, H] in q's dtype.
     """
-    if dropout_rate == 0.0 and not on_cpu():
-        return _fused_softmax(q, k, v, visible, bias)
-    dtype = compute_dtype(q)
     if bias is not None:
         _check_bias(bias, q, k)
+    dtype = compute_dtype(q)
+    # The fused form forms its scores in float32: float64 inputs keep the einsum form's.
+    if dropout_rate == 0.0 and not on_cpu() and dtype == jnp.float32:
+        return _fused_softmax(q, k, v, visible, bias)
     b, length, n, h = q.shape
     kv, keys = k.shape[2], k.shape[1]
     # [B, K, G, L, H]: the product then yields the scores in their order, [B, K, G, L, M],
@@ -233,8 +234,10 @@ def _carried(qc, kc, vc, segments, g, *, later=False):
         # Earlier chunks: an exclusive prefix sum of the states over chunks.
         if on_cpu():
             prefix = _attention_cpu.exclusive_cumsum(states)
-        else:
-            prefix = jnp.cumsum(states, axis=0) - states
+        else:  # shifted, not cumsum - states: later chunks must not enter earlier sums' rounding
+            prefix = jnp.concatenate(
+                [jnp.zeros_like(states[:1]), jnp.cumsum(states[:-1], axis=0)], axis=0
+            )
         return jnp.einsum("BKJQF,JBKFE->BKJQE", qc, prefix)
     first = segments == segments[..., :1]  # in the chunk's first segment
     last = segments == segments[..., -1:]  # in the chunk's last segment
