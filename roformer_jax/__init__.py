@@ -19,6 +19,7 @@ from roformer_jax.nn.model_config import ModelConfig, model_config
 from roformer_jax.nn.rope import apply_rope, rope_frequencies, rope_rotation
 from roformer_jax.nn.rope_nd import apply_rope_nd, axial_frequencies, mrope_frequencies
 from roformer_jax.nn.rope_scaling import scaled_frequencies
+from roformer_jax.nn.segments import segment_positions
 
 __all__ = [
     "ModelConfig",
@@ -36,5 +37,6 @@ __all__ = [
     "rope_rotation",
     "save_hf_roformer",
     "scaled_frequencies",
+    "segment_positions",
     "softmax_attention",
 ]
