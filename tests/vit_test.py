@@ -16,7 +16,7 @@ from absl.testing import absltest, parameterized
 from configs import study_vit
 from roformer_jax.nn import vit
 from roformer_jax.nn.model_config import ModelConfig
-from roformer_jax.studies import vit_study
+from roformer_jax.studies import results_page, vit_study
 
 B, Y, X, C, P = 2, 8, 12, 3, 4  # images of a 2 x 3 grid of 4 x 4 patches
 GRID = (Y // P, X // P)
@@ -165,10 +165,11 @@ class StudyTest(absltest.TestCase):
         self.assertIn("16 px (trained)", accuracy[0])
         self.assertLen(accuracy, 2 + len(config["runs"]))
 
-    def test_cached_runs_and_raw_files(self):
+    def test_cached_runs_raw_files_and_page(self):
         config = study_vit.get_config("runlocal").to_dict()
         settings = vit_study.runs(config)["RoPE-Axial"]
-        with tempfile.TemporaryDirectory() as raw:
+        with tempfile.TemporaryDirectory() as root:
+            raw = os.path.join(root, "vit")
             for name, seeds in _fake_results(config).items():
                 for result in seeds:
                     path = os.path.join(raw, name.replace(" ", "_"), f"seed{result['seed']}")
@@ -182,6 +183,14 @@ class StudyTest(absltest.TestCase):
             self.assertEqual(vit_study._cached(directory, settings)["seed"], 0)
             with self.assertRaisesRegex(ValueError, "other settings"):
                 vit_study._cached(directory, {**settings, "steps": 21})
+            pair = next(iter(config["pairs"]))
+            text = (
+                f'<!-- generated: raw vit_paired_table("vit") -->\n<!-- end generated -->\n'
+                f'<!-- generated: raw vit_verdict("vit", "{pair}") --><!-- end generated -->'
+            )
+            page = results_page.render(text, root, changed=lambda commit: None)
+            self.assertIn(vit_study.paired_table(config, results), page)
+            self.assertIn(vit_study.verdict(config, results, pair), page)
 
 
 if __name__ == "__main__":
