@@ -56,7 +56,9 @@ class Digits:
 def load_digits(test_size: int, split_seed: int) -> Digits:
     """The 1,797 digits (shipped inside scikit-learn, nothing downloaded), a fixed random split
     with `test_size` held out."""
-    from sklearn import datasets  # the study's extra ("vision"), not the library's dependency
+    # Imported here, not at the top: results_page imports this module, and rebuilding the page
+    # from raw files needs no scikit-learn (the "vision" extra, not a dependency).
+    from sklearn import datasets
 
     digits = datasets.load_digits()
     images = (digits.images / 16.0).astype(np.float32)[..., None]  # [B, 8, 8, 1]
