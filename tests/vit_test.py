@@ -139,7 +139,7 @@ def _fake_results(config):
 
 class StudyTest(absltest.TestCase):
     def test_configs_build(self):
-        for arg in (None, "runlocal"):
+        for arg in (None, "zoom", "runlocal"):
             config = study_vit.get_config(arg).to_dict()
             for settings in vit_study.runs(config).values():
                 vit_study.model(settings)  # ModelConfig checks every field
@@ -149,6 +149,16 @@ class StudyTest(absltest.TestCase):
             self.assertTrue(all(s % config["patch"] == 0 for s in config["eval_sizes"]))
         with self.assertRaisesRegex(ValueError, "unknown argument"):
             study_vit.get_config("big")
+
+    def test_zoomed_crops(self):
+        images = np.random.default_rng(2).random((B, 8, 8, 1)).astype(np.float32)
+        whole = vit_study.zoomed_crops(images, jax.random.key(0), 16, max_zoom=1.0)
+        # Two weights of a bilinear sample per axis: 4 products summed, in [0, 1].
+        atol = tolerance.dot(n=4, magnitude=1.0)
+        chex.assert_trees_all_close(whole, vit_study.upsample(images, 16), atol=atol, rtol=0)
+        zoomed = vit_study.zoomed_crops(images, jax.random.key(0), 16, max_zoom=2.0)
+        chex.assert_shape(zoomed, (B, 16, 16, 1))
+        self.assertGreater(float(jnp.abs(zoomed - whole).max()), 0.1)
 
     def test_tables_and_verdict(self):
         config = study_vit.get_config().to_dict()

@@ -73,11 +73,30 @@ def upsample(images: np.ndarray, size: int) -> np.ndarray:
     return np.asarray(jax.image.resize(images, (b, size, size, c), method="linear"))
 
 
+def zoomed_crops(images, rng, size: int, max_zoom: float) -> jax.Array:
+    """Random zoomed crops, the scale part of ViT/DeiT's RandomResizedCrop: each image of
+    [B, Y, Y, C] zoomed by z ~ U[1, max_zoom] into a window of side Y / z at a random place,
+    resized bilinearly to [B, size, size, C]. At z = 1 it is `upsample`'s whole image."""
+    b, y, _, c = images.shape
+    zoom_key, place_key = jax.random.split(rng)
+    zoom = jax.random.uniform(zoom_key, (b,), minval=1.0, maxval=max_zoom)  # [B]
+    corner = jax.random.uniform(place_key, (b, 2)) * (y - y / zoom)[:, None]  # [B, 2] source px
+    scale = size * zoom / y  # [B] output pixels per source pixel
+
+    def crop(image, s, o):  # output pixel x reads source (x - translation) / scale
+        return jax.image.scale_and_translate(
+            image, (size, size, c), (0, 1), jnp.stack([s, s]), -o * s, method="linear"
+        )
+
+    return jax.vmap(crop)(images, scale, corner)
+
+
 def runs(config: Mapping) -> dict[str, dict]:
     """Each run's settings: the shared ones with its own `runs` entry over them."""
     shared = {k: config[k] for k in ("model", "patch", "train_size", "eval_sizes", "steps",
                                       "batch_size", "learning_rate", "warmup_steps",
-                                      "weight_decay", "test_size", "split_seed")}  # fmt: skip
+                                      "weight_decay", "test_size", "split_seed",
+                                      "max_zoom")}  # fmt: skip
     out = {}
     for name, own in config["runs"].items():
         settings = json.loads(json.dumps(shared))
@@ -99,7 +118,9 @@ class Programs(NamedTuple):
 
     net: ViT
     optimizer: optax.GradientTransformation
-    step: Callable  # (params, opt_state, images, labels, rng) -> (params, opt_state, loss)
+    # (params, opt_state, images, labels, rng) -> (params, opt_state, loss); images are the
+    # sources [B, 8, 8, 1] where the run zooms (max_zoom > 1), else upsampled to train_size.
+    step: Callable
     predict: Callable  # (params, images [B, Y, X, 1]) -> int [B]
 
 
@@ -113,8 +134,14 @@ def programs(settings_json: str) -> Programs:
     )
     optimizer = optax.adamw(schedule, weight_decay=settings["weight_decay"])
 
+    zoom = settings["max_zoom"] > 1.0
+
     @jax.jit
     def step(params, opt_state, images, labels, rng):
+        if zoom:  # images are the 8 x 8 sources, cropped here; else already upsampled
+            crops = jax.random.fold_in(rng, 1)
+            images = zoomed_crops(images, crops, settings["train_size"], settings["max_zoom"])
+
         def loss_fn(p):
             logits = net.apply(p, images, deterministic=False, rngs={"dropout": rng})
             return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
@@ -135,6 +162,8 @@ def train_and_score(settings: Mapping, seed: int, data: Digits) -> dict:
     train_x = upsample(data.train_images, settings["train_size"])
     key = jax.random.key(seed)
     params = net.init(key, train_x[:1])
+    if settings["max_zoom"] > 1.0:
+        train_x = data.train_images  # the step crops them
     opt_state = optimizer.init(params)
     order, losses, curve = np.random.default_rng(seed), [], []
     batch, every = settings["batch_size"], max(1, settings["steps"] // 20)
@@ -290,6 +319,8 @@ def footnote(config: Mapping, machine: Mapping) -> str:
         f"scikit-learn digits 8x8 upsampled bilinearly; {config['test_size']} test digits; "
         f"ViT {model_cfg['num_layers']} layers x {model_cfg['hidden_size']} dims, "
         f"{model_cfg['num_heads']} heads, {config['patch']}x{config['patch']} patches, mean "
-        f"pool; {config['steps']} steps of {config['batch_size']}; {machine.get('cpus')} "
+        f"pool; {config['steps']} steps of {config['batch_size']}"
+        + (f", random zoom 1-{config['max_zoom']}x" if config.get("max_zoom", 1.0) > 1 else "")
+        + f"; {machine.get('cpus')} "
         f"{machine.get('architecture')} cores, JAX {machine.get('jax')}."
     )
