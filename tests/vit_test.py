@@ -190,9 +190,9 @@ class StudyTest(absltest.TestCase):
             record, results = vit_study.read_results(raw)
             self.assertEqual(list(results), list(config["runs"]))
             directory = os.path.join(raw, "RoPE-Axial", "seed0")
-            self.assertEqual(vit_study._cached(directory, settings)["seed"], 0)
+            self.assertEqual(vit_study.cached_result(directory, settings)["seed"], 0)
             with self.assertRaisesRegex(ValueError, "other settings"):
-                vit_study._cached(directory, {**settings, "steps": 21})
+                vit_study.cached_result(directory, {**settings, "steps": 21})
             pair = next(iter(config["pairs"]))
             text = (
                 f'<!-- generated: raw vit_paired_table("vit") -->\n<!-- end generated -->\n'

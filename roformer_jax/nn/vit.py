@@ -65,6 +65,21 @@ def resize_table(table, grid: tuple[int, int]) -> jax.Array:
     return jax.image.resize(table, (*grid, table.shape[-1]), method="linear")
 
 
+def _check_encoding(cfg: ModelConfig) -> None:
+    """ValueError for an encoding that cannot place a patch by its (row, col)."""
+    encoding = cfg.encoding
+    if encoding.axes is None and (encoding.embed or encoding.rotation or encoding.bias):
+        raise ValueError(
+            f"position={cfg.position!r} reads one integer per token; a ViT's patches have "
+            "two (row, col): use 'rope_nd', 'rope_learned', or 'none' with table_grid"
+        )
+    if encoding.axes is not None and encoding.axes(cfg) != 2:
+        raise ValueError(
+            f"position={cfg.position!r} with position_axes={cfg.position_axes}; a ViT's "
+            "patches have 2 (row, col)"
+        )
+
+
 class ViT(nn.Module):
     """images [B, Y, X, C] -> class logits [B, num_classes] float32.
 
@@ -79,22 +94,10 @@ class ViT(nn.Module):
     num_classes: int
     table_grid: tuple[int, int] | None = None
 
-    def setup(self):
-        cfg, encoding = self.config, self.config.encoding
-        if encoding.axes is None and (encoding.embed or encoding.rotation or encoding.bias):
-            raise ValueError(
-                f"position={cfg.position!r} reads one integer per token; a ViT's patches have "
-                "two (row, col): use 'rope_nd', 'rope_learned', or 'none' with table_grid"
-            )
-        if encoding.axes is not None and encoding.axes(cfg) != 2:
-            raise ValueError(
-                f"position={cfg.position!r} with position_axes={cfg.position_axes}; a ViT's "
-                "patches have 2 (row, col)"
-            )
-
     @nn.compact
     def __call__(self, images, position_ids=None, deterministic: bool = True):
         cfg = self.config
+        _check_encoding(cfg)
         init = nn.initializers.normal(cfg.initializer_range)
         patches = patchify(images, self.patch)  # [B, L, Q]
         b, length, _ = patches.shape

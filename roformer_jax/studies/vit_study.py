@@ -198,7 +198,7 @@ def run_study(
         results[name] = []
         for seed in config["seeds"]:
             directory = run_dir(workdir, name, seed)
-            result = _cached(directory, settings)
+            result = cached_result(directory, settings)
             if result is None:
                 log(f"training {name} seed {seed}")
                 result = {"settings": settings, "seed": seed,
@@ -213,7 +213,9 @@ def run_study(
     return results
 
 
-def _cached(directory: str, settings: Mapping) -> dict | None:
+def cached_result(directory: str, settings: Mapping) -> dict | None:
+    """The run's result.json in `directory`, None where there is none; ValueError where it is
+    a run of other settings (a cached run is reused by name, so changed settings must not)."""
     path = os.path.join(directory, RESULT)
     if not os.path.exists(path):
         return None
