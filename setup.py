@@ -31,7 +31,16 @@ setup(
         # torch and transformers: the HF comparisons (hf_test, rope_scaling_test, bert_parity_test,
         # vs_hf_test), which skip without them. torch==2.13.0 names the CPU build on our machines;
         # any other torch spec pulls CUDA packages.
-        "test": ["pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0", "transformers>=5"],
+        # scikit-learn: the ViT study's digits (tests/vit_test.py runs it at runlocal size).
+        "test": [
+            "pytest>=8",
+            "pytest-xdist>=3.5",
+            "torch==2.13.0",
+            "transformers>=5",
+            "scikit-learn>=1.4",
+        ],
+        # The ViT study (experiments/vit_study.py): its images ship inside scikit-learn.
+        "vision": ["scikit-learn>=1.4"],
         "hf": ["transformers>=4.40"],
         "datasets": ["datasets>=2.18"],
     },

@@ -18,7 +18,7 @@ import os
 import shlex
 import textwrap
 
-from roformer_jax.studies import study_record, tables
+from roformer_jax.studies import study_record, tables, vit_study
 from roformer_jax.studies.page_source import Page, read_json
 from roformer_jax.studies.study_record import RawStudy
 from roformer_jax.training import metrics as metrics_lib
@@ -99,6 +99,9 @@ def wall_time_table(page: Page) -> str:
     for name in sorted(os.listdir(page.raw_root)):
         if not os.path.isdir(os.path.join(page.raw_root, name)):
             continue
+        if os.path.exists(os.path.join(page.raw_root, name, vit_study.RECORD)):
+            lines.append(_vit_row(page, name))
+            continue
         if not os.path.exists(os.path.join(page.raw_root, name, study_record.FILE)):
             lines.append(_in_progress_row(os.path.join(page.raw_root, name)))
             continue
@@ -116,6 +119,17 @@ def wall_time_table(page: Page) -> str:
             f"{_minutes(wall) if wall else 'n/a'} |"
         )
     return "\n".join(lines)
+
+
+def _vit_row(page: Page, name: str) -> str:
+    """A wall-time row for a ViT study (vit_study's raw files: each run's train_s, which
+    includes its compilation and scoring)."""
+    record, results = vit_study.read_results(os.path.join(page.raw_root, name))
+    training = sum(result["train_s"] for seeds in results.values() for result in seeds)
+    core_hours = record["machine"]["cpus"] * training / 3600
+    runs = sum(len(seeds) for seeds in results.values())
+    return (f"| {name} | {runs} | {_minutes(training)} | n/a | {core_hours:.1f} | "
+            f"{_minutes(record['wall_s'])} |")  # fmt: skip
 
 
 def _in_progress_row(raw_dir: str) -> str:

@@ -234,9 +234,10 @@ def plot_accuracy_lengths(
     chance: float | None = None,
     reference: tuple[str, float] | None = None,
     footnote: str = "",
+    xlabel: str = "maximum input length (tokens)",
 ) -> str:
-    """Accuracy against maximum input length: one line per model, the 95% t-interval of the
-    mean over seeds as bars (2 seeds or more).
+    """Accuracy against maximum input length (or what `xlabel` names): one line per model,
+    the 95% t-interval of the mean over seeds as bars (2 seeds or more).
 
     Args:
       lines: name -> {max length: [accuracy per seed]}.
@@ -259,7 +260,7 @@ def plot_accuracy_lengths(
     if reference is not None:
         ax.axhline(reference[1], color="gray", linestyle=":", label=reference[0])
     ax.set_xticks(sorted({n for points in lines.values() for n in points}))
-    ax.set_xlabel("maximum input length (tokens)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(f"test accuracy (n={max(len(p) for s in lines.values() for p in s.values())} "
                   "seeds)")  # fmt: skip
     ax.set_title(title)

@@ -17,8 +17,9 @@ raw files, and leaves everything else as written.
 
 The kinds live by concept: page_numbers (a study's figure, tables and quoted values),
 page_provenance (its header, staleness from git and wall times), page_long_doc (the
-long-document study and fine-tuning runs); page_source is what they read. `differences` leaves
-out the stale marks (page_provenance's module doc says why); writing the page refreshes them.
+long-document study and fine-tuning runs), page_vit (the ViT resolution study); page_source is
+what they read. `differences` leaves out the stale marks (page_provenance's module doc says
+why); writing the page refreshes them.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import difflib
 import re
 from collections.abc import Callable
 
-from roformer_jax.studies import page_long_doc, page_numbers, page_provenance
+from roformer_jax.studies import page_long_doc, page_numbers, page_provenance, page_vit
 from roformer_jax.studies.page_source import Page
 from roformer_jax.training import provenance
 
@@ -121,8 +122,15 @@ KINDS = {
     # Fine-tuning runs beside a study's pre-training (issue 16's pilot).
     "finetuning_table": page_long_doc.finetuning_table,
     "finetuning_paired_table": page_long_doc.finetuning_paired_table,
+    # The ViT resolution study (experiments/vit_study.py): STUDY is "raw", the folder an argument.
+    "vit_header": page_vit.vit_header,
+    "vit_figure": page_vit.vit_figure,
+    "vit_table": page_vit.vit_table,
+    "vit_paired_table": page_vit.vit_paired_table,
+    "vit_verdict": page_vit.vit_verdict,
 }
-INLINE = {"stale", "mean", "diff", "below_from", "unigram", "targets", "long_doc_bow", "extremes"}
+INLINE = {"stale", "mean", "diff", "below_from", "unigram", "targets", "long_doc_bow", "extremes",
+          "vit_verdict"}  # fmt: skip
 _USES_PAGE = {"stale", "figure", "position_table", "long_doc_figure", "long_doc_table",
               "long_doc_paired_table", "long_doc_survival_table", "long_doc_bow",
               "finetuning_table", "finetuning_paired_table"}  # fmt: skip

@@ -1,0 +1,52 @@
+r"""The ViT resolution study in one command (configs/study_vit.py's docstring says what it asks).
+
+  python experiments/vit_study.py --config=configs/study_vit.py --workdir=runs/vit \
+      --raw_dir=docs/results/raw/vit
+
+Trains each encoding x seed (cached in <workdir>, resumable), scores every image size, prints
+the accuracy and paired tables, and draws <workdir>/vit.png. With --raw_dir, copies each run's
+result.json there as it finishes and at the end writes record.json (the command, config, code
+and machine), from which `python experiments/results_page.py` rebuilds docs/results.md's section.
+"""
+
+import os
+import sys
+import time
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _ROOT)
+
+from experiments import study_flags  # noqa: E402
+from roformer_jax.studies import study_record, vit_study  # noqa: E402
+from roformer_jax.training import provenance, runtime  # noqa: E402
+
+_CONFIG, _WORKDIR, _RAW_DIR = study_flags.define(
+    "study_vit.py", "runs/vit", "Study config: model, runs, pairs, seeds, sizes, optimizer."
+)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    started, config, workdir, raw = time.time(), _CONFIG.value, _WORKDIR.value, _RAW_DIR.value
+    settings = config.to_dict()
+    results = vit_study.run_study(settings, workdir, raw_dir=raw, log=logging.info)
+    footnote = vit_study.footnote(settings, provenance.machine())
+    png = vit_study.figure(settings, results, os.path.join(workdir, "vit.png"), footnote=footnote)
+    print(vit_study.accuracy_table(settings, results), vit_study.paired_table(settings, results),
+          sep="\n\n")  # fmt: skip
+    logging.info("wrote %s", png)
+    if raw:
+        record = study_record.make_record(
+            argv=sys.argv, config_file=config_flags.get_config_filename(flags.FLAGS["config"]),
+            config=config, wall_s=time.time() - started, unigram=None,
+        )  # fmt: skip
+        vit_study.write_record(raw, record)
+        logging.info("wrote %s", os.path.join(raw, vit_study.RECORD))
+
+
+if __name__ == "__main__":
+    runtime.run_main(main)

@@ -1,0 +1,70 @@
+"""The results page's blocks of the ViT resolution study (experiments/vit_study.py): its header,
+figure, tables and verdicts, read from the study's raw folder by vit_study.read_results.
+
+Its raw folder holds vit_study's files, not a trainer's runs, so study_record.read_raw cannot read
+it: these kinds take the page and the folder's name, as `<!-- generated: raw vit_table("vit") -->`.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+from roformer_jax.studies import vit_study
+from roformer_jax.studies.page_numbers import FIGURES
+from roformer_jax.studies.page_source import Page
+
+
+def _read(page: Page, name: str) -> tuple[dict, dict]:
+    directory = os.path.join(page.raw_root, name)
+    if not os.path.isdir(directory):
+        raise ValueError(
+            f"no study {name!r} in {page.raw_root}: {sorted(os.listdir(page.raw_root))}"
+        )
+    return vit_study.read_results(directory)
+
+
+def vit_header(page: Page, name: str) -> str:
+    """The commit, machine and wall time of the command, and the command."""
+    record, results = _read(page, name)
+    code, machine, wall = record["code"], record["machine"], record["wall_s"]
+    dirty = " with uncommitted changes" if code.get("dirty") else ""
+    seeds = len(record["config"]["seeds"])
+    return (
+        f"Ran at commit {(code.get('commit') or 'unknown')[:7]}{dirty}, {machine['cpus']} "
+        f"{machine['architecture']} cores, JAX {machine['jax']} ({machine['backend']}): "
+        f"{len(results)} encodings × n = {seeds} seeds; the command took "
+        f"{int(wall // 60)} min {int(wall % 60)} s (the cores were shared).\n\n"
+        f"    python {shlex.join(record['argv'])}"
+    )
+
+
+def vit_figure(page: Page, name: str) -> str:
+    """vit_study.figure, drawn into page.figures_dir when given, with its n."""
+    record, results = _read(page, name)
+    config = record["config"]
+    if page.figures_dir is not None:
+        path = os.path.join(page.figures_dir, f"{name}.png")
+        footnote = vit_study.footnote(config, record["machine"])
+        vit_study.figure(config, results, path, footnote=footnote)
+    n = len(config["seeds"])
+    spread = "95% t-interval of the mean"
+    return f"![{name}]({FIGURES}/{name}.png)\n\n*n = {n} seeds per point; bars: {spread}.*"
+
+
+def vit_table(page: Page, name: str) -> str:
+    return vit_study.accuracy_table(*_read_config_results(page, name))
+
+
+def vit_paired_table(page: Page, name: str) -> str:
+    return vit_study.paired_table(*_read_config_results(page, name))
+
+
+def vit_verdict(page: Page, name: str, pair: str) -> str:
+    """Where the pair's 95% interval lies, size by size (vit_study.verdict); inline."""
+    return vit_study.verdict(*_read_config_results(page, name), pair)
+
+
+def _read_config_results(page: Page, name: str) -> tuple[dict, dict]:
+    record, results = _read(page, name)
+    return record["config"], results
