@@ -30,10 +30,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from roformer_jax.nn import _threefry
+from roformer_jax.nn import _threefry, segments
 from roformer_jax.nn.feature_maps import FEATURE_MAPS
 from roformer_jax.nn.model_config import ACTIVATIONS, DTYPES, ModelConfig
-from roformer_jax.nn.segments import segment_positions
 
 
 def feature_projection(cfg: ModelConfig, layer: int, update=None) -> jax.Array | None:
@@ -320,7 +319,7 @@ def _checked_inputs(cfg: ModelConfig, input_ids, attention_mask, token_type_ids,
     if segment_ids is not None:
         segment_ids = _checked_segments(cfg, segment_ids, input_ids.shape, decode_length)
         if position_ids is None:  # every document counts from 0, whatever the encoding
-            position_ids = segment_positions(segment_ids)  # [B, L]
+            position_ids = segments.segment_positions(segment_ids)  # [B, L]
     position_ids = jnp.arange(length) if position_ids is None else jnp.asarray(position_ids)
     axes = None if cfg.encoding.axes is None else cfg.encoding.axes(cfg)  # A, or one integer
     shapes = [(length,), (b, length)]
@@ -346,11 +345,7 @@ def _checked_inputs(cfg: ModelConfig, input_ids, attention_mask, token_type_ids,
 
 def _checked_segments(cfg: ModelConfig, segment_ids, shape, decode_length) -> jax.Array:
     segment_ids = jnp.asarray(segment_ids)
-    if segment_ids.shape != shape or not jnp.issubdtype(segment_ids.dtype, jnp.integer):
-        raise ValueError(
-            f"segment_ids has shape {segment_ids.shape} and dtype {segment_ids.dtype}; "
-            f"expected integers of the input_ids' shape {shape}"
-        )
+    segments.check_segment_ids(segment_ids, *shape, shape[1])  # [B, L], self-attention
     if decode_length is not None:
         raise ValueError(
             "segment_ids with decode_length: decoding runs one sequence per row; pass the "
