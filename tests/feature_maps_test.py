@@ -7,6 +7,7 @@ import numpy as np
 from absl.testing import absltest, parameterized
 
 from roformer_jax.nn import feature_maps
+from roformer_jax.nn.rope import rope_rotation
 
 H = 8
 
@@ -85,6 +86,34 @@ class FavorTest(parameterized.TestCase):
         standard_error = estimates.std(0, ddof=1) / len(keys) ** 0.5
         np.testing.assert_array_less(np.abs(estimates.mean(0) - exact), 4 * standard_error)
         np.testing.assert_allclose(estimates.mean(0), exact, rtol=0.03)
+
+    def test_eq19_numerator_is_a_position_factor_blind_to_content(self):
+        # Eq. (19) with FAVOR+ rotates pairs of the F random features, pair i by (m - n)θ_i,
+        # θ_i = 10000^(-2i/F). The two features of a pair are exchangeable under W, so the
+        # pair's cross terms cancel on average: E_W[(R_m φ(q))ᵀ(R_n φ(k))] = exp(qᵀk / √H) ·
+        # mean_i cos((m - n)θ_i), softmax's kernel times a factor of the distance alone, not
+        # the kernel of the rotated vectors, exp((R_m q)ᵀ(R_n k) / √H) (issue 31).
+        q, k = _vectors(8, 6), _vectors(9, 6)
+        distance = jnp.asarray([0, 1, 3, 10, 40, 200])
+        f = 64
+        rotation = rope_rotation(distance + 7, jnp.full((6,), 7))
+        keys = jax.random.split(jax.random.key(10), 1000)
+
+        def numerator(key):
+            w = feature_maps.orthogonal_gaussian(key, f, H)
+            qf, kf = (feature_maps.favor_features(x, w, False)[None, :, None] for x in (q, k))
+            return jnp.sum(rotation.q(qf) * rotation.k(kf), axis=-1)[0, :, 0]  # [6]
+
+        estimates = np.asarray(jax.jit(jax.vmap(numerator))(keys), np.float64)
+        theta = 10000.0 ** (-np.arange(0, f, 2) / f)
+        factor = np.cos(np.asarray(distance)[:, None] * theta).mean(-1)
+        kernel = np.exp(np.sum(np.asarray(q) * np.asarray(k), -1) / H**0.5)
+        standard_error = estimates.std(0, ddof=1) / len(keys) ** 0.5
+        np.testing.assert_array_less(np.abs(estimates.mean(0) - kernel * factor),
+                                     4 * standard_error)  # fmt: skip
+        qr, kr = rotation.q(q[None, :, None]), rotation.k(k[None, :, None])  # H-dim RoPE
+        rope_kernel = np.exp(np.asarray(jnp.sum(qr * kr, -1))[0, :, 0] / H**0.5)
+        self.assertGreater(np.max(np.abs(rope_kernel - kernel * factor) / standard_error), 20)
 
     def test_more_features_estimate_better(self):
         q, k = _vectors(5, 16), _vectors(6, 16)
