@@ -102,22 +102,33 @@ def softmax_over_visible(q, k, v, visible, bias, dropout_rate=0.0, dropout_rng=N
         return _fused_softmax(q, k, v, visible, bias)
     b, length, n, h = q.shape
     kv, keys = k.shape[2], k.shape[1]
-    # [B, K, G, L, H]: the product then yields the scores in their order, [B, K, G, L, M],
-    # where q as [B, L, K, G, H] made XLA transpose the whole [L, M] scores of every head.
-    q = q.reshape(b, length, kv, n // kv, h).transpose(0, 2, 3, 1, 4)
-    scores = jnp.einsum("BKGLH,BMKH->BKGLM", q, k, preferred_element_type=dtype)
-    scores = scores.reshape(b, n, length, keys) * (h**-0.5)  # [B, N, L, M]
+    g = n // kv
+    # Everything [B, K, G, L, M], the scores in the order the product yields them: q as
+    # [B, L, K, G, H] made XLA transpose the whole [L, M] scores of every head, and reshaping
+    # the scores to [B, N, L, M] cost forward + backward 10-25% at L = 4096, more with grouped
+    # heads (benchmarks/attention.py --case=softmax,4096,fwd+bwd,K=2, 2 quiet cores).
+    q = q.reshape(b, length, kv, g, h).transpose(0, 2, 3, 1, 4)
+
+    def grouped(x):  # [B or 1, N or 1, L or 1, M] -> [B or 1, K or 1, G or 1, L or 1, M]
+        x = jnp.asarray(x)
+        x = x.reshape((1,) * (4 - x.ndim) + x.shape)
+        heads_ = (kv, g) if x.shape[1] == n else (1, 1)
+        return x.reshape(x.shape[0], *heads_, *x.shape[2:])
+
+    visible = grouped(visible)
+    scores = jnp.einsum("BKGLH,BMKH->BKGLM", q, k, preferred_element_type=dtype) * (h**-0.5)
     if bias is not None:
-        scores = scores + bias.astype(dtype)
+        scores = scores + grouped(bias).astype(dtype)
     weights = jax.nn.softmax(jnp.where(visible, scores, jnp.finfo(dtype).min), axis=-1)
     # A row with no visible key would otherwise be a uniform average over padding.
     weights = jnp.where(visible, weights, 0.0)
     if dropout_rate > 0.0:
         if example_ids is None:
             example_ids = jnp.arange(weights.shape[0])
-        keep = _threefry.bernoulli_rows(dropout_rng, example_ids, 1.0 - dropout_rate, weights.shape)
-        weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
-    weights = weights.astype(v.dtype).reshape(b, kv, n // kv, length, keys)  # [B, K, G, L, M]
+        shape = (b, n, length, keys)
+        keep = _threefry.bernoulli_rows(dropout_rng, example_ids, 1.0 - dropout_rate, shape)
+        weights = jnp.where(grouped(keep), weights / (1.0 - dropout_rate), 0.0)
+    weights = weights.astype(v.dtype)  # [B, K, G, L, M]
     out = jnp.einsum("BKGLM,BMKH->BLKGH", weights, v).reshape(b, length, n, h)
     return out.astype(q.dtype)
 
