@@ -115,6 +115,13 @@ def diff(
     return tables.interval_text(diffs)
 
 
+def length_change(raw: RawStudy, name: str, length: int, shorter: int) -> str:
+    """Mean [95% t-interval] of evaluation `name`'s loss at `length` minus its loss at
+    `shorter`, seed by seed (length studies): what the extra context does to one model."""
+    diffs = [s[length]["loss"] - s[shorter]["loss"] for s in raw.scores[name]]
+    return tables.interval_text(diffs)
+
+
 def below_from(raw: RawStudy, name: str, baseline: str) -> str:
     """ "step S" from which run `name`'s validation loss stays below `baseline`'s, the 95%
     interval of the paired difference under zero at every later evaluation; else "never"."""

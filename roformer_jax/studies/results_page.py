@@ -107,6 +107,7 @@ KINDS = {
     "stage_table": page_numbers.stage_table,
     "mean": page_numbers.mean,
     "diff": page_numbers.diff,
+    "length_change": page_numbers.length_change,
     "below_from": page_numbers.below_from,
     "position_table": page_numbers.position_table,
     "unigram": page_numbers.unigram,
@@ -129,8 +130,8 @@ KINDS = {
     "vit_paired_table": page_vit.vit_paired_table,
     "vit_verdict": page_vit.vit_verdict,
 }
-INLINE = {"stale", "mean", "diff", "below_from", "unigram", "targets", "long_doc_bow", "extremes",
-          "vit_verdict"}  # fmt: skip
+INLINE = {"stale", "mean", "diff", "length_change", "below_from", "unigram", "targets",
+          "long_doc_bow", "extremes", "vit_verdict"}  # fmt: skip
 _USES_PAGE = {"stale", "figure", "position_table", "long_doc_figure", "long_doc_table",
               "long_doc_paired_table", "long_doc_survival_table", "long_doc_bow",
               "finetuning_table", "finetuning_paired_table"}  # fmt: skip
