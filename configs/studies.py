@@ -39,6 +39,18 @@ def get_config(arg=None):
     return config
 
 
+def check_wiring(config: ConfigDict) -> ConfigDict:
+    """A study's ":runlocal" that checks its wiring in seconds: one seed, one layer (compiling
+    four took most of a minute a run), 4 steps of 4 rows, evaluated once."""
+    experiment = config.experiment
+    experiment.train.update(steps=4, batch_size=4, log_every=2, eval_every=4,
+                            checkpoint_every=4, eval_batches=1)  # fmt: skip
+    experiment.optim.warmup_steps = 1
+    experiment.model.num_layers = 1
+    config.seeds = (0,)
+    return config
+
+
 # The long studies (configs/study_*_long.py): 10x the steps, a curve of 20 points, and a
 # held-out set of 68 x 16 rows x 126 tokens = 137,088 tokens at length 128, of which 15%
 # are masked targets: 20,565 on WikiText-2 and on War and Peace (issue 17 asks >= 20,000).

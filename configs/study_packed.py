@@ -52,12 +52,8 @@ def get_config(arg=None):
         }
     )
     if runlocal:
-        config.experiment.train.update(steps=4, batch_size=4, log_every=2, eval_every=4,
-                                       checkpoint_every=4, eval_batches=1)  # fmt: skip
-        config.experiment.optim.warmup_steps = 1
-        config.experiment.model.num_layers = 1  # compiling 4 layers took most of a minute a run
+        studies.check_wiring(config)
         config.experiment.data.max_chars = 100_000
-        config.seeds = (0,)
     config.baseline = "softmax, open"
     config.title = "MLM: documents isolated in packed rows, or open (issue 33)"
     config.plot_keys = ("train/loss", "valid/loss_128")

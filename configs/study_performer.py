@@ -51,11 +51,7 @@ def get_config(arg=None):
         }
     )
     if arg == "runlocal":
-        experiment.train.update(steps=4, batch_size=4, log_every=2, eval_every=4,
-                                checkpoint_every=4, eval_batches=1)  # fmt: skip
-        experiment.optim.warmup_steps = 1
-        experiment.model.num_layers = 1
-        config.seeds = (0,)
+        studies.check_wiring(config)
     config.baseline = "FAVOR+, no positions"
     config.title = "Causal byte LM on War and Peace: FAVOR+ and where RoPE goes (issue 31)"
     config.plot_keys = ("train/loss", "valid/loss_128")
