@@ -7,14 +7,15 @@ For every run under --workdir whose model learns a position table (position="lea
 table of its newest checkpoint is compared with the one the run started from, redone from its
 seed (runs.run_rngs), by studies.position_table.table_change; the word table likewise, for
 scale. Each run gets <run>/seed<k>/position_table.json in --workdir and, with --raw_dir, in
-the study's raw folder, where docs/results.md's `position_table()` marker reads it. Needs the
+the study's raw folder, where docs/results.md's `position_table()` marker reads it; with
+--every_checkpoint, also position_table_steps.json, a list of the same for every checkpoint
+the run keeps (`position_table_steps()`). Needs the
 checkpoints, which are not committed: the raw file is what the page is rebuilt from.
 """
 
 import glob
 import json
 import os
-import shutil
 import sys
 
 import jax
@@ -24,11 +25,15 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)
 
 from roformer_jax.studies.position_table import POSITION_TABLE_FILE as FILE  # noqa: E402
+from roformer_jax.studies.position_table import POSITION_TABLE_STEPS_FILE as STEPS_FILE  # noqa: E402
 from roformer_jax.studies.position_table import table_change  # noqa: E402
 from roformer_jax.training import runs, runtime  # noqa: E402
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A study's workdir (compare.py --workdir).")
 _RAW_DIR = flags.DEFINE_string("raw_dir", None, "The study's raw folder: copy each file there.")
+_EVERY = flags.DEFINE_bool(
+    "every_checkpoint", False, f"Also read every checkpoint the run keeps, into {STEPS_FILE}."
+)
 _TABLES = {"position": ("embeddings", "position_embeddings", "embedding"),
            "word": ("embeddings", "word_embeddings", "embedding")}  # fmt: skip
 
@@ -37,6 +42,32 @@ def _table(params, path):
     for key in path:
         params = params[key]
     return params
+
+
+def _changes(run: str, steps) -> list[dict]:
+    """table_change of the run's tables at each of `steps` (None: the newest checkpoint)."""
+    cfg = runs.load_params(run)[0]
+    init = runs.model_and_optimizer(cfg)[3]
+    initial = jax.jit(init)(runs.run_rngs(cfg.seed)[0]).params
+    records = []
+    for step in steps:
+        params, step = runs.load_params(run, step)[1:]
+        records.append({"step": step} | {
+            name: table_change(_table(initial, path), _table(params, path))
+            for name, path in _TABLES.items()
+        })  # fmt: skip
+    return records
+
+
+def _write(run: str, name: str, record) -> None:
+    files = [os.path.join(run, name)]
+    if _RAW_DIR.value:
+        target = os.path.join(_RAW_DIR.value, os.path.relpath(run, _WORKDIR.value))
+        os.makedirs(target, exist_ok=True)
+        files.append(os.path.join(target, name))
+    for file in files:
+        with open(file, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1)
 
 
 def main(argv):
@@ -48,21 +79,15 @@ def main(argv):
         with open(config_path, encoding="utf-8") as f:
             if json.load(f)["model"]["position"] != "learned":
                 continue
-        cfg, final, step = runs.load_params(run)
-        init = runs.model_and_optimizer(cfg)[3]
-        initial = jax.jit(init)(runs.run_rngs(cfg.seed)[0]).params
-        record = {"step": step} | {
-            name: table_change(_table(initial, path), _table(final, path))
-            for name, path in _TABLES.items()
-        }
-        with open(os.path.join(run, FILE), "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1)
-        if _RAW_DIR.value:
-            target = os.path.join(_RAW_DIR.value, os.path.relpath(run, _WORKDIR.value))
-            os.makedirs(target, exist_ok=True)
-            shutil.copyfile(os.path.join(run, FILE), os.path.join(target, FILE))
-        logging.info("%s at step %d: position table moved %.3f, word table %.3f", run, step,
-                     record["position"]["moved"], record["word"]["moved"])  # fmt: skip
+        steps = runs.checkpoint_steps(run) if _EVERY.value else [None]
+        records = _changes(run, steps)
+        _write(run, FILE, records[-1])
+        if _EVERY.value:
+            _write(run, STEPS_FILE, records)
+        for r in records:
+            logging.info("%s at step %d: position table moved %.3f (neighbour cosine %+.3f), "
+                         "word table %.3f", run, r["step"], r["position"]["moved"],
+                         r["position"]["neighbor_cosine"], r["word"]["moved"])  # fmt: skip
         found += 1
     if not found:
         raise FileNotFoundError(f"no run with a learned position table under {_WORKDIR.value}")

@@ -52,6 +52,18 @@ class CheckpointsTest(parameterized.TestCase):
         np.testing.assert_array_equal(state["params"]["kernel"], np.full((2, 3), 3.0))
         self.assertEqual((int(state["step"]), meta["window"]), (3, 3))
 
+    def test_restores_a_chosen_step(self):
+        self._save(keep=3, steps=(1, 2, 3))
+        checkpoints = Checkpoints(self.directory, keep=3)
+        self.assertEqual(checkpoints.all_steps(), [1, 2, 3])
+        abstract = jax.eval_shape(lambda: _state(0))
+        state, meta = checkpoints.restore(abstract, MODEL, step=2)
+        np.testing.assert_array_equal(state["params"]["kernel"], np.full((2, 3), 2.0))
+        self.assertEqual(meta["window"], 2)
+        with self.assertRaisesRegex(ValueError, r"no checkpoint of step 4 .* keeps \[1, 2, 3\]"):
+            checkpoints.restore(abstract, MODEL, step=4)
+        checkpoints.close()
+
     def test_empty_directory_restores_nothing(self):
         checkpoints = Checkpoints(self.directory, keep=1)
         self.assertIsNone(checkpoints.restore(jax.eval_shape(lambda: _state(0)), MODEL))

@@ -380,6 +380,11 @@ class InitFromTest(absltest.TestCase):
         source, _ = _reference_run()
         _, final_params, final_step = runs.load_params(source)
         self.assertEqual(final_step, 3)
+        self.assertEqual(runs.checkpoint_steps(source), [2, 3])
+        _, earlier, step = runs.load_params(source, 2)  # what position_table.py reads
+        self.assertEqual(step, 2)
+        word = ("embeddings", "word_embeddings", "embedding")
+        self.assertFalse(np.array_equal(_at(earlier, word), _at(final_params, word)))
         # Another length and a RoPE scaling (position interpolation): no other parameters.
         cfg = _config(
             train__steps=2, train__init_from=source, data__seq_len=64,

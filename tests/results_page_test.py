@@ -224,6 +224,17 @@ class ResultsPageTest(parameterized.TestCase):
         self.assertEqual(
             rows[2], "| 2 | 200 | 1.300 | 0.200 (0.220) | +0.010 | 4.900 | 0.200 (0.220) |"
         )
+        steps = text.replace("position_table(", "position_table_steps(")
+        with self.assertRaisesRegex(ValueError, "position_table.py --every_checkpoint"):
+            results_page.render(steps, raw)
+        for seed in range(3):
+            records = [{"step": s, "position": change, "word": change} for s in (100, 200)]
+            path = f"{raw}/causal_wikitext2/softmax_+_learned/seed{seed}/position_table_steps.json"
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(records, f)
+        rows = results_page.render(steps, raw).splitlines()[3:9]
+        self.assertEqual([r.split(" | ")[:2] for r in rows[:3]], [["| 0", "100"], ["| 0", "200"],
+                                                                  ["| 1", "100"]])  # fmt: skip
 
     @parameterized.named_parameters(
         ("unknown_kind", "causal_wikitext2 median() --><!-- end generated -->", "kind 'median'"),

@@ -12,7 +12,7 @@ import numpy as np
 
 from roformer_jax.studies import compare_report, length_study, plots, run_dirs, tables
 from roformer_jax.studies.page_source import Page, read_json
-from roformer_jax.studies.position_table import POSITION_TABLE_FILE
+from roformer_jax.studies.position_table import POSITION_TABLE_FILE, POSITION_TABLE_STEPS_FILE
 from roformer_jax.studies.study_record import RawStudy
 
 FIGURES = "results"  # figures' folder, relative to the page
@@ -133,20 +133,38 @@ def below_from(raw: RawStudy, name: str, baseline: str) -> str:
 def position_table(raw: RawStudy, run: str, *, page: Page) -> str:
     """What training did to run `run`'s learned position table, seed by seed, beside its word
     table (experiments/position_table.py)."""
+    return _table_changes([(cfg.seed, r) for cfg, r in _position_files(raw, run, page, False)])
+
+
+def position_table_steps(raw: RawStudy, run: str, *, page: Page) -> str:
+    """position_table at every checkpoint the runs kept (position_table.py --every_checkpoint)."""
+    files = _position_files(raw, run, page, True)
+    return _table_changes([(cfg.seed, r) for cfg, records in files for r in records])
+
+
+def _position_files(raw: RawStudy, run: str, page: Page, every: bool) -> list:
+    name, flag = ((POSITION_TABLE_STEPS_FILE, " --every_checkpoint") if every
+                  else (POSITION_TABLE_FILE, ""))  # fmt: skip
+    found = []
+    for cfg in raw.runs[run]:
+        folder = run_dirs.run_dir(os.path.join(page.raw_root, raw.name), run, cfg.seed)
+        path = os.path.join(folder, name)
+        if not os.path.exists(path):
+            raise ValueError(f"no {path}: run experiments/position_table.py{flag} with --raw_dir")
+        found.append((cfg, read_json(path)))
+    return found
+
+
+def _table_changes(records: list[tuple[int, dict]]) -> str:
     lines = [
         "| seed | step | position table: moved | row norm (at init) | neighbor cosine "
         "| word table: moved | row norm (at init) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for cfg in raw.runs[run]:
-        path = os.path.join(run_dirs.run_dir(os.path.join(page.raw_root, raw.name), run, cfg.seed),
-                            POSITION_TABLE_FILE)  # fmt: skip
-        if not os.path.exists(path):
-            raise ValueError(f"no {path}: run experiments/position_table.py with --raw_dir")
-        r = read_json(path)
+    for seed, r in records:
         p, w = r["position"], r["word"]
         lines.append(
-            f"| {cfg.seed} | {r['step']:,} | {p['moved']:.3f} | {p['row_norm']:.3f} "
+            f"| {seed} | {r['step']:,} | {p['moved']:.3f} | {p['row_norm']:.3f} "
             f"({p['row_norm_initial']:.3f}) | {p['neighbor_cosine']:+.3f} | {w['moved']:.3f} "
             f"| {w['row_norm']:.3f} ({w['row_norm_initial']:.3f}) |"
         )

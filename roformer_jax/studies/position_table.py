@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 POSITION_TABLE_FILE = "position_table.json"  # {"step", "position", "word": table_change}
+POSITION_TABLE_STEPS_FILE = "position_table_steps.json"  # a list of the same, one per checkpoint
 
 
 def table_change(initial: np.ndarray, final: np.ndarray) -> dict[str, float]:

@@ -110,6 +110,7 @@ KINDS = {
     "length_change": page_numbers.length_change,
     "below_from": page_numbers.below_from,
     "position_table": page_numbers.position_table,
+    "position_table_steps": page_numbers.position_table_steps,
     "unigram": page_numbers.unigram,
     "targets": lambda raw: f"{page_numbers.targets(raw):,}",  # targets, as the footnote prints it
     "wall_time_table": page_provenance.wall_time_table,
@@ -132,6 +133,6 @@ KINDS = {
 }
 INLINE = {"stale", "mean", "diff", "length_change", "below_from", "unigram", "targets",
           "long_doc_bow", "extremes", "vit_verdict"}  # fmt: skip
-_USES_PAGE = {"stale", "figure", "position_table", "long_doc_figure", "long_doc_table",
-              "long_doc_paired_table", "long_doc_survival_table", "long_doc_bow",
+_USES_PAGE = {"stale", "figure", "position_table", "position_table_steps", "long_doc_figure",
+              "long_doc_table", "long_doc_paired_table", "long_doc_survival_table", "long_doc_bow",
               "finetuning_table", "finetuning_paired_table"}  # fmt: skip

@@ -46,6 +46,9 @@ class Checkpoints:
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
 
+    def all_steps(self) -> list[int]:
+        return sorted(self._manager.all_steps())
+
     def save(self, step: int, state: Any, meta: dict) -> None:
         """Writes `state` (a pytree of host arrays) and `meta` (JSON) as step `step`.
 
@@ -59,8 +62,11 @@ class Checkpoints:
             force=True,
         )
 
-    def restore(self, abstract_state: Any, model_config: Any) -> tuple[Any, dict] | None:
-        """The newest readable (state, meta), or None when there is no checkpoint yet.
+    def restore(
+        self, abstract_state: Any, model_config: Any, *, step: int | None = None
+    ) -> tuple[Any, dict] | None:
+        """The newest readable (state, meta), or None when there is no checkpoint yet; with
+        `step`, that step's (a ValueError when it is not kept or cannot be read).
 
         model_config: the current ModelConfig (or its dict). Raises ValueError when the
         checkpoint was written for a different model config, naming the fields that differ,
@@ -70,6 +76,11 @@ class Checkpoints:
         # orbax raises, before _set_aside has said what happened.
         std_logging.getLogger("asyncio").addFilter(self._quiet)
         steps = sorted(self._manager.all_steps(), reverse=True)
+        if step is not None:
+            if step not in steps:
+                raise ValueError(f"no checkpoint of step {step} in {self.directory}; "
+                                 f"it keeps {sorted(steps)}")  # fmt: skip
+            steps = [step]
         for step in steps:
             try:
                 meta = self._manager.restore(

@@ -49,27 +49,44 @@ def load_run(workdir: str) -> TrainedRun:
     return TrainedRun(cfg, model, params, load_corpus(cfg.data, cache), step)
 
 
-def load_params(workdir: str) -> tuple[ExperimentConfig, Any, int]:
-    """(config, params, step) of the newest checkpoint in `workdir`, without its data.
+def load_params(workdir: str, step: int | None = None) -> tuple[ExperimentConfig, Any, int]:
+    """(config, params, step) of the newest checkpoint in `workdir` (or of `step`'s), without
+    its data.
 
     params are host arrays. Raises FileNotFoundError when `workdir` holds no run or no
-    checkpoint yet.
+    checkpoint yet, ValueError when it keeps no checkpoint of `step`.
     """
-    path = os.path.join(workdir, "config.json")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{workdir} holds no training run (no config.json)")
-    with open(path, encoding="utf-8") as f:
-        cfg = experiment_config_from_dict(json.load(f))
+    cfg, checkpoints = _config_and_checkpoints(workdir)
     _, _, _, init = model_and_optimizer(cfg)
-    checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"), keep=cfg.train.keep_checkpoints)
     try:
-        restored = checkpoints.restore(jax.eval_shape(init, jax.random.key(0)), cfg.model)
+        restored = checkpoints.restore(
+            jax.eval_shape(init, jax.random.key(0)), cfg.model, step=step
+        )
     finally:
         checkpoints.close()
     if restored is None:
         raise FileNotFoundError(f"{workdir} has no checkpoint yet")
     state, _ = restored
     return cfg, state.params, int(state.step)
+
+
+def checkpoint_steps(workdir: str) -> list[int]:
+    """The steps of the checkpoints that the run in `workdir` keeps, oldest first."""
+    _, checkpoints = _config_and_checkpoints(workdir)
+    try:
+        return checkpoints.all_steps()
+    finally:
+        checkpoints.close()
+
+
+def _config_and_checkpoints(workdir: str) -> tuple[ExperimentConfig, Checkpoints]:
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{workdir} holds no training run (no config.json)")
+    with open(path, encoding="utf-8") as f:
+        cfg = experiment_config_from_dict(json.load(f))
+    directory = os.path.join(workdir, "checkpoints")
+    return cfg, Checkpoints(directory, keep=cfg.train.keep_checkpoints)
 
 
 def model_and_optimizer(cfg: ExperimentConfig):
