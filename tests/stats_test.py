@@ -1,4 +1,5 @@
-"""Tests for roformer_jax/stats.py: McNemar's exact test, the sign test, binned accuracy."""
+"""Tests for roformer_jax/studies/stats.py: McNemar's exact test, the sign test, binned accuracy,
+the paired t-test and Holm's adjustment."""
 
 import numpy as np
 from absl.testing import absltest, parameterized
@@ -72,6 +73,31 @@ class BinnedAccuracyTest(absltest.TestCase):
             stats.binned_accuracy([1.2], [True], edges=(0, 1))
         with self.assertRaisesRegex(ValueError, "increasing"):
             stats.binned_accuracy([0.5], [True], edges=(0, 0))
+
+
+class PairedTTest(absltest.TestCase):
+    def test_agrees_with_scipy_and_with_the_interval(self):
+        for diffs in ([-0.03, -0.01, -0.02], [0.2, -0.1, 0.05], [-1.7, -1.6, -1.65, -1.72]):
+            expected = scipy_stats.ttest_1samp(diffs, 0.0).pvalue
+            self.assertAlmostEqual(stats.paired_t_p(diffs), expected, places=12)
+            _, low, high = stats.t_interval(diffs)
+            self.assertEqual(stats.paired_t_p(diffs) < 0.05, low > 0 or high < 0)
+
+    def test_degenerate_differences(self):
+        self.assertEqual(stats.paired_t_p([0.5, 0.5, 0.5]), 0.0)
+        self.assertEqual(stats.paired_t_p([0.0, 0.0]), 1.0)
+        with self.assertRaisesRegex(ValueError, "at least 2"):
+            stats.paired_t_p([0.1])
+
+
+class HolmTest(absltest.TestCase):
+    def test_hand_computed(self):
+        # sorted 0.01, 0.02, 0.03, 0.5 (m = 4): 0.04, 0.06, 0.06 (monotone), 0.5
+        self.assertEqual(
+            [round(p, 12) for p in stats.holm([0.03, 0.5, 0.01, 0.02])], [0.06, 0.5, 0.04, 0.06]
+        )
+        self.assertEqual(stats.holm([0.9, 0.8]), [1.0, 1.0])  # 2 x 0.8 capped at 1; monotone
+        self.assertEqual(stats.holm([]), [])
 
 
 if __name__ == "__main__":

@@ -330,6 +330,20 @@ class StudyTest(absltest.TestCase):
         curve["high"][-1] = 0.01  # not below zero at the end: never settled
         self.assertIsNone(tables.below_from(curve))
 
+    def test_holm_text_keeps_what_survives_the_family(self):
+        family = {
+            "far": [-1.0, -1.1, -0.9],  # t = -17.3, p = 0.0033: x 3 = 0.0100, kept
+            "near": [-0.1, -0.3, -0.2],  # t = -3.46, p = 0.074: apart from 0 in no test
+            "edge": [-0.5, -0.3, -0.3],  # t = -5.50, p = 0.0315: x 2 = 0.063, lost
+            "one seed": [-5.0],  # no interval: not in the family
+        }
+        text = tables.holm_text(family, "each run minus base, final")
+        self.assertIn("3 paired intervals (each run minus base, final); 2 exclude 0 at 95%", text)
+        self.assertIn("the first must reach |t| ≥ 7.65 (2 d.f.)", text)  # t.isf(0.05 / 6, 2)
+        self.assertIn("1 of those 2 stays apart from 0: far (p = 0.0033, Holm 0.01)", text)
+        self.assertIn("1 does not: edge (p = 0.032, Holm 0.063).", text)
+        self.assertIn("none is apart from 0 either", tables.holm_text({"near": family["near"]}, ""))
+
     def test_footnote_names_data_size_machine_and_floor(self):
         machine = {"device_count": 1, "backend": "cpu", "cpus": 2, "architecture": "x86_64"}
         note = compare_report.footnote(_config(0), (0, 1, 2), machine, 6.7743)

@@ -88,6 +88,27 @@ def paired_table(raw: RawStudy) -> str:
     return tables.paired_table(raw.results, raw.config["baseline"], _paired_key(raw))
 
 
+def multiplicity(raw: RawStudy, pairs: list | None = None) -> str:
+    """tables.holm_text over the study's paired intervals: `pairs` [[run, baseline], ...]
+    (final values), else the paired table (each run minus the baseline, final), or, in a
+    length study, each evaluation minus each of its baselines at every length."""
+    if raw.scores is None:
+        key, base = _paired_key(raw), raw.config["baseline"]
+        chosen = pairs or [[name, base] for name in raw.results if name != base]
+        family = {f"{a} − {b}": tables.paired_diffs(raw.results, a, b, key) for a, b in chosen}
+        what = "final" if pairs else f'each run minus "{base}", final'
+        return tables.holm_text(family, what)
+    family = {}
+    for baseline in raw.config["eval_baselines"]:
+        for name in raw.scores:
+            if name != baseline:
+                for n in raw.config["eval_lengths"]:
+                    diffs = length_study.paired_diffs(raw.scores, name, baseline, n)
+                    family[f"{name} − {baseline} at {n}"] = diffs
+    baselines = " and ".join(f'"{b}"' for b in raw.config["eval_baselines"])
+    return tables.holm_text(family, f"each evaluation minus {baselines} at every length")
+
+
 def stage_table(raw: RawStudy, run: str) -> str:
     return length_study.stage_table(raw.runs[run][0], raw.results[run])
 

@@ -102,6 +102,7 @@ KINDS = {
     "length_paired_table": page_numbers.length_paired_table,
     "summary_table": page_numbers.summary_table,
     "paired_table": page_numbers.paired_table,
+    "multiplicity": page_numbers.multiplicity,
     "extremes_table": page_numbers.extremes_table,
     "extremes": page_numbers.extremes,
     "stage_table": page_numbers.stage_table,
@@ -132,7 +133,7 @@ KINDS = {
     "vit_verdict": page_vit.vit_verdict,
 }
 INLINE = {"stale", "mean", "diff", "length_change", "below_from", "unigram", "targets",
-          "long_doc_bow", "extremes", "vit_verdict"}  # fmt: skip
+          "multiplicity", "long_doc_bow", "extremes", "vit_verdict"}  # fmt: skip
 _USES_PAGE = {"stale", "figure", "position_table", "position_table_steps", "long_doc_figure",
               "long_doc_table", "long_doc_paired_table", "long_doc_survival_table", "long_doc_bow",
               "finetuning_table", "finetuning_paired_table"}  # fmt: skip

@@ -2,6 +2,7 @@
 
     only_a, only_b, p = mcnemar_exact(correct_a, correct_b)   # two runs on the same examples
     p = sign_test(right, n)                                   # a two-choice accuracy vs chance
+    p = paired_t_p(diffs); adjusted = holm([p, ...])          # differences over seeds, a family
     bins = binned_accuracy(kept_fraction, correct, edges=(0, 0.25, 0.5, 0.75, 1))
 
 Pure functions over numpy arrays; N is the number of examples, or of seeds for t_interval
@@ -91,3 +92,30 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float
     mean, sem = float(np.mean(values)), float(np.std(values, ddof=1)) / np.sqrt(n)
     half = float(scipy_stats.t.ppf(0.5 + confidence / 2, n - 1)) * sem
     return mean, mean - half, mean + half
+
+
+def paired_t_p(diffs: Sequence[float]) -> float:
+    """The two-sided p-value of the one-sample t-test that the mean of `diffs` (paired
+    differences over N >= 2 seeds) is 0: the test behind t_interval, whose 95% interval
+    excludes 0 exactly when p < 0.05. All differences equal and non-zero: p = 0."""
+    n = len(diffs)
+    if n < 2:
+        raise ValueError(f"a t-test needs at least 2 values, got {n}")
+    mean, sd = float(np.mean(diffs)), float(np.std(diffs, ddof=1))
+    if sd == 0.0:
+        return 1.0 if mean == 0.0 else 0.0
+    t = mean / (sd / math.sqrt(n))
+    return float(2.0 * scipy_stats.t.sf(abs(t), n - 1))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment (Holm 1979) of a family of m p-values, in their order:
+    the i-th smallest becomes max over j <= i of min(1, (m - j + 1) · p_(j)). Rejecting
+    where the adjusted value is below α keeps the chance of any false rejection in the
+    family at most α, whatever the dependence between the tests."""
+    m = len(p_values)
+    adjusted, running = [0.0] * m, 0.0
+    for rank, index in enumerate(sorted(range(m), key=lambda i: p_values[i])):
+        running = max(running, min(1.0, (m - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from scipy import stats as scipy_stats
 
-from roformer_jax.studies.stats import t_interval
+from roformer_jax.studies.stats import holm, paired_t_p, t_interval
 
 
 def curves(results: Mapping[str, Sequence[list[dict]]], keys: Sequence[str]) -> dict:
@@ -176,3 +177,44 @@ def mean_std_text(values: list[float]) -> str:
     if len(values) == 1:
         return f"{values[0]:.4g}"
     return f"{np.mean(values):.4g} ± {np.std(values, ddof=1):.2g}"
+
+
+def holm_text(family: Mapping[str, list[float]], what: str, *, alpha: float = 0.05) -> str:
+    """A paragraph on a family of paired intervals {label: differences over seeds}: how many
+    the page could read, how many exclude 0 at 95%, and which of those stay apart from 0
+    under Holm's correction for all of them (family-wise error `alpha`); the labels are
+    listed where there are a few. `what` says what the family is ("each run minus BERT,
+    final")."""
+    tested = {label: d for label, d in family.items() if len(d) >= 2}
+    if not tested:
+        return f"*Multiplicity:* no interval of {what} has two seeds or more."
+    m = len(tested)
+    p = {label: paired_t_p(d) for label, d in tested.items()}
+    adjusted = dict(zip(p, holm(list(p.values()))))
+    apart = [label for label in tested if p[label] < alpha]
+    kept = [label for label in apart if adjusted[label] < alpha]
+    lost = [label for label in apart if adjusted[label] >= alpha]
+
+    def listed(labels):
+        if not labels or len(labels) > 8:
+            return ""
+        return ": " + "; ".join(f"{label} (p = {p[label]:.2g}, Holm {adjusted[label]:.2g})"
+                                for label in labels)  # fmt: skip
+
+    text = (f"*Multiplicity:* {m} paired intervals ({what}); {len(apart)} "
+            f"{_verb(apart, 'exclude')} 0 at 95%. "
+            f"Under Holm's correction for all {m} (family-wise {alpha:.0%}), ")  # fmt: skip
+    seeds = {len(d) for d in tested.values()}
+    if len(seeds) == 1:  # what the smallest p must reach: the strictest step of Holm's
+        n = seeds.pop()
+        t = float(scipy_stats.t.isf(alpha / (2 * m), n - 1))
+        text += f"where with {n} seeds the first must reach |t| ≥ {t:.3g} ({n - 1} d.f.), "
+    if not apart:
+        return text + "none is apart from 0 either."
+    text += f"{len(kept)} of those {len(apart)} {_verb(kept, 'stay')} apart from 0{listed(kept)}"
+    return text + (f"; {len(lost)} {_verb(lost, 'do')} not{listed(lost)}." if lost else
+                   "; none is lost.")  # fmt: skip
+
+
+def _verb(things: list, plural: str) -> str:
+    return plural if len(things) != 1 else {"do": "does"}.get(plural, plural + "s")
