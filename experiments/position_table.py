@@ -3,13 +3,13 @@ r"""How far the learned position tables (BERT's) of a study's runs moved in trai
   python experiments/position_table.py --workdir=runs/positions_long_wikitext2 \
       --raw_dir=docs/results/raw/positions_long_wikitext2
 
-For every run under --workdir whose model learns a position table (position="learned"), the
-table of its newest checkpoint is compared with the one the run started from, redone from its
-seed (runs.run_rngs), by studies.position_table.table_change; the word table likewise, for
-scale. Each run gets <run>/seed<k>/position_table.json in --workdir and, with --raw_dir, in
-the study's raw folder, where docs/results.md's `position_table()` marker reads it; with
---every_checkpoint, also position_table_steps.json, a list of the same for every checkpoint
-the run keeps (`position_table_steps()`). Needs the
+For every run under --workdir whose model learns a position table (BERT's "learned", or
+"learned_sinusoid"), the table of its newest checkpoint is compared with the one the run
+started from, redone from its seed (runs.run_rngs), by studies.position_table.table_change;
+the word table likewise, for scale. Each run gets <run>/seed<k>/position_table.json in
+--workdir and, with --raw_dir, in the study's raw folder, where docs/results.md's
+`position_table()` marker reads it; with --every_checkpoint, also position_table_steps.json,
+the same for every checkpoint the run keeps (`position_table_steps()`). Needs the
 checkpoints, which are not committed: the raw file is what the page is rebuilt from.
 """
 
@@ -28,6 +28,7 @@ from roformer_jax.studies.position_table import POSITION_TABLE_FILE as FILE  # n
 from roformer_jax.studies.position_table import POSITION_TABLE_STEPS_FILE as STEPS_FILE  # noqa: E402
 from roformer_jax.studies.position_table import table_change  # noqa: E402
 from roformer_jax.training import runs, runtime  # noqa: E402
+from roformer_jax.training.config import experiment_config_from_dict  # noqa: E402
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A study's workdir (compare.py --workdir).")
 _RAW_DIR = flags.DEFINE_string("raw_dir", None, "The study's raw folder: copy each file there.")
@@ -44,11 +45,16 @@ def _table(params, path):
     return params
 
 
-def _changes(run: str, steps) -> list[dict]:
-    """table_change of the run's tables at each of `steps` (None: the newest checkpoint)."""
-    cfg = runs.load_params(run)[0]
+def _changes(run: str, every: bool) -> list[dict] | None:
+    """table_change of the run's tables at its newest checkpoint, or at every one it keeps;
+    None for a model without a position table."""
+    with open(os.path.join(run, "config.json"), encoding="utf-8") as f:
+        cfg = experiment_config_from_dict(json.load(f))
     init = runs.model_and_optimizer(cfg)[3]
     initial = jax.jit(init)(runs.run_rngs(cfg.seed)[0]).params
+    if _TABLES["position"][1] not in initial[_TABLES["position"][0]]:
+        return None
+    steps = runs.checkpoint_steps(run) if every else [None]
     records = []
     for step in steps:
         params, step = runs.load_params(run, step)[1:]
@@ -76,11 +82,9 @@ def main(argv):
     found = 0
     for config_path in sorted(glob.glob(os.path.join(_WORKDIR.value, "*", "seed*", "config.json"))):
         run = os.path.dirname(config_path)
-        with open(config_path, encoding="utf-8") as f:
-            if json.load(f)["model"]["position"] != "learned":
-                continue
-        steps = runs.checkpoint_steps(run) if _EVERY.value else [None]
-        records = _changes(run, steps)
+        records = _changes(run, _EVERY.value)
+        if records is None:
+            continue
         _write(run, FILE, records[-1])
         if _EVERY.value:
             _write(run, STEPS_FILE, records)

@@ -91,6 +91,7 @@ class ConfigsTest(parameterized.TestCase):
         ("study_multilength", "length_study"), ("study_positions_long", "compare"),
         ("study_linear_long", "compare"), ("study_positions_batch", "compare"),
         ("long_doc_pilot", "compare"), ("study_packed", "compare"),
+        ("study_positions_lr", "compare"), ("study_long_training", "length_study"),
     )  # fmt: skip
     def test_study_config_builds_every_run(self, name, command):
         doc = importlib.import_module(f"configs.{name}").__doc__

@@ -103,13 +103,13 @@ class TableTest(parameterized.TestCase):
     def test_max_length(self):
         for name, encoding in positions.ENCODINGS.items():
             config = tiny.model_config(position=name, max_len=16)
-            want = 16 if name == "learned" else None
+            want = 16 if name in ("learned", "learned_sinusoid") else None
             self.assertEqual(config.max_length, want, name)
             self.assertEqual(encoding.max_length(config), want)
 
-    def test_only_the_sinusoid_scales_the_embeddings(self):
+    def test_only_the_sinusoids_scale_the_embeddings(self):
         scaled = {name for name, e in positions.ENCODINGS.items() if e.scale_embeddings}
-        self.assertEqual(scaled, {"sinusoidal"})
+        self.assertEqual(scaled, {"sinusoidal", "learned_sinusoid"})
 
     @parameterized.parameters(("sinusoidal", 64**0.5), ("learned", 1.0), ("rope", 1.0))
     def test_embeddings_are_scaled_before_the_position_term(self, name, scale):
@@ -130,6 +130,23 @@ class TableTest(parameterized.TestCase):
         mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
         want = (x - mean) / jnp.sqrt(var + config.layer_norm_eps)  # LayerNorm at its init
         chex.assert_trees_all_close(got, want, atol=1e-5)
+
+    def test_a_learned_table_started_at_the_sinusoid_is_the_sinusoid_until_trained(self):
+        ids = _ids()
+        fixed, fixed_vars = _model("sinusoidal")
+        learned, learned_vars = _model("learned_sinusoid")
+        params = flax.core.unfreeze(learned_vars["params"])
+        table = params["embeddings"].pop("position_embeddings")["embedding"]
+        chex.assert_trees_all_close(table, positions.sinusoidal_embedding(jnp.arange(16), 64))
+        chex.assert_trees_all_equal(params, fixed_vars["params"])  # the same other weights
+        chex.assert_trees_all_close(learned.apply(learned_vars, ids).logits,
+                                    fixed.apply(fixed_vars, ids).logits, atol=1e-5)  # fmt: skip
+
+        def loss(variables):
+            return jnp.sum(learned.apply(variables, ids).logits ** 2)
+
+        grad = jax.grad(loss)(learned_vars)["params"]["embeddings"]["position_embeddings"]
+        self.assertGreater(float(jnp.abs(grad["embedding"][:L]).max()), 0.0)  # it trains
 
     def test_sinusoid_is_vaswani_formula(self):
         pos = np.arange(50)

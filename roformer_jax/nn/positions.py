@@ -75,13 +75,24 @@ class PositionEncoding:
 
 def _learned(config, position_ids, dtype):
     """BERT: a trained table of `max_len` rows, initialized like the other embeddings."""
-    table = nn.Embed(
-        config.max_len,
-        config.embed_dim,
-        dtype=dtype,
-        embedding_init=nn.initializers.normal(config.initializer_range),
-        name="position_embeddings",
-    )
+    return _table(config, position_ids, dtype, nn.initializers.normal(config.initializer_range))
+
+
+def _learned_sinusoid(config, position_ids, dtype):
+    """BERT's trained table started at the sinusoid, the embeddings × √E as the fixed
+    sinusoid's are: at step 0 the "sinusoidal" model, then free to move (issue 31: does a
+    learned table that starts where the sinusoid is learn as fast as the fixed one?)."""
+
+    def init(key, shape, dtype):
+        del key
+        return sinusoidal_embedding(jnp.arange(shape[0]), shape[1]).astype(dtype)
+
+    return _table(config, position_ids, dtype, init)
+
+
+def _table(config, position_ids, dtype, init):
+    table = nn.Embed(config.max_len, config.embed_dim, dtype=dtype, embedding_init=init,
+                     name="position_embeddings")  # fmt: skip
     return table(position_ids)  # [(B,) L, E]
 
 
@@ -265,6 +276,12 @@ def _alibi(config, q_positions, k_positions):
 ENCODINGS: dict[str, PositionEncoding] = {
     "learned": PositionEncoding(embed=_learned, max_length=lambda config: config.max_len),
     "sinusoidal": PositionEncoding(embed=_sinusoidal, check=_even_embedding, scale_embeddings=True),
+    "learned_sinusoid": PositionEncoding(
+        embed=_learned_sinusoid,
+        max_length=lambda config: config.max_len,
+        check=_even_embedding,
+        scale_embeddings=True,
+    ),
     "rope": PositionEncoding(rotation=_rope, check=_even_heads),
     "xpos": PositionEncoding(rotation=_xpos, check=_xpos_check),
     "rope_nd": PositionEncoding(

@@ -1,0 +1,74 @@
+"""Issue 31, item 1: is section 1's RoFormer - BERT gap BERT's learning rate or warm-up?
+
+  python experiments/compare.py --config=configs/study_positions_lr.py:sweep \\
+      --workdir=runs/positions_lr --raw_dir=docs/results/raw/positions_lr_sweep
+  python experiments/compare.py \\
+      --config=configs/study_positions_lr.py:best,BERT=3e-4,RoPE=1e-3,sinusoidal=2e-3 \\
+      --workdir=runs/positions_lr --raw_dir=docs/results/raw/positions_lr_best
+  python experiments/position_table.py --workdir=runs/positions_lr \\
+      --raw_dir=docs/results/raw/positions_lr_best
+  (the rates of the second command are each model's best of the sweep, seed 0, by its final
+  validation loss; ",runlocal" after either checks the wiring in seconds)
+
+Section 1 (configs/study_positions_long.py, WikiText-2, 2,000 steps of 16 x 128, warm-up 100
+steps then a constant rate) serves one rate, 1e-3, to every encoding, and post-LN BERT at
+1e-3 after 100 warm-up steps may be hurried. `:sweep` trains, seed 0 only, BERT, RoPE and
+the fixed sinusoid at 3e-4, 1e-3 and 2e-3; each at 1e-3 with a warm-up of 500 steps (a
+quarter of the run); and BERT's trainable table started at the sinusoid ("learned_sinusoid",
+embeddings x √E as the sinusoid's): at step 0 the sinusoidal model, then free to move.
+`:best,<model>=<rate>,...` trains the three at their best rates and the table started at the
+sinusoid, 3 seeds each (seed 0 is the sweep's run, cached when the rate is the same), with
+BERT at its best as the paired tables' baseline.
+
+Budget: 13 runs of 2,000 steps for the sweep and 8 more for `:best`, about 10 min each on 2
+quiet cores (section 1's 15 runs took 3 h 4 min, partly on shared cores): about 3.5 h.
+"""
+
+from ml_collections import ConfigDict
+
+from configs import studies, study_positions_long
+
+RATES = (3e-4, 1e-3, 2e-3)
+LONG_WARMUP = 500
+MODELS = {  # short name: section 1's run
+    "BERT": study_positions_long.RUNS["learned (BERT)"],
+    "RoPE": study_positions_long.RUNS["RoPE (RoFormer)"],
+    "sinusoidal": study_positions_long.RUNS["sinusoidal"],
+}
+FROM_SINUSOID = {"model": {"position": "learned_sinusoid", "max_len": 128}}
+
+
+def _at(model: str, rate: float, warmup: int | None = None) -> tuple[str, dict]:
+    # "BERT, lr 3e-4": no dots (ConfigDict keys cannot hold them)
+    name = f"{model}, lr {rate:.0e}".replace("e-0", "e-") + (
+        f", warm-up {warmup}" if warmup else ""
+    )
+    optim = {"learning_rate": rate} | ({"warmup_steps": warmup} if warmup else {})
+    return name, MODELS[model] | {"optim": optim}
+
+
+def get_config(arg=None):
+    words = (arg or "sweep").split(",")  # no argument: the sweep
+    phase, rest = words[0], [w for w in words[1:] if w != "runlocal"]
+    if phase == "runlocal":
+        phase = "sweep"
+    config = study_positions_long.get_config("wikitext2")
+    if phase == "sweep" and not rest:
+        runs = dict(_at(m, r) for m in MODELS for r in RATES)
+        runs |= dict(_at(m, 1e-3, LONG_WARMUP) for m in MODELS)
+        config.seeds = (0,)
+        baseline = "BERT, lr 1e-3"
+    elif phase == "best":
+        best = dict(w.split("=") for w in rest)
+        if sorted(best) != sorted(MODELS):
+            raise ValueError(f"':best' needs a rate for each of {sorted(MODELS)}, got {arg!r}")
+        runs = dict(_at(m, float(best[m])) for m in MODELS)
+        baseline = next(iter(runs))
+    else:
+        raise ValueError(f"config argument {arg!r}: 'sweep' or 'best,BERT=..,RoPE=..,"
+                         "sinusoidal=..' (then ',runlocal' for a smoke run)")  # fmt: skip
+    runs["BERT from the sinusoid"] = FROM_SINUSOID
+    config.runs = ConfigDict(runs, sort_keys=False)
+    config.baseline = baseline
+    config.title = f"MLM, softmax attention: learning rates and warm-up ({phase}), 2,000 steps"
+    return studies.check_wiring(config) if "runlocal" in words else config
