@@ -236,6 +236,19 @@ class ResultsPageTest(parameterized.TestCase):
         self.assertEqual([r.split(" | ")[:2] for r in rows[:3]], [["| 0", "100"], ["| 0", "200"],
                                                                   ["| 1", "100"]])  # fmt: skip
 
+    def test_reproduced_says_each_rerun_or_none(self):
+        raw = tempfile.mkdtemp()
+        shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
+        text = "<!-- generated: causal_wikitext2 reproduced() --><!-- end generated -->"
+        self.assertIn("-->Not rerun at a later commit.<!--", results_page.render(text, raw))
+        record = {"steps": 21, "metrics": 9, "identical": True, "largest": {}, "commit": "abc" * 8,
+                  "dirty": False}  # fmt: skip
+        path = f"{raw}/causal_wikitext2/softmax_+_RoPE/seed0/reproduced.json"
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(record, f)
+        self.assertIn("-->softmax + RoPE, seed 0, rerun at abcabca: bit-identical (21 logged "
+                      "steps, 9 metrics).<!--", results_page.render(text, raw))  # fmt: skip
+
     @parameterized.named_parameters(
         ("unknown_kind", "causal_wikitext2 median() --><!-- end generated -->", "kind 'median'"),
         ("unknown_study", "causal_x unigram() --><!-- end generated -->", "no study 'causal_x'"),

@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from roformer_jax.studies import compare_report, length_study, plots, run_dirs, tables
+from roformer_jax.studies import compare_report, length_study, plots, reproduction, run_dirs, tables
 from roformer_jax.studies.page_source import Page, read_json
 from roformer_jax.studies.position_table import POSITION_TABLE_FILE, POSITION_TABLE_STEPS_FILE
 from roformer_jax.studies.study_record import RawStudy
@@ -190,6 +190,24 @@ def _table_changes(records: list[tuple[int, dict]]) -> str:
             f"| {w['row_norm']:.3f} ({w['row_norm_initial']:.3f}) |"
         )
     return "\n".join(lines)
+
+
+def reproduced(raw: RawStudy, *, page: Page) -> str:
+    """What the study's reruns at a later commit gave (experiments/reproduce.py), one
+    sentence per rerun run; "not rerun" when there is none."""
+    sentences = []
+    for run, seeds in raw.runs.items():
+        for cfg in seeds:
+            folder = run_dirs.run_dir(os.path.join(page.raw_root, raw.name), run, cfg.seed)
+            path = os.path.join(folder, reproduction.FILE)
+            if os.path.exists(path):
+                r = read_json(path)
+                commit = (r["commit"] or "an unknown commit")[:7] + (
+                    " (uncommitted changes)" if r["dirty"] else ""
+                )
+                sentences.append(f"{run}, seed {cfg.seed}, rerun at {commit}: "
+                                 f"{reproduction.summary(r)}.")  # fmt: skip
+    return " ".join(sentences) or "Not rerun at a later commit."
 
 
 def unigram(raw: RawStudy) -> str:

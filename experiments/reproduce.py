@@ -1,0 +1,61 @@
+r"""Retrains one run of a committed study at the current commit and compares it with the record.
+
+  python experiments/reproduce.py --raw_dir=docs/results/raw/causal_wikitext2 \
+      --run="softmax + RoPE" --seed=0 --workdir=runs/reproduce/causal_wikitext2
+
+Reads the run's config.json from the study's raw folder, trains it afresh in --workdir (its
+data cached there too), and compares every metric of every logged step with the committed
+metrics.jsonl, the clocks (elapsed_s, tokens/s) aside. Writes reproduced.json beside the
+run's raw files: the commit and machine of the rerun, whether every value is bit-identical,
+and otherwise the largest difference of each metric. docs/results.md's `reproduced()`
+marker reads it into the study's header, so that a page whose header names an older commit
+says whether the current one gives the same numbers (issue 31, item 6).
+"""
+
+import json
+import os
+import sys
+
+from absl import app, flags, logging
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _ROOT)
+
+from roformer_jax.studies import reproduction, run_dirs  # noqa: E402
+from roformer_jax.training import loop, metrics, provenance, runtime  # noqa: E402
+from roformer_jax.training.config import experiment_config_from_dict  # noqa: E402
+
+_RAW_DIR = flags.DEFINE_string("raw_dir", None, "A study's raw folder (docs/results/raw/...).")
+_RUN = flags.DEFINE_string("run", None, "The run's name, as the study's tables print it.")
+_SEED = flags.DEFINE_integer("seed", 0, "Which seed of the run.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Where to train it again (a new folder).")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    raw = run_dirs.run_dir(_RAW_DIR.value, _RUN.value, _SEED.value)
+    with open(os.path.join(raw, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    if config["train"].get("init_from"):
+        raise ValueError(f"{raw} starts from another run (init_from): reproduce that one")
+    config["train"]["data_cache_dir"] = os.path.join(_WORKDIR.value, "data")
+    workdir = os.path.join(_WORKDIR.value, "run")
+    loop.train_and_evaluate(experiment_config_from_dict(config), workdir)
+    record = (
+        reproduction.compare_records(
+            metrics.read_metrics(os.path.join(raw, "metrics.jsonl")), metrics.read_metrics(workdir)
+        )
+        | provenance.code_version()
+        | {"machine": provenance.machine()}
+    )
+    with open(os.path.join(raw, reproduction.FILE), "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+    logging.info("%s seed %d at %s: %s", _RUN.value, _SEED.value, record["commit"],
+                 reproduction.summary(record))  # fmt: skip
+
+
+if __name__ == "__main__":
+    for name in ("raw_dir", "run", "workdir"):
+        flags.mark_flag_as_required(name)
+    runtime.run_main(main)
