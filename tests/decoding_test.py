@@ -67,8 +67,8 @@ def _model(**overrides):
 def _made(overrides):
     """`_model`'s, once per process: tracing the model's init takes ~0.2 s, and several tests
     build the same model."""
-    config = tiny.model_config(
-        **{"vocab_size": V, "max_len": 16, "causal": True, **dict(overrides)}
+    config = tiny.model_config(  # two layers: each keeps its own memory of earlier tokens
+        **{"vocab_size": V, "max_len": 16, "causal": True, "num_layers": 2, **dict(overrides)}
     )
     model = model_lib.RoFormer(config)
     shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 4), jnp.int32))

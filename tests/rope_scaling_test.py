@@ -518,7 +518,7 @@ class ModelConfigTest(parameterized.TestCase):
     def test_per_layer_rope(self):
         ids = jnp.asarray(np.random.default_rng(1).integers(5, 64, (2, 8)), jnp.int32)
         linear = {"rope_type": "linear", "factor": 2.0}
-        flat = _model_config(linear, hidden_dropout=0.0, initializer_range=0.2)
+        flat = _model_config(linear, hidden_dropout=0.0, initializer_range=0.2, num_layers=2)
         model = model_lib.RoFormer(flat)
         variables = model.init(jax.random.key(0), ids)
 
@@ -554,7 +554,7 @@ class ModelConfigTest(parameterized.TestCase):
               position="xpos"), "xPos rotates and scales every feature"),
     )  # fmt: skip
     def test_bad_per_layer_config(self, overrides, message):
-        overrides = {"rope_scaling": None, **overrides}
+        overrides = {"rope_scaling": None, "num_layers": 2, **overrides}
         scaling = overrides.pop("rope_scaling")
         if message is None:
             _model_config(scaling, **overrides)

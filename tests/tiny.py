@@ -1,6 +1,6 @@
 """The tests' tiny model, tiny experiment, generated corpus and temporary folders: one place.
 
-model_config(**fields)         the "tiny" size (2 layers, 64 wide, 4 heads) with `fields`
+model_config(**fields)         the "tiny" size (64 wide, 4 heads) in one layer, with `fields`
 experiment_config(**overrides) configs/tiny.py with `section__field=value` overrides
 corpus(directory)              sentences of WORDS, one document per line, in directory
 workdir(prefix)                a new empty folder, removed when the test process exits
@@ -24,8 +24,10 @@ WORDS = "the a cat dog sat on mat and ran to see big small red blue sun moon".sp
 
 
 def model_config(**fields) -> model_config_lib.ModelConfig:
-    """The "tiny" size with `fields` (any ModelConfig field): the tests' one model builder."""
-    return model_config_lib.model_config("tiny", **fields)
+    """The "tiny" size in one layer with `fields` (any ModelConfig field): the tests' one
+    model builder. One layer compiles in about two thirds of two's time; a test of what
+    passes between layers asks for num_layers=2."""
+    return model_config_lib.model_config("tiny", **{"num_layers": 1, **fields})
 
 
 def experiment_config(**overrides) -> ExperimentConfig:
