@@ -14,14 +14,15 @@ Section 1 (configs/study_positions_long.py, WikiText-2, 2,000 steps of 16 x 128,
 steps then a constant rate) serves one rate, 1e-3, to every encoding, and post-LN BERT at
 1e-3 after 100 warm-up steps may be hurried. `:sweep` trains, seed 0 only, BERT, RoPE and
 the fixed sinusoid at 3e-4, 1e-3 and 2e-3; each at 1e-3 with a warm-up of 500 steps (a
-quarter of the run); and BERT's trainable table started at the sinusoid ("learned_sinusoid",
-embeddings x √E as the sinusoid's): at step 0 the sinusoidal model, then free to move.
-`:best,<model>=<rate>,...` trains the three at their best rates and the table started at the
-sinusoid, 3 seeds each (seed 0 is the sweep's run, cached when the rate is the same), with
-BERT at its best as the paired tables' baseline.
+quarter of the run); BERT's trainable table started at the sinusoid ("learned_sinusoid",
+embeddings x √E as the sinusoid's): at step 0 the sinusoidal model, then free to move; and
+ALiBi with section 1's 2 heads (slopes 1/16, 1/256) beside 8 heads of 16 (the paper's 1/2 to
+1/256). `:best,<model>=<rate>,...` trains the three at their best rates, the table started
+at the sinusoid and both ALiBis, 3 seeds each (seed 0 is the sweep's run, cached when the
+rate is the same), with BERT at its best as the paired tables' baseline.
 
-Budget: 13 runs of 2,000 steps for the sweep and 8 more for `:best`, about 10 min each on 2
-quiet cores (section 1's 15 runs took 3 h 4 min, partly on shared cores): about 3.5 h.
+Budget: 15 runs of 2,000 steps for the sweep and 12 more for `:best`, about 10 min each on 2
+quiet cores (section 1's 15 runs took 3 h 4 min, partly on shared cores): about 4.5 h.
 """
 
 from ml_collections import ConfigDict
@@ -36,6 +37,10 @@ MODELS = {  # short name: section 1's run
     "sinusoidal": study_positions_long.RUNS["sinusoidal"],
 }
 FROM_SINUSOID = {"model": {"position": "learned_sinusoid", "max_len": 128}}
+# ALiBi's slopes with section 1's 2 heads are 1/16 and 1/256; with 8 heads (of 16 features)
+# they are the paper's 1/2 ... 1/256, a steep local bias among them.
+ALIBI = {"ALiBi, 2 heads": study_positions_long.RUNS["ALiBi"],
+         "ALiBi, 8 heads": {"model": {"position": "alibi", "num_heads": 8}}}  # fmt: skip
 
 
 def _at(model: str, rate: float, warmup: int | None = None) -> tuple[str, dict]:
@@ -68,6 +73,7 @@ def get_config(arg=None):
         raise ValueError(f"config argument {arg!r}: 'sweep' or 'best,BERT=..,RoPE=..,"
                          "sinusoidal=..' (then ',runlocal' for a smoke run)")  # fmt: skip
     runs["BERT from the sinusoid"] = FROM_SINUSOID
+    runs |= ALIBI
     config.runs = ConfigDict(runs, sort_keys=False)
     config.baseline = baseline
     config.title = f"MLM, softmax attention: learning rates and warm-up ({phase}), 2,000 steps"
