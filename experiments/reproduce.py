@@ -44,7 +44,7 @@ def main(argv):
     loop.train_and_evaluate(experiment_config_from_dict(config), workdir)
     record = (
         reproduction.compare_records(
-            metrics.read_metrics(os.path.join(raw, "metrics.jsonl")), metrics.read_metrics(workdir)
+            metrics.read_metrics(raw), metrics.read_metrics(workdir)
         )
         | provenance.code_version()
         | {"machine": provenance.machine()}

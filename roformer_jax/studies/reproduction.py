@@ -14,35 +14,43 @@ CLOCKS = ("elapsed_s", "tokens_per_s")  # a key ending in one of these is a time
 
 
 def compare_records(committed: list[dict], rerun: list[dict]) -> dict:
-    """{"steps", "metrics", "identical", "largest"}: the steps both logged, the number of
-    metrics compared, whether every value of every step is the same float, and for each
-    metric that differs its largest |difference|. A step or metric that one of them lacks is
-    a ValueError: the runs did not log the same things."""
+    """{"steps", "metrics", "identical", "largest", "only_record", "only_rerun"}: the steps
+    both logged, the number of metrics both logged, whether each of those is the same float
+    at every step, the largest relative difference |a − b| / max(|a|, |b|) of each that is
+    not, and the metrics only one of them logged (a trainer that logs more than it did).
+    Other steps are a ValueError: the runs did not log at the same points."""
     by_step = {r["step"]: r for r in rerun}
     if [r["step"] for r in committed] != list(by_step):
         raise ValueError(f"the rerun logged steps {list(by_step)[:5]}..., the record "
                          f"{[r['step'] for r in committed][:5]}...")  # fmt: skip
-    largest, keys = {}, set()
+    largest, shared, only_record, only_rerun = {}, set(), set(), set()
     for old in committed:
         new = by_step[old["step"]]
-        results = {k for k in old if k != "step" and not k.endswith(CLOCKS)}
-        if results != {k for k in new if k != "step" and not k.endswith(CLOCKS)}:
-            raise ValueError(f"step {old['step']}: the rerun logged other metrics")
-        keys |= results
-        for key in results:
-            if old[key] != new[key]:
-                largest[key] = max(largest.get(key, 0.0), abs(old[key] - new[key]))
-    return {"steps": len(committed), "metrics": len(keys), "identical": not largest,
-            "largest": largest}  # fmt: skip
+        a, b = ({k for k in r if k != "step" and not k.endswith(CLOCKS)} for r in (old, new))
+        only_record |= a - b
+        only_rerun |= b - a
+        shared |= a & b
+        for key in a & b:
+            if old[key] != new[key]:  # relative: a perplexity and a loss on one scale
+                change = abs(old[key] - new[key]) / max(abs(old[key]), abs(new[key]))
+                largest[key] = max(largest.get(key, 0.0), change)
+    return {"steps": len(committed), "metrics": len(shared), "identical": not largest,
+            "largest": largest, "only_record": sorted(only_record),
+            "only_rerun": sorted(only_rerun)}  # fmt: skip
 
 
 def summary(record: dict) -> str:
-    """One sentence: bit-identical, or the largest difference and the metric it was in."""
+    """One sentence: bit-identical, or the largest difference and the metric it was in; and
+    the metrics only one of the two logged."""
     counted = f"{record['steps']} logged steps, {record['metrics']} metrics"
     if record["identical"]:
-        return f"bit-identical ({counted})"
-    key, value = max(record["largest"].items(), key=lambda kv: kv[1])
-    return (
-        f"not bit-identical ({counted}; {len(record['largest'])} differ), by at most "
-        f"{value:.1e} (in {key})"
-    )
+        text = f"bit-identical ({counted})"
+    else:
+        key, value = max(record["largest"].items(), key=lambda kv: kv[1])
+        text = (f"not bit-identical ({counted}; {len(record['largest'])} differ), by at most "
+                f"{value:.1e} relative (in {key})")  # fmt: skip
+    for which, keys in (("the record", record.get("only_record")),
+                        ("the rerun", record.get("only_rerun"))):  # fmt: skip
+        if keys:
+            text += f"; only {which} logged {', '.join(keys)}"
+    return text
