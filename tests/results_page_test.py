@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 
+import numpy as np
 from absl.testing import absltest, parameterized
 
 from roformer_jax.studies import results_page, study_record
@@ -236,6 +237,29 @@ class ResultsPageTest(parameterized.TestCase):
         rows = results_page.render(steps, raw).splitlines()[3:9]
         self.assertEqual([r.split(" | ")[:2] for r in rows[:3]], [["| 0", "100"], ["| 0", "200"],
                                                                   ["| 1", "100"]])  # fmt: skip
+
+    def test_attention_distance_table_and_figure(self):
+        raw = tempfile.mkdtemp()
+        shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
+        text = ("<!-- generated: causal_wikitext2 attention_distance_table(8, [2, 4]) -->"
+                "<!-- end generated -->\n<!-- generated: causal_wikitext2 "
+                "attention_distance_figure(8) --><!-- end generated -->")  # fmt: skip
+        with self.assertRaisesRegex(ValueError, "run experiments/attention_distance.py"):
+            results_page.render(text, raw)
+        decay = 1.0 / (1.0 + np.arange(8))  # [L]: 1/(1 + r), two heads alike, two layers
+        weight = np.stack([np.stack([decay, decay]) / 8, np.stack([decay, decay]) / 4])
+        record = {"step": 200, "length": 8, "uniform": 1 / 8, "weight": weight.tolist()}
+        with open(f"{raw}/causal_wikitext2/softmax_+_RoPE/seed0/attention_distance_8.json", "w",
+                  encoding="utf-8") as f:  # fmt: skip
+            json.dump(record, f)
+        figures = tempfile.mkdtemp()
+        rendered = results_page.render(text, raw, figures_dir=figures)
+        rows = [line for line in rendered.splitlines() if line.startswith("| ")]
+        # at 1: 1/2 x 8/8 = 0.5 and 1/2 x 8/4 = 1.0; at 2 / at 1 = (1/3) / (1/2)
+        self.assertEqual(rows[1], "| softmax + RoPE | 0 | 0.50 | 0.667 | 0.400 |")
+        self.assertEqual(rows[2], "| softmax + RoPE | 1 | 1.00 | 0.667 | 0.400 |")
+        self.assertTrue(rows[3].startswith("| RoPE's bound f(r)/f(1), d = 64 |"))
+        self.assertTrue(os.path.exists(f"{figures}/causal_wikitext2_attention_8.png"))
 
     def test_reproduced_says_each_rerun_or_none(self):
         raw = tempfile.mkdtemp()

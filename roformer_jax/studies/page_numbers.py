@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from roformer_jax.nn import rope_reference
 from roformer_jax.studies import compare_report, length_study, plots, reproduction, run_dirs, tables
 from roformer_jax.studies.page_source import Page, read_json
 from roformer_jax.studies.position_table import POSITION_TABLE_FILE, POSITION_TABLE_STEPS_FILE
@@ -208,6 +209,58 @@ def reproduced(raw: RawStudy, *, page: Page) -> str:
                 sentences.append(f"{run}, seed {cfg.seed}, rerun at {commit}: "
                                  f"{reproduction.summary(r)}.")  # fmt: skip
     return " ".join(sentences) or "Not rerun at a later commit."
+
+
+def attention_distance_figure(raw: RawStudy, length: int, *, page: Page) -> str:
+    """The runs' trained attention by distance (experiments/attention_distance.py), one panel
+    per run, against RoPE's decay bound (plots.plot_attention_distance)."""
+    weights, cfg = _attention_distance(raw, length, page)
+    name = f"{raw.name}_attention_{length}"
+    if page.figures_dir is not None:
+        plots.plot_attention_distance(
+            {run: np.asarray(r["weight"]) * length for run, r in weights.items()},
+            _decay_bound(cfg, length), os.path.join(page.figures_dir, f"{name}.png"),
+            title=f"{raw.config['title']}: attention by distance, read at {length} tokens",
+            trained_length=length_study.trained_length(cfg),
+        )  # fmt: skip
+    return f"![{name}]({FIGURES}/{name}.png)\n\n*Seed 0 of each run; heads averaged.*"
+
+
+def attention_distance_table(raw: RawStudy, length: int, distances: list, *, page: Page) -> str:
+    """Each run's and layer's weight on one key at distance 1 (× uniform), and at each of
+    `distances` as a fraction of that; RoPE's bound f(r)/f(1) as the last row."""
+    weights, cfg = _attention_distance(raw, length, page)
+    head = "| run | layer | at 1 (× uniform) | " + " | ".join(f"{d} / 1" for d in distances)
+    lines = [head + " |", "|---|---|---|" + "---|" * len(distances)]
+    for run, record in weights.items():
+        for layer, heads in enumerate(np.asarray(record["weight"]) * length):
+            line = np.nanmean(heads, axis=0)  # [L]
+            ratios = " | ".join(f"{line[d] / line[1]:.3f}" for d in distances)
+            lines.append(f"| {run} | {layer} | {line[1]:.2f} | {ratios} |")
+    bound = _decay_bound(cfg, length)
+    ratios = " | ".join(f"{bound[d] / bound[1]:.3f}" for d in distances)
+    lines.append(f"| RoPE's bound f(r)/f(1), d = {cfg.model.head_dim} | | | {ratios} |")
+    return "\n".join(lines)
+
+
+def _attention_distance(raw: RawStudy, length: int, page: Page) -> tuple[dict, object]:
+    """{run: its seed 0's attention_distance_<length>.json} for the runs that have one, and
+    the first such run's config."""
+    found, first = {}, None
+    for run, seeds in raw.runs.items():
+        folder = run_dirs.run_dir(os.path.join(page.raw_root, raw.name), run, seeds[0].seed)
+        path = os.path.join(folder, f"attention_distance_{length}.json")
+        if os.path.exists(path):
+            found[run], first = read_json(path), first or seeds[0]
+    if not found:
+        raise ValueError(f"no attention_distance_{length}.json in {raw.name}: run "
+                         "experiments/attention_distance.py with --raw_dir")  # fmt: skip
+    return found, first
+
+
+def _decay_bound(cfg, length: int) -> np.ndarray:
+    return rope_reference.long_range_decay(np.arange(length), dim=cfg.model.head_dim,
+                                           base=cfg.model.rope_base)  # fmt: skip
 
 
 def unigram(raw: RawStudy) -> str:

@@ -1,4 +1,5 @@
-"""Figures: RoPE's long-range decay and MLM loss curves, written as PNG files.
+"""Figures: RoPE's long-range decay, MLM loss curves, losses by length and trained attention by
+distance, written as PNG files.
 
 matplotlib runs with the Agg backend so that plots work on machines without a display.
 """
@@ -268,4 +269,42 @@ def plot_accuracy_lengths(
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     if footnote:
         fig.text(0.01, 0.01, textwrap.fill(footnote, 120), fontsize=7, va="bottom")
+    return _save(fig, path, bottom=0.16 if footnote else 0.0)
+
+
+def plot_attention_distance(
+    weights: Mapping[str, np.ndarray], bound: np.ndarray, path: str, *, title: str,
+    trained_length: int | None = None, footnote: str = "",
+) -> str:  # fmt: skip
+    """Trained attention's weight on one key against its distance r = |m − n|, log-log: one
+    panel per run, one line per layer (its heads averaged), as a multiple of uniform attention
+    (1 = the weight of 1/L on every key); the decay bound's shape f(r)/f(1) (RoPE's, section
+    3.4.3) dashed from each panel's mean at r = 1.
+
+    Args:
+      weights: run -> [layers, heads, L] mean weight on a key at r = 0 .. L - 1, times L.
+      bound: [L] the bound f(r) at r = 0 .. L - 1.
+      trained_length: drawn as a vertical line (the rows the runs were trained on).
+    """
+    names = list(weights)
+    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3.6), squeeze=False,
+                             sharey=True)  # fmt: skip
+    for ax, name in zip(axes[0], names):
+        per_layer = np.nanmean(weights[name], axis=1)  # [layers, L]
+        r = np.arange(1, per_layer.shape[-1])
+        for layer, line in enumerate(per_layer):
+            ax.plot(r, line[1:], color=f"C{layer}", label=f"layer {layer}")
+        start = np.nanmean(per_layer[:, 1])
+        ax.plot(r, start * bound[1:] / bound[1], color="black", linestyle="--", linewidth=0.9,
+                label="bound f(r)/f(1)")  # fmt: skip
+        ax.axhline(1.0, color="gray", linestyle=":", linewidth=0.8)
+        if trained_length is not None:
+            ax.axvline(trained_length, color="gray", linewidth=0.6)
+        ax.set(xscale="log", yscale="log", title=name, xlabel="distance |m − n|")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("weight on one key × L (1 = uniform)")
+    axes[0][-1].legend(fontsize=7, loc="lower left")
+    fig.suptitle(title, fontsize=10)
+    if footnote:
+        fig.text(0.01, 0.01, textwrap.fill(footnote, 140), fontsize=7, va="bottom")
     return _save(fig, path, bottom=0.16 if footnote else 0.0)

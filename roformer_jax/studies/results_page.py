@@ -114,6 +114,8 @@ KINDS = {
     "position_table_steps": page_numbers.position_table_steps,
     "unigram": page_numbers.unigram,
     "reproduced": page_numbers.reproduced,
+    "attention_distance_figure": page_numbers.attention_distance_figure,
+    "attention_distance_table": page_numbers.attention_distance_table,
     "targets": lambda raw: f"{page_numbers.targets(raw):,}",  # targets, as the footnote prints it
     "wall_time_table": page_provenance.wall_time_table,
     # The long-document study (experiments/long_doc_study.py): its tables read the fine-tuning
@@ -136,6 +138,7 @@ KINDS = {
 INLINE = {"stale", "mean", "diff", "length_change", "below_from", "unigram", "targets",
           "multiplicity", "reproduced", "long_doc_bow", "extremes", "vit_verdict"}  # fmt: skip
 _USES_PAGE = {"stale", "figure", "position_table", "position_table_steps", "reproduced",
+              "attention_distance_figure", "attention_distance_table",
               "long_doc_figure", "long_doc_table", "long_doc_paired_table",
               "long_doc_survival_table", "long_doc_bow", "finetuning_table",
               "finetuning_paired_table"}  # fmt: skip
