@@ -16,18 +16,20 @@ class CompareRecordsTest(absltest.TestCase):
     def test_the_same_numbers_on_other_clocks_are_identical(self):
         record = reproduction.compare_records(_records(), _records(clock=(5.0, 9.0)))
         self.assertEqual(record, {"steps": 2, "metrics": 2, "identical": True, "largest": {},
-                                  "only_record": [], "only_rerun": []})  # fmt: skip
+                                  "final": {"valid/loss_128": [1.4, 1.4]}, "only_record": [],
+                                  "only_rerun": []})  # fmt: skip
         self.assertEqual(reproduction.summary(record),
                          "bit-identical (2 logged steps, 2 metrics)")  # fmt: skip
 
     def test_a_last_bit_is_a_difference(self):
         rerun = _records(loss=(2.0, 1.5 + 2**-52))
+        rerun[1]["valid/loss_128"] = 1.40004
         record = reproduction.compare_records(_records(), rerun)
         self.assertFalse(record["identical"])
-        self.assertEqual(record["largest"], {"train/loss": 2**-52 / (1.5 + 2**-52)})
+        self.assertEqual(record["largest"]["train/loss"], 2**-52 / (1.5 + 2**-52))
         self.assertEqual(reproduction.summary(record), "not bit-identical (2 logged steps, 2 "
-                         "metrics; 1 differ), by at most 1.5e-16 relative (in "
-                         "train/loss)")  # fmt: skip
+                         "metrics; 2 differ), by at most 2.9e-05 relative (in valid/loss_128); "
+                         "final valid/loss_128 1.4000 then, 1.4000 now")  # fmt: skip
 
     def test_other_steps_are_an_error_and_other_metrics_are_named(self):
         with self.assertRaisesRegex(ValueError, "logged steps"):

@@ -14,11 +14,12 @@ CLOCKS = ("elapsed_s", "tokens_per_s")  # a key ending in one of these is a time
 
 
 def compare_records(committed: list[dict], rerun: list[dict]) -> dict:
-    """{"steps", "metrics", "identical", "largest", "only_record", "only_rerun"}: the steps
-    both logged, the number of metrics both logged, whether each of those is the same float
-    at every step, the largest relative difference |a − b| / max(|a|, |b|) of each that is
-    not, and the metrics only one of them logged (a trainer that logs more than it did).
-    Other steps are a ValueError: the runs did not log at the same points."""
+    """{"steps", "metrics", "identical", "largest", "final", "only_record", "only_rerun"}: the
+    steps both logged, the number of metrics both logged, whether each of those is the same
+    float at every step, the largest relative difference |a − b| / max(|a|, |b|) of each that
+    is not, the final validation losses [record, rerun] (what the study's tables read), and
+    the metrics only one of them logged (a trainer that logs more than it did). Other steps
+    are a ValueError: the runs did not log at the same points."""
     by_step = {r["step"]: r for r in rerun}
     if [r["step"] for r in committed] != list(by_step):
         raise ValueError(f"the rerun logged steps {list(by_step)[:5]}..., the record "
@@ -34,8 +35,11 @@ def compare_records(committed: list[dict], rerun: list[dict]) -> dict:
             if old[key] != new[key]:  # relative: a perplexity and a loss on one scale
                 change = abs(old[key] - new[key]) / max(abs(old[key]), abs(new[key]))
                 largest[key] = max(largest.get(key, 0.0), change)
+    last = by_step[committed[-1]["step"]] if committed else {}
+    final = {k: [v, last[k]] for k, v in (committed[-1] if committed else {}).items()
+             if k.startswith("valid/loss") and k in last}  # fmt: skip
     return {"steps": len(committed), "metrics": len(shared), "identical": not largest,
-            "largest": largest, "only_record": sorted(only_record),
+            "largest": largest, "final": final, "only_record": sorted(only_record),
             "only_rerun": sorted(only_rerun)}  # fmt: skip
 
 
@@ -49,6 +53,8 @@ def summary(record: dict) -> str:
         key, value = max(record["largest"].items(), key=lambda kv: kv[1])
         text = (f"not bit-identical ({counted}; {len(record['largest'])} differ), by at most "
                 f"{value:.1e} relative (in {key})")  # fmt: skip
+        for name, (old, new) in record.get("final", {}).items():
+            text += f"; final {name} {old:.4f} then, {new:.4f} now"
     for which, keys in (("the record", record.get("only_record")),
                         ("the rerun", record.get("only_rerun"))):  # fmt: skip
         if keys:
