@@ -13,8 +13,6 @@ weight a query puts on one key at each distance r = 0 .. length - 1
 With --raw_dir, a copy goes to the study's raw folder, which the results page reads.
 """
 
-import glob
-import json
 import os
 import sys
 
@@ -26,7 +24,7 @@ sys.path.insert(0, _ROOT)
 
 from roformer_jax.data.corpus import load_corpus  # noqa: E402
 from roformer_jax.data.length_eval import length_eval_set  # noqa: E402
-from roformer_jax.studies import attention_distance  # noqa: E402
+from roformer_jax.studies import attention_distance, run_dirs  # noqa: E402
 from roformer_jax.training import runs, runtime  # noqa: E402
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A study's workdir (compare.py --workdir).")
@@ -71,19 +69,11 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     name = f"attention_distance_{_LENGTH.value}.json"
     found = 0
-    for config_path in sorted(glob.glob(os.path.join(_WORKDIR.value, "*", "seed*", "config.json"))):
-        run = os.path.dirname(config_path)
+    for run in run_dirs.trained_runs(_WORKDIR.value):
         record = _read(run)
         if record is None:
             continue
-        targets = [os.path.join(run, name)]
-        if _RAW_DIR.value:
-            folder = os.path.join(_RAW_DIR.value, os.path.relpath(run, _WORKDIR.value))
-            os.makedirs(folder, exist_ok=True)
-            targets.append(os.path.join(folder, name))
-        for target in targets:
-            with open(target, "w", encoding="utf-8") as f:
-                json.dump(record, f)
+        run_dirs.write_beside(run, _WORKDIR.value, _RAW_DIR.value, name, record)
         weight = np.nanmean(np.asarray(record["weight"])[:, :, [1, 16, 127]], axis=1)
         logging.info("%s: weight on a key at r = 1, 16, 127 (x uniform), by layer: %s", run,
                      np.round(weight / record["uniform"], 2).tolist())  # fmt: skip

@@ -13,7 +13,6 @@ the same for every checkpoint the run keeps (`position_table_steps()`). Needs th
 checkpoints, which are not committed: the raw file is what the page is rebuilt from.
 """
 
-import glob
 import json
 import os
 import sys
@@ -24,6 +23,7 @@ from absl import app, flags, logging
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)
 
+from roformer_jax.studies import run_dirs  # noqa: E402
 from roformer_jax.studies.position_table import POSITION_TABLE_FILE as FILE  # noqa: E402
 from roformer_jax.studies.position_table import POSITION_TABLE_STEPS_FILE as STEPS_FILE  # noqa: E402
 from roformer_jax.studies.position_table import table_change  # noqa: E402
@@ -65,29 +65,17 @@ def _changes(run: str, every: bool) -> list[dict] | None:
     return records
 
 
-def _write(run: str, name: str, record) -> None:
-    files = [os.path.join(run, name)]
-    if _RAW_DIR.value:
-        target = os.path.join(_RAW_DIR.value, os.path.relpath(run, _WORKDIR.value))
-        os.makedirs(target, exist_ok=True)
-        files.append(os.path.join(target, name))
-    for file in files:
-        with open(file, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1)
-
-
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     found = 0
-    for config_path in sorted(glob.glob(os.path.join(_WORKDIR.value, "*", "seed*", "config.json"))):
-        run = os.path.dirname(config_path)
+    for run in run_dirs.trained_runs(_WORKDIR.value):
         records = _changes(run, _EVERY.value)
         if records is None:
             continue
-        _write(run, FILE, records[-1])
+        run_dirs.write_beside(run, _WORKDIR.value, _RAW_DIR.value, FILE, records[-1])
         if _EVERY.value:
-            _write(run, STEPS_FILE, records)
+            run_dirs.write_beside(run, _WORKDIR.value, _RAW_DIR.value, STEPS_FILE, records)
         for r in records:
             logging.info("%s at step %d: position table moved %.3f (neighbour cosine %+.3f), "
                          "word table %.3f", run, r["step"], r["position"]["moved"],

@@ -43,9 +43,7 @@ def main(argv):
     workdir = os.path.join(_WORKDIR.value, "run")
     loop.train_and_evaluate(experiment_config_from_dict(config), workdir)
     record = (
-        reproduction.compare_records(
-            metrics.read_metrics(raw), metrics.read_metrics(workdir)
-        )
+        reproduction.compare_records(metrics.read_metrics(raw), metrics.read_metrics(workdir))
         | provenance.code_version()
         | {"machine": provenance.machine()}
     )

@@ -330,6 +330,21 @@ class StudyTest(absltest.TestCase):
         curve["high"][-1] = 0.01  # not below zero at the end: never settled
         self.assertIsNone(tables.below_from(curve))
 
+    def test_a_reading_of_each_trained_run_goes_beside_it_and_to_the_raw_folder(self):
+        workdir, raw = tempfile.mkdtemp(), tempfile.mkdtemp()
+        for name, seed in (("b", 1), ("a", 0), ("b", 0)):
+            directory = run_dirs.run_dir(workdir, name, seed)
+            os.makedirs(directory)
+            open(os.path.join(directory, "config.json"), "w").close()
+        os.makedirs(os.path.join(workdir, "data", "seed0"))  # not a run: no config.json
+        found = run_dirs.trained_runs(workdir)
+        self.assertEqual([os.path.relpath(d, workdir) for d in found],
+                         ["a/seed0", "b/seed0", "b/seed1"])  # fmt: skip
+        run_dirs.write_beside(found[2], workdir, raw, "reading.json", {"x": 1})
+        for folder in (found[2], os.path.join(raw, "b", "seed1")):
+            with open(os.path.join(folder, "reading.json"), encoding="utf-8") as f:
+                self.assertEqual(json.load(f), {"x": 1})
+
     def test_holm_text_keeps_what_survives_the_family(self):
         family = {
             "far": [-1.0, -1.1, -0.9],  # t = -17.3, p = 0.0033: x 3 = 0.0100, kept

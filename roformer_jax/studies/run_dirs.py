@@ -4,10 +4,13 @@ of the config asked for (a cached run is reused by name, so a changed config mus
     directory = run_dir(workdir, "RoPE", seed=0)        # workdir/RoPE/seed0
     if not is_finished(directory, cfg.train.steps):
         check_same_config(directory, cfg, workdir)      # ValueError for another config's run
+    for directory in trained_runs(workdir):             # every <run>/seed<k> with a config
+        write_beside(directory, workdir, raw_dir, "reading.json", record)
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -24,6 +27,25 @@ from roformer_jax.training.config import (
 def run_dir(workdir: str, name: str, seed: int) -> str:
     slug = re.sub(r"[^A-Za-z0-9_.+-]+", "_", name)
     return os.path.join(workdir, slug, f"seed{seed}")
+
+
+def trained_runs(workdir: str) -> list[str]:
+    """The run directories of a study's workdir (<run>/seed<k>/ with a config.json), sorted."""
+    configs = glob.glob(os.path.join(workdir, "*", "seed*", "config.json"))
+    return sorted(os.path.dirname(path) for path in configs)
+
+
+def write_beside(directory: str, workdir: str, raw_dir: str | None, name: str, record) -> None:
+    """`record` as JSON file `name` in a run's directory and, with `raw_dir`, in the same
+    place under the study's raw folder: a reading of a trained run (position tables,
+    attention by distance) that the results page reads from the raw folder."""
+    folders = [directory]
+    if raw_dir:
+        folders.append(os.path.join(raw_dir, os.path.relpath(directory, workdir)))
+    for folder in folders:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1)
 
 
 def is_finished(directory: str, steps: int) -> bool:
