@@ -3,6 +3,7 @@ an explicit rotation matrix, shift invariance per axis, and transformers' own M-
 (Qwen2-VL's blocks, Qwen3-VL's interleaved form), in 5.x's classes and 4.57's functions."""
 
 import functools
+import importlib
 
 import chex
 import jax
@@ -17,10 +18,16 @@ from roformer_jax.nn import rope, rope_nd, rope_scaling
 try:
     import torch
     import transformers
-    from transformers.models.qwen2_vl import modeling_qwen2_vl
-    from transformers.models.qwen3_vl import modeling_qwen3_vl
 except ImportError:  # the other tests still run
     transformers = None
+
+
+def _qwen_vl(version: int):
+    """transformers' Qwen{2,3}-VL modeling module, imported by the first test that reads it:
+    importing them at collection cost every pytest-xdist worker seconds."""
+    name = f"qwen{version}_vl"
+    return importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+
 
 B, L, N, H = 2, 6, 2, 16  # one shape for every test
 P = H // 2
@@ -210,7 +217,7 @@ class FrequencyTest(parameterized.TestCase):
 def _hf_rotate(q, k, cos, sin):
     """transformers' half-layout rotation, q and k [B, L, N, H] as HF's [B, N, L, H]."""
     q, k = (torch.from_numpy(np.asarray(a)).transpose(1, 2) for a in (q, k))
-    q, k = modeling_qwen2_vl.apply_rotary_pos_emb(q, k, cos, sin)
+    q, k = _qwen_vl(2).apply_rotary_pos_emb(q, k, cos, sin)
     return q.transpose(1, 2).numpy(), k.transpose(1, 2).numpy()
 
 
@@ -239,12 +246,12 @@ class AgainstHuggingFaceTest(parameterized.TestCase):
             config = transformers.Qwen3VLTextConfig(
                 hidden_size=N * H, num_attention_heads=N, head_dim=H, rope_parameters=params
             )
-            embedding = modeling_qwen3_vl.Qwen3VLTextRotaryEmbedding(config)
+            embedding = _qwen_vl(3).Qwen3VLTextRotaryEmbedding(config)
         else:
             config = transformers.Qwen2VLTextConfig(
                 hidden_size=N * H, num_attention_heads=N, rope_parameters=params
             )
-            embedding = modeling_qwen2_vl.Qwen2VLRotaryEmbedding(config)
+            embedding = _qwen_vl(2).Qwen2VLRotaryEmbedding(config)
         q, positions = _inputs(3, scale=50)
         k, _ = _inputs(3, seed=1)
         hf_positions = torch.from_numpy(positions).permute(2, 0, 1)  # [3, B, L]
