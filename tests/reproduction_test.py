@@ -28,7 +28,8 @@ class CompareRecordsTest(absltest.TestCase):
         self.assertFalse(record["identical"])
         self.assertEqual(record["largest"]["train/loss"], 2**-52 / (1.5 + 2**-52))
         self.assertEqual(reproduction.summary(record), "not bit-identical (2 logged steps, 2 "
-                         "metrics; 2 differ), by at most 2.9e-05 relative (in valid/loss_128); "
+                         "metrics; 2 differ), the losses by at most 2.9e-05 relative (in "
+                         "valid/loss_128); "
                          "final valid/loss_128 1.4000 then, 1.4000 now")  # fmt: skip
 
     def test_other_steps_are_an_error_and_other_metrics_are_named(self):

@@ -44,15 +44,20 @@ def compare_records(committed: list[dict], rerun: list[dict]) -> dict:
 
 
 def summary(record: dict) -> str:
-    """One sentence: bit-identical, or the largest difference and the metric it was in; and
+    """One sentence: bit-identical, or the largest relative difference of a loss (of any
+    metric, where no loss differs) and where it was, with the final validation losses; and
     the metrics only one of the two logged."""
     counted = f"{record['steps']} logged steps, {record['metrics']} metrics"
     if record["identical"]:
         text = f"bit-identical ({counted})"
     else:
-        key, value = max(record["largest"].items(), key=lambda kv: kv[1])
-        text = (f"not bit-identical ({counted}; {len(record['largest'])} differ), by at most "
-                f"{value:.1e} relative (in {key})")  # fmt: skip
+        # The losses, which the tables read; an accuracy near 0 early on has large relative
+        # changes that say little.
+        losses = {k: v for k, v in record["largest"].items() if "loss" in k}
+        key, value = max((losses or record["largest"]).items(), key=lambda kv: kv[1])
+        text = (f"not bit-identical ({counted}; {len(record['largest'])} differ), the "
+                f"{'losses' if losses else 'metrics'} by at most {value:.1e} relative (in "
+                f"{key})")  # fmt: skip
         for name, (old, new) in record.get("final", {}).items():
             text += f"; final {name} {old:.4f} then, {new:.4f} now"
     for which, keys in (("the record", record.get("only_record")),
