@@ -30,7 +30,8 @@ class StagesAndCellsTest(parameterized.TestCase):
         self.assertGreaterEqual(min(s[0] for s in stages), 1)
 
     def test_scaled_to_the_reference_steps_is_the_reference(self):
-        self.assertEqual(long_doc_study.scale_stages(study_long_doc.MULTI_LENGTH, 200),
+        steps = sum(s[0] for s in study_long_doc.MULTI_LENGTH)
+        self.assertEqual(long_doc_study.scale_stages(study_long_doc.MULTI_LENGTH, steps),
                          study_long_doc.MULTI_LENGTH)  # fmt: skip
         with self.assertRaisesRegex(ValueError, "cannot hold 6 stages"):
             long_doc_study.scale_stages(study_long_doc.MULTI_LENGTH, 5)
