@@ -51,9 +51,9 @@ def _read(run: str) -> dict | None:
         mask = batch["attention_mask"].astype(bool)
         weights = attention_distance.attention_weights(model, params, batch["input_ids"], mask)
         for layer, w in enumerate(weights):
-            layer_sums, layer_counts = attention_distance.distance_sums(w, mask)
+            layer_sums, pairs = attention_distance.distance_sums(w, mask)
             sums[layer] += layer_sums
-        counts += layer_counts
+        counts += pairs  # the batch's pairs at each distance: the same in every layer
     with np.errstate(invalid="ignore", divide="ignore"):
         per_key = sums / counts
     return {

@@ -50,10 +50,11 @@ def _changes(run: str, every: bool) -> list[dict] | None:
     None for a model without a position table."""
     with open(os.path.join(run, "config.json"), encoding="utf-8") as f:
         cfg = experiment_config_from_dict(json.load(f))
-    init = runs.model_and_optimizer(cfg)[3]
-    initial = jax.jit(init)(runs.run_rngs(cfg.seed)[0]).params
-    if _TABLES["position"][1] not in initial[_TABLES["position"][0]]:
+    init, rng = runs.model_and_optimizer(cfg)[3], runs.run_rngs(cfg.seed)[0]
+    section, table = _TABLES["position"][:2]
+    if table not in jax.eval_shape(init, rng).params[section]:  # shapes: nothing compiled
         return None
+    initial = jax.jit(init)(rng).params
     steps = runs.checkpoint_steps(run) if every else [None]
     records = []
     for step in steps:

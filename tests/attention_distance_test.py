@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import tiny
+import tolerance
 from absl.testing import absltest, parameterized
 
 from roformer_jax.nn.model import RoFormer
@@ -30,20 +31,39 @@ class AttentionWeightsTest(parameterized.TestCase):
         self.assertLen(weights, cfg.num_layers)
         _, state = RoFormer(cfg).apply(
             {"params": params}, ids, attention_mask=mask,
-            capture_intermediates=lambda m, _: m.name in ("value", "output"),
+            capture_intermediates=lambda m, _: m.name in ("query", "key", "value", "output"),
         )  # fmt: skip
+        h = cfg.head_dim
         for layer, w in enumerate(weights):
             chex.assert_shape(w, (2, cfg.num_heads, LENGTH, LENGTH))
-            np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)  # each row a distribution
-            np.testing.assert_array_equal(w[1][..., LENGTH - 9 :], 0.0)  # nothing on padding
             captured = state["intermediates"]["encoder"][f"layer_{layer}"]["attention"]
-            v = captured["value"]["__call__"][0].reshape(2, LENGTH, cfg.kv_heads, cfg.head_dim)
+            q, k, v = (captured[name]["__call__"][0].reshape(2, LENGTH, -1, h)
+                       for name in ("query", "key", "value"))  # fmt: skip
+            # float32 bounds (tests/tolerance.py): a score is a dot of H terms, scaled, plus
+            # the bias; its terms add up to at most |q| |k| / √H (Cauchy-Schwarz: rotations
+            # keep norms) + |bias|. Softmax is shift-invariant, so a weight moves by at most
+            # twice its scores' error, plus its sum of L terms and its division.
+            norms = np.linalg.norm(q, axis=-1).max() * np.linalg.norm(k, axis=-1).max()
+            bias = cfg.encoding.bias
+            largest_bias = 0.0 if bias is None else float(np.abs(bias(cfg, jnp.arange(
+                LENGTH), jnp.arange(LENGTH))).max())  # fmt: skip
+            score_error = tolerance.dot(n=h + 2, magnitude=norms * h**-0.5 + largest_bias)
+            weight_error = 2 * score_error + tolerance.relative(depth=LENGTH + 3)
+            row_error = weight_error + tolerance.gamma(LENGTH)  # and the L-term sum here
+            np.testing.assert_allclose(w.sum(-1), 1.0, atol=row_error, rtol=0)
+            np.testing.assert_array_equal(w[1][..., LENGTH - 9 :], 0.0)  # nothing on padding
             mixed = jnp.einsum("bnlm,bmnh->blnh", w, v).reshape(2, LENGTH, -1)
             dense = params["encoder"][f"layer_{layer}"]["attention"]["output"]
             expected = captured["output"]["__call__"][0]
-            # float32 sums of ~L products of values O(1): error ~ L·eps·|v|, here < 1e-5.
+            # The model and this both mix L values (Σ weights = 1: at most max |v| each) and
+            # project D features: twice the bound of one such computation.
+            column = float(np.abs(dense["kernel"]).sum(0).max())  # Σ_d |W_dj|
+            mixed_error = row_error * float(np.abs(v).max())
+            projection = tolerance.dot(n=mixed.shape[-1] + 1, magnitude=float(
+                np.abs(mixed).max()) * column + float(np.abs(dense["bias"]).max()))  # fmt: skip
+            atol = 2 * (mixed_error * column + projection)
             np.testing.assert_allclose(mixed @ dense["kernel"] + dense["bias"], expected,
-                                       atol=1e-5)  # fmt: skip
+                                       atol=atol, rtol=0)  # fmt: skip
 
     def test_a_kind_without_softmax_weights_is_an_error(self):
         cfg, params, ids, mask = _model("rope")

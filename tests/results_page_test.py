@@ -275,6 +275,9 @@ class ResultsPageTest(parameterized.TestCase):
             json.dump(record, f)
         self.assertIn("-->softmax + RoPE, seed 0, rerun at abcabca: bit-identical (21 logged "
                       "steps, 9 metrics).<!--", results_page.render(text, raw))  # fmt: skip
+        with open(path, "w", encoding="utf-8") as f:  # a rerun outside a git checkout
+            json.dump(record | {"commit": None, "dirty": None}, f)
+        self.assertIn("rerun at an unknown commit: bit-identical", results_page.render(text, raw))
 
     @parameterized.named_parameters(
         ("unknown_kind", "causal_wikitext2 median() --><!-- end generated -->", "kind 'median'"),

@@ -203,9 +203,8 @@ def reproduced(raw: RawStudy, *, page: Page) -> str:
             path = os.path.join(folder, reproduction.FILE)
             if os.path.exists(path):
                 r = read_json(path)
-                commit = (r["commit"] or "an unknown commit")[:7] + (
-                    " (uncommitted changes)" if r["dirty"] else ""
-                )
+                commit = r["commit"][:7] if r["commit"] else "an unknown commit"
+                commit += " (uncommitted changes)" if r["dirty"] else ""
                 sentences.append(f"{run}, seed {cfg.seed}, rerun at {commit}: "
                                  f"{reproduction.summary(r)}.")  # fmt: skip
     return " ".join(sentences) or "Not rerun at a later commit."

@@ -55,7 +55,7 @@ def load_encoder(init_from: str | None, random_init_size: str = "tiny"):
 def initial_params(model: heads.TaskModel, encoder_params, rng, ids):
     """The TaskModel's params: a fresh head (and encoder, without `encoder_params`) from
     `rng`; ValueError when the encoder's tree or shapes are not the model's."""
-    params = jax.jit(model.init)(rng, ids)["params"]  # op by op, each op compiles on its own
+    params = jax.jit(model.init)(rng, ids)["params"]  # unjitted, each op compiled on its own
     if encoder_params is None:
         return params
     want = jax.tree.map(jnp.shape, params["roformer"])
