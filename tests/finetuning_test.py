@@ -11,7 +11,6 @@ from unittest import mock
 import chex
 import jax
 import numpy as np
-import pytest
 import tiny
 from absl.testing import absltest, parameterized
 
@@ -34,12 +33,6 @@ from roformer_jax.training.finetune_config import finetune_experiment_from_dict
 
 _TMP = tiny.workdir("finetuning_test_")
 _WORDS = tiny.WORDS
-
-
-def setUpModule():
-    # Again after a tearDownModule: pytest-xdist may run this module's tests in more than one
-    # stretch on a worker (--dist loadgroup), tearing the module down between them.
-    os.makedirs(_TMP, exist_ok=True)
 
 
 def tearDownModule():
@@ -228,10 +221,14 @@ def _vocab() -> str:
 
 
 def _hf_dir() -> str:
-    """A random 1-layer tiny RoFormer with an MLM head, saved as HF does, with vocab.txt."""
+    """A random 1-layer tiny RoFormer with an MLM head, saved as HF does, with vocab.txt.
+
+    Hidden dropout on (a resumed fine-tuning must draw its masks again), attention dropout
+    off: its masks over [heads, L, L] cost each train step as much to compile as the rest."""
     path = os.path.join(_TMP, "hf")
     if not os.path.exists(path):
-        cfg = tiny.model_config(num_layers=1, vocab_size=5 + len(_WORDS), hidden_dropout=0.1)
+        cfg = tiny.model_config(num_layers=1, vocab_size=5 + len(_WORDS), hidden_dropout=0.1,
+                                attention_dropout=0.0)  # fmt: skip
         from roformer_jax.nn.model import RoFormer
 
         # jitted: one compile instead of one per operation
@@ -310,8 +307,6 @@ def _classification_run() -> tuple[str, dict, list[int]]:
     return workdir, final, seen
 
 
-# One pytest-xdist worker (pyproject.toml's --dist loadgroup) runs both tests of the one run.
-@pytest.mark.xdist_group("finetuning_classification_run")
 class EndToEndTest(absltest.TestCase):
     def test_finetune_resume_and_best_checkpoint(self):
         whole, final, _ = _classification_run()
@@ -440,7 +435,8 @@ class LearningTest(absltest.TestCase):
         d = finetune_classification.get_config().to_dict()
         d["task"].update(**files, format="multiple_choice", metric="accuracy", max_length=9,
                          truncation="head", summary_type="first")  # fmt: skip
-        # test accuracy 0.955 (0.86 to 0.875 with three other seeds of the data and the run)
+        # test accuracy 0.865 (valid 0.895) from _hf_dir()'s encoder; 0.955, and 0.86 to 0.875
+        # with three other seeds of the data and the run, when it had attention dropout too
         d["finetune"].update(epochs=1, batch_size=32, log_every=50)
         d["optim"].update(learning_rate=1e-2, warmup_steps=10)
         d["init_from"] = _hf_dir()  # one layer: the task needs no second

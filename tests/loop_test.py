@@ -16,7 +16,6 @@ from unittest import mock
 import chex
 import jax
 import numpy as np
-import pytest
 import tiny
 from absl.testing import absltest, parameterized
 
@@ -30,12 +29,6 @@ from roformer_jax.training.config import ExperimentConfig
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TMP = tiny.workdir("train_test_")
-
-
-def setUpModule():
-    # Again after a tearDownModule: pytest-xdist may run this module's tests in more than one
-    # stretch on a worker (--dist loadgroup), tearing the module down between them.
-    os.makedirs(_TMP, exist_ok=True)
 
 
 def tearDownModule():
@@ -100,8 +93,6 @@ def _reference_run(variant: str = "mlm") -> tuple[str, dict]:
     return workdir, final
 
 
-# The reference runs are cached per process: a pytest-xdist worker that gets a test of them
-# trains them again, but compiles nothing that another worker compiled (conftest.py's cache).
 class EndToEndTest(parameterized.TestCase):
     def test_three_steps_write_metrics_config_and_checkpoints(self):
         # The step is wrapped in chex.assert_max_traces(n=1): a retrace after step 1 fails.
@@ -275,9 +266,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-# One pytest-xdist worker (pyproject.toml's --dist loadgroup) runs the one-device run that
-# both tests compare with.
-@pytest.mark.xdist_group("loop_one_device_run")
 class DevicesAndHostsTest(absltest.TestCase):
     """configs/tiny.py in one layer on rows of 32, dropout on, FAVOR+ attention whose
     features are redrawn after 2 of the 3 steps: the same numbers on 1 and 8 devices and on

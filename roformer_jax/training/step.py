@@ -194,18 +194,17 @@ def make_sums_train_step(sums_fn, tx, *, grad_accum: int = 1, axis_name: str | N
             lambda x: x.reshape(grad_accum, x.shape[0] // grad_accum, *x.shape[1:]), batch
         )  # [A, b / A, L]
 
-        def accumulate(carry, micro_batch):
-            grads, metrics = grad_fn(state.params, micro_batch, rng, state.step)
-            sums = {k: v for k, v in metrics.items() if k not in _MINIMA}
-            minima = {k: v for k, v in metrics.items() if k in _MINIMA}
-            return jax.tree.map(jnp.add, carry, (grads, sums)), minima  # minima: one per A
+        def accumulate(grads, micro_batch):
+            micro_grads, metrics = grad_fn(state.params, micro_batch, rng, state.step)
+            return jax.tree.map(jnp.add, grads, micro_grads), metrics
 
-        first = jax.tree.map(lambda x: x[0], micro)
-        reported = jax.eval_shape(grad_fn, state.params, first, rng, state.step)[1]
-        zero_sums = {k: jnp.zeros((), jnp.float32) for k in reported if k not in _MINIMA}
-        init = (jax.tree.map(jnp.zeros_like, state.params), zero_sums)
-        (grads, sums), minima = lax.scan(accumulate, init, micro)
-        minima = jax.tree.map(lambda x: jnp.min(x, axis=0), minima)
+        # Each micro-batch's metrics come out of the scan stacked ([A]) rather than carried, so
+        # that the carry's shape is the parameters' and the gradient is traced once, not a
+        # second time (by eval_shape) to learn which metrics sums_fn reports.
+        zeros = jax.tree.map(jnp.zeros_like, state.params)
+        grads, metrics = lax.scan(accumulate, zeros, micro)
+        sums = {k: jnp.sum(v, axis=0) for k, v in metrics.items() if k not in _MINIMA}
+        minima = {k: jnp.min(v, axis=0) for k, v in metrics.items() if k in _MINIMA}
         if axis_name is not None:
             grads, sums = lax.psum((grads, sums), axis_name)
             minima = lax.pmin(minima, axis_name)
