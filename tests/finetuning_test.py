@@ -224,7 +224,8 @@ def _hf_dir() -> str:
     """A random 1-layer tiny RoFormer with an MLM head, saved as HF does, with vocab.txt.
 
     Hidden dropout on (a resumed fine-tuning must draw its masks again), attention dropout
-    off: its masks over [heads, L, L] cost each train step as much to compile as the rest."""
+    off: it adds about half to what each train step takes to trace and compile
+    (benchmarks/compile_step.py)."""
     path = os.path.join(_TMP, "hf")
     if not os.path.exists(path):
         cfg = tiny.model_config(num_layers=1, vocab_size=5 + len(_WORDS), hidden_dropout=0.1,

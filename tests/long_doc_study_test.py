@@ -192,7 +192,8 @@ from configs import study_long_doc
 def get_config(arg=None):
     config = study_long_doc.get_config("runlocal")
     # No dropout: what the command does with its cells is tested, not the model, and
-    # dropout's masks double what each of the 7 train steps takes to compile.
+    # dropout adds about half to what each of the 7 train steps takes to trace and compile
+    # (benchmarks/compile_step.py).
     config.experiment.model.update(num_layers=1, hidden_size=32, num_heads=2,
                                    intermediate_size=64, hidden_dropout=0.0,
                                    attention_dropout=0.0)

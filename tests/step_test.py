@@ -145,7 +145,8 @@ class TrainingMetricsTest(parameterized.TestCase):
 
     # The minimum over micro-batches is taken by the step, whatever the kind: one kind checks it.
     # Softmax keeps dropout (the step DropoutPerRowTest compiled); the kinds with a denominator
-    # drop it, which halves what their steps take to compile.
+    # drop it: their steps take about a third less to trace and compile
+    # (benchmarks/compile_step.py).
     @parameterized.parameters(
         ({"attention": "softmax"}, False, False, 0.1),
         ({"attention": "linear", "linear_rope": "both"}, True, True, 0.0),
