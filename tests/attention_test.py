@@ -6,6 +6,7 @@ from unittest import mock
 
 import chex
 import flax.linen as nn
+import grid
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -155,7 +156,9 @@ def _reference(
 
 
 class LinearKindsTest(parameterized.TestCase):
-    @parameterized.product(feature_map=tuple(PHI), rope=LINEAR_ROPES)
+    @parameterized.parameters(
+        *grid.covering("linear_formula", extra=2, feature_map=tuple(PHI), rope=LINEAR_ROPES)
+    )
     def test_linear_equals_quadratic_formula(self, feature_map, rope):
         q, k, v = _qkv(0)
         # Mostly positive q, k keep every denominator far from eps: with relu a row with

@@ -73,3 +73,11 @@ def sample(
     rest = [i for i in range(len(cases)) if i not in chosen]
     chosen += rng.sample(rest, min(extra, len(rest)))
     return [dict(cases[i]) for i in sorted(chosen)]
+
+
+def covering(name: str, *, extra: int, **axes: Sequence) -> list[dict]:
+    """`sample` of the axes' product that has each value of each axis at least once."""
+    required = [
+        lambda c, a=axis, v=value: c[a] == v for axis, values in axes.items() for value in values
+    ]
+    return sample(product(**axes), required, extra=extra, name=name)

@@ -2,6 +2,7 @@
 _rope_cpu) and the reference it is held to (rope_reference)."""
 
 import chex
+import grid
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -76,9 +77,10 @@ class RopeTest(parameterized.TestCase):
             scores(self.positions), scores(self.positions + shift), atol=2e-5
         )
 
-    @parameterized.product(
-        layout=rope_layouts.LAYOUTS, rotary_dim=[None, 4, 16], batched_positions=[False, True]
-    )
+    @parameterized.parameters(
+        *grid.covering("rope_efficient_float32", extra=2, layout=rope_layouts.LAYOUTS,
+                       rotary_dim=[None, 4, 16], batched_positions=[False, True])
+    )  # fmt: skip
     def test_efficient_equals_dense_and_complex_float32(
         self, layout, rotary_dim, batched_positions
     ):
