@@ -184,6 +184,7 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
 
     # --- Encoder, tokenizer and data.
     model_cfg, encoder_params, tok = load_encoder(cfg.init_from, cfg.random_init_size)
+    model_cfg = fcfg.encoder_config(model_cfg)
     data = load_data(cfg, tok, workdir)
 
     # --- Model and optimizer; the encoder's parameters replace the fresh ones. Shapes first.

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from roformer_jax.data.tasks import TRUNCATIONS
 from roformer_jax.nn.heads import SUMMARY_POSITIONS
-from roformer_jax.nn.model_config import SIZES
+from roformer_jax.nn.model_config import SIZES, ModelConfig
 from roformer_jax.training.config import section_from_dict
 from roformer_jax.training.optim import OptimConfig
 from roformer_jax.training.task_kinds import TASK_KINDS
@@ -77,6 +77,10 @@ class FinetuneConfig:
     # embeddings at lr·decay^(n + 1). 1.0 = off.
     layer_decay: float = 1.0
     log_every: int = 20  # steps between train records and progress lines
+    # The encoder's dropout while fine-tuning (HF: hidden_dropout_prob and
+    # attention_probs_dropout_prob given to from_pretrained); None keeps the encoder's own.
+    hidden_dropout: float | None = None
+    attention_dropout: float | None = None
 
     def __post_init__(self):
         for name in ("epochs", "batch_size", "log_every"):
@@ -84,6 +88,11 @@ class FinetuneConfig:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
         if not 0.0 < self.layer_decay <= 1.0:
             raise ValueError(f"layer_decay {self.layer_decay} must be in (0, 1]")
+
+    def encoder_config(self, model_cfg: ModelConfig) -> ModelConfig:
+        """The encoder's config with this fine-tuning's dropout where it sets one."""
+        rates = {"hidden_dropout": self.hidden_dropout, "attention_dropout": self.attention_dropout}
+        return dataclasses.replace(model_cfg, **{k: v for k, v in rates.items() if v is not None})
 
 
 @dataclasses.dataclass(frozen=True)
