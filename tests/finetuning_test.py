@@ -1,6 +1,7 @@
 """Tests for fine-tuning: roformer_jax/data/tasks.py, training/{finetune, finetune_config,
 task_metrics}.py. End to end on a 1-layer RoFormer saved in HF's format with a tiny vocab."""
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -446,6 +447,20 @@ class LearningTest(absltest.TestCase):
         self.assertGreater(final["test/accuracy"], 0.7)
 
 
+@contextlib.contextmanager
+def _task_models_built():
+    """Yields a list that gets every heads.TaskModel built inside the block."""
+    built = []
+
+    class TaskModel(heads.TaskModel):
+        def __post_init__(self):
+            built.append(self)
+            super().__post_init__()
+
+    with mock.patch.object(heads, "TaskModel", TaskModel):
+        yield built
+
+
 class BuiltinKindsTest(parameterized.TestCase):
     """Every task kind but classification (EndToEndTest), end to end on its builtin task and
     config: a random tiny encoder fits 32 training examples, 4 updates an epoch."""
@@ -478,17 +493,11 @@ class BuiltinKindsTest(parameterized.TestCase):
         # The builtin task's first 40 documents (32 train): the files finetune looks for.
         builtin_tasks.BUILTIN_TASKS[name](os.path.join(workdir, "data", name), examples=40,
                                           **task_args)  # fmt: skip
-        built = []
-
-        class TaskModel(heads.TaskModel):  # records the dropout of every model built
-            def __post_init__(self):
-                built.append((self.config.hidden_dropout, self.config.attention_dropout))
-                super().__post_init__()
-
-        with mock.patch.object(heads, "TaskModel", TaskModel):
+        with _task_models_built() as built:
             final = ft.finetune(cfg, workdir)
         rate = 0.1 if dropout is None else dropout  # None: the random encoder's own
-        self.assertEqual(set(built), {(rate, rate)})
+        self.assertEqual({(m.config.hidden_dropout, m.config.attention_dropout) for m in built},
+                         {(rate, rate)})  # fmt: skip
         for split in ("valid", "test"):
             self.assertBetween(final[f"{split}/{metric}"], 0.0, 1.0)
         losses = [r["train/loss"] for r in metrics_lib.read_metrics(workdir)]
@@ -508,16 +517,10 @@ class OtherTasksTest(parameterized.TestCase):
                       summary_type=summary_type)  # fmt: skip
         cfg = dataclasses.replace(cfg, finetune=dataclasses.replace(cfg.finetune, epochs=1,
                                                                     batch_size=4))  # fmt: skip
-        built = []
-
-        class TaskModel(heads.TaskModel):  # records the summary of every model built
-            def __post_init__(self):
-                built.append(self.summary_type)
-                super().__post_init__()
-
-        with mock.patch.object(heads, "TaskModel", TaskModel):
+        with _task_models_built() as built:
             final = ft.finetune(cfg, os.path.join(_TMP, f"{data_format}_{summary_type}"))
-        self.assertEqual(set(built), {summary_type})  # the head reads the configured token
+        # The head reads the configured token.
+        self.assertEqual({m.summary_type for m in built}, {summary_type})
         self.assertEqual(final["best_step"], 2)
         self.assertBetween(final[f"valid/{metric}"], 0.0, 1.0)
         self.assertFalse(any(k.startswith("test/") for k in final))
