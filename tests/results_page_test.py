@@ -9,9 +9,9 @@ import glob
 import json
 import os
 import shutil
-import tempfile
 
 import numpy as np
+import tiny
 from absl.testing import absltest, parameterized
 
 from roformer_jax.studies import results_page, study_record
@@ -60,7 +60,7 @@ class ResultsPageTest(parameterized.TestCase):
         ("length_score", _change_length_score, "| RoPE + YaRN | 3 |"),
     )
     def test_a_changed_raw_value_fails_the_check(self, change, changed_row):
-        raw = os.path.join(tempfile.mkdtemp(), "raw")
+        raw = os.path.join(tiny.workdir(), "raw")
         shutil.copytree(_RAW, raw)
         change(raw)
         page = _read(_PAGE)
@@ -69,7 +69,7 @@ class ResultsPageTest(parameterized.TestCase):
         self.assertTrue(any(line.startswith(f"-{changed_row}") for line in removed), diff)
 
     def test_a_missing_length_score_is_an_error(self):
-        raw = tempfile.mkdtemp()
+        raw = tiny.workdir()
         shutil.copytree(os.path.join(_RAW, "multilength_wikitext2"), f"{raw}/multilength_wikitext2")
         os.remove(f"{raw}/multilength_wikitext2/256_only/seed2/length_eval/256_only.json")
         text = "<!-- generated: multilength_wikitext2 length_table() --><!-- end generated -->"
@@ -116,7 +116,7 @@ class ResultsPageTest(parameterized.TestCase):
     )
     def test_a_command_shorter_than_its_runs_ran_in_pieces(self, wall_s, cell, sentence):
         # A resumed command records only its own part: 10 min against 44 min of training.
-        raw = tempfile.mkdtemp()
+        raw = tiny.workdir()
         shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
         path = f"{raw}/causal_wikitext2/study.json"
         record = json.loads(_read(path))
@@ -133,7 +133,7 @@ class ResultsPageTest(parameterized.TestCase):
         self.assertIn(sentence, page)
 
     def test_a_study_still_running_has_a_row_of_the_runs_it_has_exported(self):
-        raw = tempfile.mkdtemp()
+        raw = tiny.workdir()
         shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
         for run in ("elu+1_none/seed0", "elu+1_none/seed1"):  # no study.json yet
             shutil.copytree(
@@ -208,7 +208,7 @@ class ResultsPageTest(parameterized.TestCase):
             extremes("min", "train/min_denominator")
 
     def test_position_table_reads_each_seeds_file(self):
-        raw = tempfile.mkdtemp()
+        raw = tiny.workdir()
         shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
         text = (
             '<!-- generated: causal_wikitext2 position_table("softmax + learned") -->'
@@ -239,7 +239,7 @@ class ResultsPageTest(parameterized.TestCase):
                                                                   ["| 1", "100"]])  # fmt: skip
 
     def test_attention_distance_table_and_figure(self):
-        raw = tempfile.mkdtemp()
+        raw = tiny.workdir()
         shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
         text = ("<!-- generated: causal_wikitext2 attention_distance_table(8, [2, 4]) -->"
                 "<!-- end generated -->\n<!-- generated: causal_wikitext2 "
@@ -252,7 +252,7 @@ class ResultsPageTest(parameterized.TestCase):
         with open(f"{raw}/causal_wikitext2/softmax_+_RoPE/seed0/attention_distance_8.json", "w",
                   encoding="utf-8") as f:  # fmt: skip
             json.dump(record, f)
-        figures = tempfile.mkdtemp()
+        figures = tiny.workdir()
         rendered = results_page.render(text, raw, figures_dir=figures)
         rows = [line for line in rendered.splitlines() if line.startswith("| ")]
         # at 1: 1/2 x 8/8 = 0.5 and 1/2 x 8/4 = 1.0; at 2 / at 1 = (1/3) / (1/2)
@@ -262,7 +262,7 @@ class ResultsPageTest(parameterized.TestCase):
         self.assertTrue(os.path.exists(f"{figures}/causal_wikitext2_attention_8.png"))
 
     def test_reproduced_says_each_rerun_or_none(self):
-        raw = tempfile.mkdtemp()
+        raw = tiny.workdir()
         shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
         for found in glob.glob(f"{raw}/causal_wikitext2/*/seed*/reproduced.json"):
             os.remove(found)  # the committed reruns: this test makes its own

@@ -7,6 +7,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import tiny
 from absl.testing import absltest, parameterized
 from scipy.special import log_softmax
@@ -18,7 +19,6 @@ from roformer_jax.training.step import (
     TrainState,
     make_eval_step,
     make_train_step,
-    mlm_apply,
     mlm_sums,
 )
 
@@ -211,15 +211,18 @@ class PairLossTest(absltest.TestCase):
         self.assertEqual(sums["count"], w.sum())
 
     def test_micro_batches_match_and_the_pair_head_has_a_gradient(self):
-        model, tx, state, batch = _setup(dropout=0.1, objective="mlm_same_doc")
+        # No dropout: DropoutPerRowTest splits dropped rows into micro-batches; here the pair
+        # loss is split, at a third less compiling.
+        model, tx, state, batch = _setup(dropout=0.0, objective="mlm_same_doc")
         key = jax.random.key(1)
         new, one = jax.jit(make_train_step(model, tx, mask_prob=0.15))(state, batch, key)
         split = jax.jit(make_train_step(model, tx, grad_accum=2, mask_prob=0.15))
         chex.assert_trees_all_close(split(state, batch, key), (new, one), rtol=2e-5, atol=1e-6)
         self.assertEqual(one["pair_count"], 4)
-        rows = {k: v for k, v in batch.items() if k != "index"}
-        grads = jax.jit(jax.grad(lambda p: mlm_apply(model, p, rows, 0.15)["loss"]))(state.params)
-        for leaf in jax.tree.leaves(grads["pair_head"]):
+        # The first update's learning rate is 0 (warm-up), so read the gradient where AdamW
+        # keeps it: its first moment, (1 - b1) · g.
+        first_moment = optax.tree_utils.tree_get(new.opt_state, "mu")
+        for leaf in jax.tree.leaves(first_moment["pair_head"]):
             self.assertGreater(float(jnp.abs(leaf).max()), 0)
 
 
