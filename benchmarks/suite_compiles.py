@@ -1,0 +1,98 @@
+"""Where the test suite's time goes: JAX's trace, lower and compile events, per test file,
+split into operations run one by one (`jnp.sin(x)` outside jit: each new shape compiles the
+operation alone) and whole jitted programs (a train step, a jitted init).
+
+    rm -rf /tmp/suite_compiles
+    PYTHONPATH=benchmarks python -m pytest -q -n auto tests -p suite_compiles
+    python benchmarks/suite_compiles.py [--top=15]
+
+As a pytest plugin (-p suite_compiles), each process of the run (pytest-xdist's workers too)
+writes its events to $SUITE_COMPILES_DIR (default /tmp/suite_compiles) at the end; run as a
+script, it sums them. Compiles in subprocesses that tests start are not counted. The suite's
+time: docs/speed.md, "The main command and the test suite".
+"""
+
+import collections
+import gc
+import json
+import os
+
+_DIR = os.environ.get("SUITE_COMPILES_DIR", "/tmp/suite_compiles")
+_PHASES = {
+    "/jax/core/compile/jaxpr_trace_duration": "trace",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+    "/jax/core/compile/backend_compile_duration": "compile",
+}
+
+# ---------------------------------------------------------------- the pytest plugin
+
+_events: list[tuple[str, str, str, float]] = []  # (test file, phase, function, seconds)
+_current = ["(collection)"]
+
+
+def _listen(event, duration, **kwargs):
+    if event in _PHASES:
+        _events.append((_current[0], _PHASES[event], kwargs.get("fun_name", "?"), duration))
+
+
+def pytest_configure(config):
+    from jax._src import monitoring
+
+    monitoring.register_event_duration_secs_listener(_listen)
+
+
+def pytest_runtest_logstart(nodeid, location):
+    _current[0] = nodeid.split("::")[0]
+
+
+def pytest_sessionfinish(session):
+    from jax._src import core
+
+    # An operation run alone compiles as jit(<its primitive's name>); jnp's own jitted
+    # helpers (jit(_where), jit(_reduce_sum)) run alone the same way.
+    primitives = sorted({p.name for p in gc.get_objects() if isinstance(p, core.Primitive)})
+    os.makedirs(_DIR, exist_ok=True)
+    with open(os.path.join(_DIR, f"{os.getpid()}.json"), "w", encoding="utf-8") as f:
+        json.dump({"events": _events, "primitives": primitives}, f)
+
+
+# ---------------------------------------------------------------- the summary
+
+
+def _one_by_one(name: str, primitives: set[str]) -> bool:
+    bare = name.removeprefix("jit(").removesuffix(")")
+    return bare in primitives or bare.startswith("_")
+
+
+def main():
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--top", type=int, default=15, help="test files to list")
+    args = parser.parse_args()
+    events, primitives = [], set()
+    for name in sorted(os.listdir(_DIR)):
+        with open(os.path.join(_DIR, name), encoding="utf-8") as f:
+            record = json.load(f)
+        events += record["events"]
+        primitives |= set(record["primitives"])
+    totals = collections.defaultdict(lambda: [0, 0.0])
+    by_file = collections.defaultdict(lambda: collections.defaultdict(float))
+    for file, phase, name, seconds in events:
+        kind = "one by one" if _one_by_one(name, primitives) else "program"
+        totals[kind, phase][0] += 1
+        totals[kind, phase][1] += seconds
+        by_file[file][kind] += seconds
+    print(f"{len(os.listdir(_DIR))} processes, {len(events)} events\n")
+    print("| run as | trace s (n) | lower s (n) | compile s (n) |\n|---|---|---|---|")
+    for kind in ("one by one", "program"):
+        cells = [f"{totals[kind, p][1]:.1f} ({totals[kind, p][0]:,})" for p in _PHASES.values()]
+        print(f"| {kind} | " + " | ".join(cells) + " |")
+    print("\n| test file | one by one s | programs s |\n|---|---|---|")
+    ranked = sorted(by_file.items(), key=lambda kv: -sum(kv[1].values()))
+    for file, seconds in ranked[: args.top]:
+        print(f"| {file} | {seconds['one by one']:.1f} | {seconds['program']:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
