@@ -73,7 +73,7 @@ def main():
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--top", type=int, default=15, help="test files to list")
+    parser.add_argument("--top", type=int, default=15, help="programs and test files to list")
     args = parser.parse_args()
     events, primitives = [], set()
     for name in sorted(os.listdir(_DIR)):
@@ -83,16 +83,23 @@ def main():
         primitives |= set(record["primitives"])
     totals = collections.defaultdict(lambda: [0, 0.0])
     by_file = collections.defaultdict(lambda: collections.defaultdict(float))
+    programs = collections.defaultdict(lambda: [0, 0.0])  # name: [compiles, lower + compile s]
     for file, phase, name, seconds in events:
         kind = "one by one" if _one_by_one(name, primitives) else "program"
         totals[kind, phase][0] += 1
         totals[kind, phase][1] += seconds
         by_file[file][kind] += seconds
+        if kind == "program" and phase != "trace":  # traces nest: a step's holds its model's
+            programs[name][0] += phase == "compile"
+            programs[name][1] += seconds
     print(f"{len(os.listdir(_DIR))} processes, {len(events)} events\n")
     print("| run as | trace s (n) | lower s (n) | compile s (n) |\n|---|---|---|---|")
     for kind in ("one by one", "program"):
         cells = [f"{totals[kind, p][1]:.1f} ({totals[kind, p][0]:,})" for p in _PHASES.values()]
         print(f"| {kind} | " + " | ".join(cells) + " |")
+    print("\n| program | compiles | lower + compile s |\n|---|---|---|")
+    for name, (count, seconds) in sorted(programs.items(), key=lambda kv: -kv[1][1])[: args.top]:
+        print(f"| {name} | {count} | {seconds:.1f} |")
     print("\n| test file | one by one s | programs s |\n|---|---|---|")
     ranked = sorted(by_file.items(), key=lambda kv: -sum(kv[1].values()))
     for file, seconds in ranked[: args.top]:
