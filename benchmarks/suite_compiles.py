@@ -59,14 +59,17 @@ def pytest_sessionfinish(session):
 # ---------------------------------------------------------------- the summary
 
 
-def _one_by_one(name: str, primitives: set[str]) -> bool:
-    """Whether `name` is an operation run alone: a primitive, a jnp function (jnp.multiply
-    compiles as jit(multiply)) or one of jnp's private jitted helpers."""
+def _run_alone_names(primitives: set[str]) -> set[str]:
+    """The names an operation run alone compiles under: a primitive's, a jnp function's
+    (jnp.multiply compiles as jit(multiply)); jnp's private jitted helpers start with "_"."""
     import jax.numpy as jnp
 
+    return primitives | set(dir(jnp)) | set(dir(jnp.linalg))
+
+
+def _one_by_one(name: str, alone: set[str]) -> bool:
     bare = name.removeprefix("jit(").removesuffix(")")
-    public = set(dir(jnp)) | set(dir(jnp.linalg))
-    return bare in primitives or bare in public or bare.startswith("_")
+    return bare in alone or bare.startswith("_")
 
 
 def main():
@@ -81,11 +84,12 @@ def main():
             record = json.load(f)
         events += record["events"]
         primitives |= set(record["primitives"])
+    alone = _run_alone_names(primitives)
     totals = collections.defaultdict(lambda: [0, 0.0])
     by_file = collections.defaultdict(lambda: collections.defaultdict(float))
     programs = collections.defaultdict(lambda: [0, 0.0])  # name: [compiles, lower + compile s]
     for file, phase, name, seconds in events:
-        kind = "one by one" if _one_by_one(name, primitives) else "program"
+        kind = "one by one" if _one_by_one(name, alone) else "program"
         totals[kind, phase][0] += 1
         totals[kind, phase][1] += seconds
         by_file[file][kind] += seconds

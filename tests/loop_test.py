@@ -328,8 +328,8 @@ class DevicesAndHostsTest(absltest.TestCase):
                 np.testing.assert_allclose(b[key], a[key], rtol=1e-4, err_msg=key)
 
     def test_two_hosts_of_four_devices_give_the_numbers_of_one(self):
-        # 8 devices in all: rows split by host, then by device within each host. (One host of
-        # 8 devices is this run's split on a single host; it was a run of its own, ~30 s.)
+        # 8 devices in all: rows split by host, then by device within each host, so that one
+        # run shows both splits (each is red alone when broken).
         expected = self._run("one")
         self._assert_same_numbers(self._run("hosts2x4", devices=4, processes=2), expected)
 
