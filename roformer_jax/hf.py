@@ -30,6 +30,7 @@ stored table; `load_hf_roformer` checks that a stored table is the one HF's form
 Glossary: L sequence length, H head dim, D hidden size, E embedding size, V vocab.
 """
 
+import functools
 import json
 import os
 import re
@@ -302,6 +303,13 @@ def _check_tied(state: dict, params: dict, config: ModelConfig) -> None:
             )
 
 
+@functools.lru_cache(maxsize=32)
+def _param_shapes(model, ids: tuple[int, ...]):
+    """The shapes of the model's params, traced once per model: jax.eval_shape keeps no cache
+    of its own, and tracing init is most of what reading a small checkpoint takes."""
+    return jax.eval_shape(model.init, jax.random.key(0), jnp.zeros(ids, jnp.int32))["params"]
+
+
 def load_hf_roformer(path: str, **overrides) -> tuple[RoFormer | heads.TaskModel, dict]:
     """Reads a local HF RoFormer directory; returns (model, {"params": ...}) in float32.
 
@@ -323,9 +331,8 @@ def load_hf_roformer(path: str, **overrides) -> tuple[RoFormer | heads.TaskModel
     else:  # ids [1, 1, 1] suit every head, multiple choice's [B, C, L] too
         model = heads.TaskModel(config, head, num_labels, summary_type)
         name_of, ids = _task_hf_name, (1, 1, 1)
-    shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros(ids, jnp.int32))
     params, missing = {}, []
-    for path_, shape in flax.traverse_util.flatten_dict(shapes["params"]).items():
+    for path_, shape in flax.traverse_util.flatten_dict(_param_shapes(model, ids)).items():
         name, transposed = name_of(path_)
         if name not in state:
             missing.append(name)

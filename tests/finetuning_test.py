@@ -13,6 +13,7 @@ import chex
 import jax
 import numpy as np
 import tiny
+import traces
 from absl.testing import absltest, parameterized
 
 from configs import (
@@ -304,8 +305,11 @@ def _classification_run() -> tuple[str, dict, list[int]]:
         return real(steps_done)
 
     workdir = os.path.join(_TMP, "whole")
+    # The spy must be in the program this run compiles, and in no later run's.
+    ft._step_functions.cache_clear()
     with mock.patch.object(ft, "evaluation_update", spy):
         final = ft.finetune(_config(), workdir)
+    ft._step_functions.cache_clear()
     return workdir, final, seen
 
 
@@ -362,7 +366,9 @@ class EndToEndTest(absltest.TestCase):
                 ft.finetune(_config(), parts)
         with self.assertRaisesRegex(ValueError, "holds no finished fine-tuning run"):
             ft.copy_raw_files(parts, raw)
-        self.assertEqual(ft.finetune(_config(), parts), final)
+        with traces.counted() as traced:  # the runs before compiled its steps
+            self.assertEqual(ft.finetune(_config(), parts), final)
+        self.assertEqual(traced["train_step"] + traced["predict"], 0, traced)
         self.assertEqual(_records(parts), _records(whole))
 
     def test_evaluation_reads_the_updates_the_parameters_had(self):

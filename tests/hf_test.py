@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import safetensors.numpy
 import tiny
+import traces
 from absl.testing import absltest, parameterized
 
 from roformer_jax import hf
@@ -139,7 +140,9 @@ class SaveLoadTest(parameterized.TestCase):
             hf.save_hf_roformer(config, with_pair, os.path.join(d, "a"))
             model, loaded = hf.load_hf_roformer(os.path.join(d, "a"))
             hf.save_hf_roformer(model.config, loaded, os.path.join(d, "b"))
-            model_b, loaded_b = hf.load_hf_roformer(os.path.join(d, "b"))
+            with traces.counted() as traced:  # the model's shapes: traced for "a" only
+                model_b, loaded_b = hf.load_hf_roformer(os.path.join(d, "b"))
+            self.assertEqual(traced["init"], 0)
             first = hf.read_hf_state_dict(os.path.join(d, "a"))
             second = hf.read_hf_state_dict(os.path.join(d, "b"))
         self.assertEqual(model.config, config)

@@ -3,6 +3,7 @@
 Every run trains configs/tiny.py on a small generated corpus with the byte tokenizer.
 """
 
+import contextlib
 import functools
 import json
 import os
@@ -17,6 +18,7 @@ import chex
 import jax
 import numpy as np
 import tiny
+import traces
 from absl.testing import absltest, parameterized
 
 from roformer_jax.data import batches as batches_lib
@@ -59,17 +61,13 @@ def _records(workdir):
     ]
 
 
+@contextlib.contextmanager
 def _traced_once():
     """Fails a run whose train step is traced twice (a retrace after the first step)."""
-    real = loop.make_train_step
-
-    def traced_once(*args, **kwargs):
-        # chex counts traces by the call stack that wrapped the function: runs that one test
-        # starts from one line would share a count. Each run counts its own.
-        chex.clear_trace_counter()
-        return chex.assert_max_traces(real(*args, **kwargs), n=1)
-
-    return mock.patch.object(loop, "make_train_step", traced_once)
+    with traces.counted() as traced:
+        yield
+    if traced["train_step"] > 1:
+        raise AssertionError(f"the train step was traced {traced['train_step']} times")
 
 
 # Overrides that make `_config()` a causal LM, or FAVOR+ with RoPE in the numerator (eq. 19)
@@ -93,7 +91,7 @@ def _reference_run(variant: str = "mlm") -> tuple[str, dict]:
 
 class EndToEndTest(parameterized.TestCase):
     def test_three_steps_write_metrics_config_and_checkpoints(self):
-        # The step is wrapped in chex.assert_max_traces(n=1): a retrace after step 1 fails.
+        # _reference_run fails when the step is traced again after step 1.
         workdir, final = _reference_run()
         records = metrics_lib.read_metrics(workdir)
         self.assertEqual([r["step"] for r in records], [1, 2, 3])
@@ -382,6 +380,14 @@ class InitFromTest(absltest.TestCase):
         resumed = _initial_state(cfg, workdir)
         self.assertEqual(int(resumed.step), 2)
         chex.assert_trees_all_equal(resumed.params, own_params)
+
+    def test_another_seed_of_one_model_is_not_traced_again(self):
+        # A study's seeds, a resumed run, a run read back: jit's caches serve them.
+        _reference_run()
+        with traces.counted() as traced:
+            loop.train_and_evaluate(_config(seed=1), os.path.join(_TMP, "seed1"))
+        for name in ("init", "train_step", "eval_step"):
+            self.assertEqual(traced[name], 0, traced)
 
     def test_run_rngs_redo_a_runs_initial_parameters(self):
         # What analyses of a finished run compare with (experiments/position_table.py).

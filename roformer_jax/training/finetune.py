@@ -203,16 +203,7 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
     with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
         json.dump(dataclasses.asdict(cfg), f, indent=2)
 
-    # --- Step functions.
-    def sums(params, batch, **kwargs):  # the kind's loss, correct and count sums
-        return data.kind.sums(apply_model(model, params, batch, **kwargs), batch)
-
-    train_step, predict = devices.compile(
-        make_sums_train_step(sums, tx, axis_name=devices.axis),
-        lambda params, batch, steps_done: apply_model(
-            model, params, batch, deterministic=True, update=evaluation_update(steps_done)
-        ),
-    )
+    train_step, predict = _step_functions(model, tx, data.kind)
     evaluate = functools.partial(_evaluate, predict, devices, eval_batch, data)
     run = _Run(cfg, workdir, devices, data, model_cfg, schedule, abstract_state, evaluate)
 
@@ -221,6 +212,23 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
 
     # --- The best checkpoint on valid and test.
     return _final_metrics(run)
+
+
+@functools.lru_cache(maxsize=32)
+def _step_functions(model, tx, kind: TaskKind):
+    """(train_step, predict), compiled for this process's devices: the same pair for the same
+    model, optimizer and kind (model_and_optimizer gives the same model and optimizer for the
+    same settings), so that jax.jit's caches serve a later run of them in this process."""
+    devices = runtime.Devices()  # a process's devices do not change
+
+    def sums(params, batch, **kwargs):  # the kind's loss, correct and count sums
+        return kind.sums(apply_model(model, params, batch, **kwargs), batch)
+
+    def predict(params, batch, steps_done):
+        update = evaluation_update(steps_done)
+        return apply_model(model, params, batch, deterministic=True, update=update)
+
+    return devices.compile(make_sums_train_step(sums, tx, axis_name=devices.axis), predict)
 
 
 def _evaluate(predict, devices, batch_size: int, data: TaskData, params, steps_done,

@@ -32,7 +32,7 @@ from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import provenance, runtime
 from roformer_jax.training.checkpoints import Checkpoints
 from roformer_jax.training.config import ExperimentConfig
-from roformer_jax.training.runs import model_and_optimizer, params_from, run_rngs
+from roformer_jax.training.runs import model_and_optimizer, params_from, run_rngs, state_shapes
 from roformer_jax.training.step import make_eval_step, make_train_step
 
 
@@ -54,7 +54,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
     # --- Model and optimizer; shapes first.
     model, schedule, tx, init = model_and_optimizer(cfg)
     init_rng, step_rng = run_rngs(cfg.seed)
-    abstract_state = jax.eval_shape(init, init_rng)
+    abstract_state = state_shapes(init)
     n_params = sum(x.size for x in jax.tree.leaves(abstract_state.params))
     logging.info("%s parameters; %d device(s) on %d host(s)", f"{n_params:,}", jax.device_count(),
                  jax.process_count())  # fmt: skip
@@ -71,7 +71,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
     _record_session(cfg, workdir, start)
 
     # --- Step functions: one code path, jitted on one device or pmapped.
-    train_step, eval_step = _step_functions(cfg, model, tx, devices)
+    train_step, eval_step = _step_functions(cfg, model, tx)
     state = devices.replicate(state)
 
     # --- Loop: log, evaluate, checkpoint.
@@ -151,16 +151,24 @@ def _record_session(cfg: ExperimentConfig, workdir: str, start: int) -> None:
         provenance.record_session(workdir, start_step=start)
 
 
-def _step_functions(cfg: ExperimentConfig, model, tx, devices: runtime.Devices):
-    """(train_step, eval_step), compiled for the devices (runtime.Devices.compile)."""
+def _step_functions(cfg: ExperimentConfig, model, tx):
+    """(train_step, eval_step), compiled for this process's devices (runtime.Devices.compile).
+
+    The same pair for the same model, optimizer and step settings (model_and_optimizer gives
+    the same model and optimizer for the same settings), so that jax.jit's caches serve a
+    later run of the model in this process.
+    """
     # Where targets are not bounded by masking.max_targets (whole words, "clm"), the head
     # runs at every position.
-    mask_prob = cfg.data.target_rate
+    return _compiled_steps(model, tx, cfg.train.grad_accum, cfg.data.target_rate)
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled_steps(model, tx, grad_accum: int, mask_prob):
+    devices = runtime.Devices()  # a process's devices do not change
     return devices.compile(
-        make_train_step(
-            model, tx, grad_accum=cfg.train.grad_accum, axis_name=devices.axis,
-            mask_prob=mask_prob,
-        ),
+        make_train_step(model, tx, grad_accum=grad_accum, axis_name=devices.axis,
+                        mask_prob=mask_prob),
         make_eval_step(model, axis_name=devices.axis, mask_prob=mask_prob),
     )  # fmt: skip
 

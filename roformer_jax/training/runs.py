@@ -10,6 +10,7 @@ the run's newest readable checkpoint, with the corpus and tokenizer it was train
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any, NamedTuple
@@ -59,9 +60,7 @@ def load_params(workdir: str, step: int | None = None) -> tuple[ExperimentConfig
     cfg, checkpoints = _config_and_checkpoints(workdir)
     _, _, _, init = model_and_optimizer(cfg)
     try:
-        restored = checkpoints.restore(
-            jax.eval_shape(init, jax.random.key(0)), cfg.model, step=step
-        )
+        restored = checkpoints.restore(state_shapes(init), cfg.model, step=step)
     finally:
         checkpoints.close()
     if restored is None:
@@ -90,16 +89,34 @@ def _config_and_checkpoints(workdir: str) -> tuple[ExperimentConfig, Checkpoints
 
 
 def model_and_optimizer(cfg: ExperimentConfig):
-    """(model, learning-rate schedule, optimizer, init): init(rng) is the initial TrainState."""
-    model = RoFormer(cfg.model, with_pair_head=cfg.data.pairs)
-    schedule = optim.learning_rate_schedule(cfg.optim, cfg.train.steps)
-    tx = optim.optimizer_on(cfg.optim, schedule)
+    """(model, learning-rate schedule, optimizer, init): init(rng) is the initial TrainState.
+
+    The same objects for the same model, optimizer and length of training, so that a second
+    run of one model in a process (a study's next seed, a resumed run, a run read back) finds
+    its init, train and eval steps already traced and compiled by jax.jit.
+    """
+    return _model_and_optimizer(cfg.model, cfg.data.pairs, cfg.data.seq_len, cfg.optim,
+                                cfg.train.steps)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=32)
+def _model_and_optimizer(model_cfg, pairs: bool, seq_len: int, optim_cfg, steps: int):
+    model = RoFormer(model_cfg, with_pair_head=pairs)
+    schedule = optim.learning_rate_schedule(optim_cfg, steps)
+    tx = optim.optimizer_on(optim_cfg, schedule)
 
     def init(rng):
-        params = model.init(rng, jnp.zeros((1, cfg.data.seq_len), jnp.int32))["params"]
+        params = model.init(rng, jnp.zeros((1, seq_len), jnp.int32))["params"]
         return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
     return model, schedule, tx, init
+
+
+@functools.lru_cache(maxsize=32)
+def state_shapes(init) -> TrainState:
+    """The shapes and dtypes of the TrainState that init(rng) returns (model_and_optimizer),
+    traced once per init: jax.eval_shape keeps no cache of its own."""
+    return jax.eval_shape(init, jax.random.key(0))
 
 
 def run_rngs(seed: int) -> tuple[jax.Array, jax.Array]:

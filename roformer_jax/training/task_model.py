@@ -7,6 +7,7 @@ updates fall layer by layer from the head down (layer-wise learning-rate decay).
 
 from __future__ import annotations
 
+import functools
 import os
 
 import flax
@@ -55,7 +56,7 @@ def load_encoder(init_from: str | None, random_init_size: str = "tiny"):
 def initial_params(model: heads.TaskModel, encoder_params, rng, ids):
     """The TaskModel's params: a fresh head (and encoder, without `encoder_params`) from
     `rng`; ValueError when the encoder's tree or shapes are not the model's."""
-    params = jax.jit(model.init)(rng, ids)["params"]  # unjitted, each op compiled on its own
+    params = _jitted_init(model)(rng, ids)["params"]
     if encoder_params is None:
         return params
     want = jax.tree.map(jnp.shape, params["roformer"])
@@ -63,6 +64,13 @@ def initial_params(model: heads.TaskModel, encoder_params, rng, ids):
     if want != have:
         raise ValueError(f"the pre-trained encoder's parameters {have} are not the model's {want}")
     return {**params, "roformer": jax.tree.map(jnp.asarray, encoder_params)}
+
+
+@functools.lru_cache(maxsize=32)
+def _jitted_init(model: heads.TaskModel):
+    """jax.jit(model.init), one per model: a bound method is a new function at each access,
+    and jit would trace it anew each time (unjitted, each op would compile on its own)."""
+    return jax.jit(model.init)
 
 
 def layer_decay_factors(params, *, num_layers: int, decay: float):
@@ -99,17 +107,30 @@ def model_and_optimizer(
     with warm-up over `steps`, each leaf's update scaled by its layer's decay (cfg.finetune);
     init(rng) -> the first TrainState, its encoder `encoder_params` (None: fresh). row_shape:
     an example's input_ids, (L,) or (C, L)."""
-    model = heads.TaskModel(model_cfg, head, num_labels, cfg.task.summary_type)
-    schedule = optim.learning_rate_schedule(cfg.optim, steps)
-    ids = jnp.zeros((1, *row_shape), jnp.int32)  # [1, (C,) L]
-    factors = layer_decay_factors(
-        jax.eval_shape(model.init, jax.random.key(0), ids)["params"],
-        num_layers=model_cfg.num_layers, decay=cfg.finetune.layer_decay,
+    model, schedule, tx = _model_and_optimizer(
+        model_cfg, head, num_labels, cfg.task.summary_type, cfg.optim, cfg.finetune.layer_decay,
+        row_shape, steps,
     )  # fmt: skip
-    tx = optax.chain(optim.optimizer_on(cfg.optim, schedule), scale_by_factors(factors))
+    ids = jnp.zeros((1, *row_shape), jnp.int32)  # [1, (C,) L]
 
     def init(rng):
         params = initial_params(model, encoder_params, rng, ids)
         return TrainState(jnp.zeros((), jnp.int32), params, jax.jit(tx.init)(params))
 
     return model, schedule, tx, init
+
+
+@functools.lru_cache(maxsize=32)
+def _model_and_optimizer(model_cfg, head, num_labels, summary_type, optim_cfg, layer_decay,
+                         row_shape, steps):  # fmt: skip
+    """The same (model, schedule, tx) for the same settings, so that jax.jit's caches serve
+    another run of them in this process (a study's seeds and lengths)."""
+    model = heads.TaskModel(model_cfg, head, num_labels, summary_type)
+    schedule = optim.learning_rate_schedule(optim_cfg, steps)
+    ids = jnp.zeros((1, *row_shape), jnp.int32)
+    factors = layer_decay_factors(
+        jax.eval_shape(model.init, jax.random.key(0), ids)["params"],
+        num_layers=model_cfg.num_layers, decay=layer_decay,
+    )  # fmt: skip
+    return model, schedule, optax.chain(optim.optimizer_on(optim_cfg, schedule),
+                                        scale_by_factors(factors))  # fmt: skip
