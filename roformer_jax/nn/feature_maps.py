@@ -10,6 +10,7 @@ Glossary of shapes: H head dim (the vectors mapped), F features (φ's output dim
 """
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
 import jax
@@ -39,6 +40,10 @@ def _deterministic(phi: Callable[[jax.Array], jax.Array]) -> FeatureMap:
     return FeatureMap(apply=lambda x, projection, is_query: phi(x))
 
 
+# Jitted: called outside a jitted step (a model applied eagerly, a draw for inspection), it
+# is one compiled program per shape instead of its scan traced again and each operation
+# compiled on its own.
+@functools.partial(jax.jit, static_argnums=(1, 2))
 def orthogonal_gaussian(key, num_features: int, dim: int) -> jax.Array:
     """W [F, H]: FAVOR+'s orthogonal random features (Choromanski et al. 2021, sec. 2.4).
 
