@@ -26,7 +26,8 @@ _PHASES = {
 
 # ---------------------------------------------------------------- the pytest plugin
 
-_events: list[tuple[str, str, str, float]] = []  # (test file, phase, function, seconds)
+# (test file, phase, function, seconds); phase "test": a test phase's own duration
+_events: list[tuple[str, str, str, float]] = []
 _current = ["(collection)"]
 
 
@@ -43,6 +44,10 @@ def pytest_configure(config):
 
 def pytest_runtest_logstart(nodeid, location):
     _current[0] = nodeid.split("::")[0]
+
+
+def pytest_runtest_logreport(report):  # setup, call and teardown: the test's own time
+    _events.append((report.nodeid.split("::")[0], "test", "", report.duration))
 
 
 def pytest_sessionfinish(session):
@@ -89,6 +94,9 @@ def main():
     by_file = collections.defaultdict(lambda: collections.defaultdict(float))
     programs = collections.defaultdict(lambda: [0, 0.0])  # name: [compiles, lower + compile s]
     for file, phase, name, seconds in events:
+        if phase == "test":
+            by_file[file]["test"] += seconds
+            continue
         kind = "one by one" if _one_by_one(name, alone) else "program"
         totals[kind, phase][0] += 1
         totals[kind, phase][1] += seconds
@@ -96,7 +104,8 @@ def main():
         if kind == "program" and phase != "trace":  # traces nest: a step's holds its model's
             programs[name][0] += phase == "compile"
             programs[name][1] += seconds
-    print(f"{len(os.listdir(_DIR))} processes, {len(events)} events\n")
+    tested = sum(f["test"] for f in by_file.values())
+    print(f"{len(os.listdir(_DIR))} processes, {len(events)} events, tests {tested:.0f} s\n")
     print("| run as | trace s (n) | lower s (n) | compile s (n) |\n|---|---|---|---|")
     for kind in ("one by one", "program"):
         cells = [f"{totals[kind, p][1]:.1f} ({totals[kind, p][0]:,})" for p in _PHASES.values()]
@@ -104,10 +113,11 @@ def main():
     print("\n| program | compiles | lower + compile s |\n|---|---|---|")
     for name, (count, seconds) in sorted(programs.items(), key=lambda kv: -kv[1][1])[: args.top]:
         print(f"| {name} | {count} | {seconds:.1f} |")
-    print("\n| test file | one by one s | programs s |\n|---|---|---|")
-    ranked = sorted(by_file.items(), key=lambda kv: -sum(kv[1].values()))
+    print("\n| test file | test s | one by one s | programs s |\n|---|---|---|---|")
+    ranked = sorted(by_file.items(), key=lambda kv: -kv[1]["test"])
     for file, seconds in ranked[: args.top]:
-        print(f"| {file} | {seconds['one by one']:.1f} | {seconds['program']:.1f} |")
+        print(f"| {file} | {seconds['test']:.1f} | {seconds['one by one']:.1f} | "
+              f"{seconds['program']:.1f} |")  # fmt: skip
 
 
 if __name__ == "__main__":
