@@ -52,7 +52,7 @@ def _changes(run: str, every: bool) -> list[dict] | None:
         cfg = experiment_config_from_dict(json.load(f))
     init, rng = runs.model_and_optimizer(cfg)[3], runs.run_rngs(cfg.seed)[0]
     section, table = _TABLES["position"][:2]
-    if table not in jax.eval_shape(init, rng).params[section]:  # shapes: nothing compiled
+    if table not in runs.state_shapes(init).params[section]:  # shapes: nothing compiled
         return None
     initial = jax.jit(init)(rng).params
     steps = runs.checkpoint_steps(run) if every else [None]

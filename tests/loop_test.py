@@ -209,8 +209,11 @@ class EndToEndTest(parameterized.TestCase):
         with write_then(6, crash), self.assertRaisesRegex(RuntimeError, "power cut"):
             loop.train_and_evaluate(_config(**overrides), parts)
         self.assertEqual(metrics_lib.read_metrics(parts)[-1]["step"], 6)
-        with _traced_once():  # a restored state has the types of a stepped one
+        # A restored state has the types of a stepped one: the step the runs above compiled
+        # for this config serves it without a new trace.
+        with traces.counted() as traced:
             loop.train_and_evaluate(_config(**overrides), parts)
+        self.assertEqual(traced["train_step"], 0, traced)
 
         self.assertEqual([r["step"] for r in _records(whole)], [2, 4, 6, 8])
         self.assertEqual(_records(parts), _records(whole))  # bitwise: floats compared with ==
