@@ -1,7 +1,12 @@
 """What a test pays for one train step: trace, lower, compile and two runs of the tests' tiny
-model (tests/tiny.py, one layer) under the suite's XLA flags, by dropout setting.
+model (tests/tiny.py, one layer) under the suite's XLA flags, by dropout setting; and the size
+of the program, in jaxpr equations (nested ones counted).
 
     python benchmarks/compile_step.py [--vocab_size=300] [--batch=8] [--seq_len=64]
+                                      [--optimizer=adamw|sgd]
+
+--optimizer=sgd prices the optimizer: AdamW's update is traced, lowered and compiled leaf by
+leaf (25 leaves in one layer).
 
 Each setting runs in a fresh process (XLA's flags are read once per process; nothing cached
 between settings). The suite's time is mostly this: docs/speed.md, "The main command and the
@@ -20,6 +25,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _VOCAB = flags.DEFINE_integer("vocab_size", 300, "the model's vocabulary (bytes: ~261)")
 _BATCH = flags.DEFINE_integer("batch", 8, "rows per step")
 _SEQ_LEN = flags.DEFINE_integer("seq_len", 64, "tokens per row")
+_OPTIMIZER = flags.DEFINE_enum("optimizer", "adamw", ["adamw", "sgd"], "the step's optimizer")
 _CHILD = flags.DEFINE_string("child", None, "internal: one setting's JSON, run here")
 
 SETTINGS = {
@@ -44,7 +50,7 @@ def _measure(fields: dict) -> dict:
     b, n = _BATCH.value, _SEQ_LEN.value
     ids = jnp.ones((b, n), jnp.int32)
     params = jax.jit(model.init)(jax.random.key(0), ids)["params"]
-    tx = optax.adamw(1e-3)
+    tx = {"adamw": optax.adamw, "sgd": optax.sgd}[_OPTIMIZER.value](1e-3)
     state = step_lib.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
     batch = dict(input_ids=ids, attention_mask=jnp.ones((b, n), jnp.int32),
                  token_type_ids=jnp.zeros((b, n), jnp.int32), targets=ids,
@@ -52,6 +58,7 @@ def _measure(fields: dict) -> dict:
     out, t = {}, time.perf_counter()
     traced = jax.jit(step_lib.make_train_step(model, tx)).trace(state, batch, jax.random.key(1))
     out["trace_s"], t = time.perf_counter() - t, time.perf_counter()
+    out["equations"] = _equations(traced.jaxpr.jaxpr)
     lowered = traced.lower()
     out["lower_s"], t = time.perf_counter() - t, time.perf_counter()
     compiled = lowered.compile()
@@ -61,6 +68,22 @@ def _measure(fields: dict) -> dict:
         jax.block_until_ready(compiled(state, batch, jax.random.key(1)))
         out[name] = time.perf_counter() - t
     return out
+
+
+def _equations(jaxpr) -> int:
+    """Equations of a jaxpr, those of the jaxprs nested in them (jit, scan, custom_jvp) included."""
+    import jax
+
+    count = 0
+    for eqn in jaxpr.eqns:
+        count += 1
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(sub, jax.extend.core.ClosedJaxpr):
+                    count += _equations(sub.jaxpr)
+                elif isinstance(sub, jax.extend.core.Jaxpr):
+                    count += _equations(sub)
+    return count
 
 
 def main(argv):
@@ -74,16 +97,17 @@ def main(argv):
     env = {**os.environ, "PYTHONPATH": _ROOT, "JAX_PLATFORMS": "cpu"}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)  # each setting compiles from nothing
     print(f"XLA_FLAGS={env['XLA_FLAGS']}")
-    print("| setting | trace s | lower s | compile s | 1st run s | 2nd run s |")
-    print("|---|---|---|---|---|---|")
+    print(f"optimizer: {_OPTIMIZER.value}")
+    print("| setting | equations | trace s | lower s | compile s | 1st run s | 2nd run s |")
+    print("|---|---|---|---|---|---|---|")
     for name, fields in SETTINGS.items():
         command = [sys.executable, __file__, f"--child={json.dumps(fields)}",
                    f"--vocab_size={_VOCAB.value}", f"--batch={_BATCH.value}",
-                   f"--seq_len={_SEQ_LEN.value}"]  # fmt: skip
+                   f"--seq_len={_SEQ_LEN.value}", f"--optimizer={_OPTIMIZER.value}"]  # fmt: skip
         result = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
         r = json.loads(result.stdout.strip().splitlines()[-1])
-        print(f"| {name} | {r['trace_s']:.2f} | {r['lower_s']:.2f} | {r['compile_s']:.2f} | "
-              f"{r['run1_s']:.3f} | {r['run2_s']:.3f} |")  # fmt: skip
+        print(f"| {name} | {r['equations']:,} | {r['trace_s']:.2f} | {r['lower_s']:.2f} | "
+              f"{r['compile_s']:.2f} | {r['run1_s']:.3f} | {r['run2_s']:.3f} |")  # fmt: skip
 
 
 if __name__ == "__main__":
