@@ -72,18 +72,9 @@ def _measure(fields: dict) -> dict:
 
 def _equations(jaxpr) -> int:
     """Equations of a jaxpr, those of the jaxprs nested in them (jit, scan, custom_jvp) included."""
-    import jax
+    from jax.extend import core
 
-    count = 0
-    for eqn in jaxpr.eqns:
-        count += 1
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, (list, tuple)) else [value]:
-                if isinstance(sub, jax.extend.core.ClosedJaxpr):
-                    count += _equations(sub.jaxpr)
-                elif isinstance(sub, jax.extend.core.Jaxpr):
-                    count += _equations(sub)
-    return count
+    return sum(1 + sum(map(_equations, core.jaxprs_in_params(eqn.params))) for eqn in jaxpr.eqns)
 
 
 def main(argv):
