@@ -4,8 +4,9 @@ r"""A length study: trains its runs, reads each at every context length, draws a
       --workdir=runs/length_wikitext2 --raw_dir=docs/results/raw/length_wikitext2
 
 Trains the config's `runs` for each seed as experiments/compare.py does (cached, resumable),
-then scores every entry of `evaluations` (a run, and a RoPE scaling to read it with) on the
-same held-out targets at each of `eval_lengths` (roformer_jax/length_study.py). Writes
+and scores every entry of `evaluations` (a run, and a RoPE scaling to read it with) on the
+same held-out targets at each of `eval_lengths` (roformer_jax/length_study.py), each run's as
+soon as it is trained. Writes
 <workdir>/lengths.png (loss against length; loss by position at the longest length) and
 <workdir>/lengths.md (the tables, and each multi-stage run's per-stage table); with
 --raw_dir, copies every run's metrics.jsonl, config.json and length_eval/*.json there as
@@ -45,7 +46,14 @@ def main(argv):
     evaluations, lengths = config.evaluations.to_dict(), tuple(config.eval_lengths)
     settings = dict(lengths=lengths, max_tokens=config.eval_tokens)
     needed = length_study.runs_to_score(evaluations, runs, (workdir, raw), **settings)
-    results = study.run_study(runs, workdir, raw_dir=raw, checkpoints_needed=needed)
+
+    def score(run):  # as soon as the run is trained: its scores outlive a sitting cut short
+        reading = {name: spec for name, spec in evaluations.items() if spec["run"] == run}
+        length_study.evaluate_runs(reading, runs, workdir, raw_dir=raw, **settings)
+
+    results = study.run_study(
+        runs, workdir, raw_dir=raw, checkpoints_needed=needed, after_run=score
+    )  # fmt: skip
     scores = length_study.evaluate_runs(evaluations, runs, workdir, raw_dir=raw, **settings)
     exp = runs[config.evaluations[config.eval_baselines[0]].run][0]
     corpus = load_corpus(exp.data, exp.train.data_cache_dir or os.path.join(workdir, "data"))

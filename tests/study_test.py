@@ -59,6 +59,21 @@ class StudyTest(absltest.TestCase):
         self.assertEqual([len(seeds) for seeds in results.values()], [2, 1])
         self.assertNotIn("/", os.path.relpath(run_dirs.run_dir(workdir, "b/c", 0), workdir)[:3])
 
+    def test_after_run_comes_once_all_seeds_of_a_run_are_done_and_before_the_next(self):
+        workdir = self.enter_context(tempfile.TemporaryDirectory())
+        runs = {"a": [_config(0), _config(1)], "b": [_config(0)]}
+        with mock.patch.object(study, "train_and_evaluate", side_effect=_fake_training) as fake:
+            seen = []
+            study.run_study(
+                runs, workdir, after_run=lambda name: seen.append((name, fake.call_count))
+            )
+            self.assertEqual(seen, [("a", 2), ("b", 3)])
+            seen.clear()
+            study.run_study(
+                runs, workdir, after_run=lambda name: seen.append((name, fake.call_count))
+            )
+            self.assertEqual(seen, [("a", 3), ("b", 3)])  # found finished: called all the same
+
     def test_cached_runs_of_older_code_are_named_in_one_warning(self):
         workdir = self.enter_context(tempfile.TemporaryDirectory())
         runs = {"a": [_config(0), _config(1)], "b": [_config(0)], "c": [_config(0)]}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from absl import logging
 from ml_collections import ConfigDict
@@ -54,6 +54,7 @@ def run_study(
     workdir: str,
     raw_dir: str | None = None,
     checkpoints_needed: Collection[str] = (),
+    after_run: Callable[[str], object] | None = None,
 ) -> dict:
     """Trains every (run, seed) that is not finished; returns their metrics records.
 
@@ -66,7 +67,10 @@ def run_study(
     counted as cached (restore_raw): only for studies whose numbers are the runs' metrics,
     since a raw folder holds no checkpoints. A run another starts from is trained again, and
     so are the runs named in `checkpoints_needed`, whose checkpoints the caller reads after
-    the study (the long-document study fine-tunes its encoders).
+    the study (the long-document study fine-tunes its encoders). `after_run(name)` is called
+    as soon as all seeds of run `name` are trained or found finished, before the next run
+    starts: work that reads a run's checkpoints (the length study's scores) is then done
+    and saved even if a later run is cut short and its machine lost.
 
     Returns:
       {name: [records of seed 0, records of seed 1, ...]} in the order of `runs`, records as
@@ -93,6 +97,8 @@ def run_study(
             if raw_dir and how != "restored":  # a restored run's files are the raw copy already
                 export_run(directory, run_dir(raw_dir, name, cfg.seed))
             results[name].append(metrics_lib.read_metrics(directory))
+        if after_run is not None:
+            after_run(name)
     _warn_if_older_code(cached)
     return {name: results[name] for name in runs}
 
