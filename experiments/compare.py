@@ -15,8 +15,7 @@ import os
 import sys
 import time
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+from absl import app, logging
 
 # Config files import `configs.base`: make the repository root importable for a plain run.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,10 +38,13 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     started, config = time.time(), _CONFIG.value
     runs = study.study_runs(config)
-    results = study.run_study(runs, _WORKDIR.value, raw_dir=_RAW_DIR.value)
     exp = next(iter(runs.values()))[0]
     cache = exp.train.data_cache_dir or os.path.join(_WORKDIR.value, "data")
     unigram = load_corpus(exp.data, cache).unigram_cross_entropy()
+    if _RAW_DIR.value:  # first, so that the runs exported so far can be read while it runs
+        record = study_flags.record(config, wall_s=None, unigram=unigram, finished=False)
+        study_record.write(_RAW_DIR.value, record)
+    results = study.run_study(runs, _WORKDIR.value, raw_dir=_RAW_DIR.value)
     footnote = compare_report.footnote(exp, config.seeds, provenance.machine(), unigram)
     png, md = compare_report.write_report(
         results, _WORKDIR.value, title=config.title, plot_keys=config.plot_keys,
@@ -53,10 +55,7 @@ def main(argv):
         print(f.read())
     logging.info("wrote %s and %s", png, md)
     if _RAW_DIR.value:
-        record = study_record.make_record(
-            argv=sys.argv, config_file=config_flags.get_config_filename(flags.FLAGS["config"]),
-            config=config, wall_s=time.time() - started, unigram=unigram,
-        )  # fmt: skip
+        record = study_flags.record(config, wall_s=time.time() - started, unigram=unigram)
         count = study_record.export(_RAW_DIR.value, runs, _WORKDIR.value, record)
         logging.info("copied %d raw files to %s", count, _RAW_DIR.value)
 

@@ -19,8 +19,7 @@ import os
 import sys
 import time
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+from absl import app, logging
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)  # config files import `configs.*`
@@ -46,6 +45,12 @@ def main(argv):
     evaluations, lengths = config.evaluations.to_dict(), tuple(config.eval_lengths)
     settings = dict(lengths=lengths, max_tokens=config.eval_tokens)
     needed = length_study.runs_to_score(evaluations, runs, (workdir, raw), **settings)
+    exp = runs[config.evaluations[config.eval_baselines[0]].run][0]
+    corpus = load_corpus(exp.data, exp.train.data_cache_dir or os.path.join(workdir, "data"))
+    unigram = corpus.unigram_cross_entropy()
+    if raw:  # first, so that the runs and scores exported so far can be read while it runs
+        record = study_flags.record(config, wall_s=None, unigram=unigram, finished=False)
+        study_record.write(raw, record)
 
     def score(run):  # as soon as the run is trained: its scores outlive a sitting cut short
         reading = {name: spec for name, spec in evaluations.items() if spec["run"] == run}
@@ -55,9 +60,6 @@ def main(argv):
         runs, workdir, raw_dir=raw, checkpoints_needed=needed, after_run=score
     )  # fmt: skip
     scores = length_study.evaluate_runs(evaluations, runs, workdir, raw_dir=raw, **settings)
-    exp = runs[config.evaluations[config.eval_baselines[0]].run][0]
-    corpus = load_corpus(exp.data, exp.train.data_cache_dir or os.path.join(workdir, "data"))
-    unigram = corpus.unigram_cross_entropy()
     targets = next(iter(scores.values()))[0][lengths[0]]["targets"]  # the same for every run
     footnote = length_study.footnote(exp, config.seeds, targets, provenance.machine(), unigram)
     png = plots.plot_lengths(
@@ -72,10 +74,7 @@ def main(argv):
         print(f.read())
     logging.info("wrote %s and %s", png, md)
     if raw:
-        record = study_record.make_record(
-            argv=sys.argv, config_file=config_flags.get_config_filename(flags.FLAGS["config"]),
-            config=config, wall_s=time.time() - started, unigram=unigram,
-        )  # fmt: skip
+        record = study_flags.record(config, wall_s=time.time() - started, unigram=unigram)
         count = study_record.export(raw, runs, workdir, record, folders=(length_study.EVAL_DIR,))
         logging.info("copied %d raw files to %s", count, raw)
 

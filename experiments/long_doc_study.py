@@ -18,8 +18,7 @@ import os
 import sys
 import time
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+from absl import app, logging
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)  # config files import `configs.*`
@@ -64,10 +63,7 @@ def main(argv):
         print(f.read())
     logging.info("wrote %s and %s", png, md)
     if raw:
-        record = study_record.make_record(
-            argv=sys.argv, config_file=config_flags.get_config_filename(flags.FLAGS["config"]),
-            config=config, wall_s=time.time() - started, unigram=unigram,
-        )  # fmt: skip
+        record = study_flags.record(config, wall_s=time.time() - started, unigram=unigram)
         count = study_record.export(raw, runs, workdir, record)
         count += long_doc_study.export_raw(workdir, raw)
         logging.info("copied %d raw files to %s", count, raw)

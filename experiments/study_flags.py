@@ -1,12 +1,16 @@
-"""The flags every study command takes: --config, --workdir, --raw_dir.
+"""The flags every study command takes: --config, --workdir, --raw_dir; and the record of it.
 
 _CONFIG, _WORKDIR, _RAW_DIR = study_flags.define("compare.py", "runs/compare", "...")
+record = study_flags.record(_CONFIG.value, wall_s=..., unigram=...)   # for study.json
 """
 
 import os
+import sys
 
 from absl import flags
-from ml_collections import config_flags
+from ml_collections import ConfigDict, config_flags
+
+from roformer_jax.studies import study_record
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -24,3 +28,11 @@ def define(config_file: str, workdir: str, config_help: str):
         "study.json (the command, config, commit and machine; roformer_jax/study_record.py).",
     )  # fmt: skip
     return config, workdir, raw_dir
+
+
+def record(config: ConfigDict, *, wall_s: float | None, unigram, finished: bool = True) -> dict:
+    """This command's study.json (study_record.make_record): its command line and --config."""
+    return study_record.make_record(
+        argv=sys.argv, config_file=config_flags.get_config_filename(flags.FLAGS["config"]),
+        config=config, wall_s=wall_s, unigram=unigram, finished=finished,
+    )  # fmt: skip

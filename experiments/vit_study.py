@@ -13,14 +13,13 @@ import os
 import sys
 import time
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+from absl import app, logging
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)
 
 from experiments import study_flags  # noqa: E402
-from roformer_jax.studies import study_record, vit_study  # noqa: E402
+from roformer_jax.studies import vit_study  # noqa: E402
 from roformer_jax.training import provenance, runtime  # noqa: E402
 
 _CONFIG, _WORKDIR, _RAW_DIR = study_flags.define(
@@ -40,10 +39,7 @@ def main(argv):
           sep="\n\n")  # fmt: skip
     logging.info("wrote %s", png)
     if raw:
-        record = study_record.make_record(
-            argv=sys.argv, config_file=config_flags.get_config_filename(flags.FLAGS["config"]),
-            config=config, wall_s=time.time() - started, unigram=None,
-        )  # fmt: skip
+        record = study_flags.record(config, wall_s=time.time() - started, unigram=None)
         vit_study.write_record(raw, record)
         logging.info("wrote %s", os.path.join(raw, vit_study.RECORD))
 

@@ -154,6 +154,31 @@ class ResultsPageTest(parameterized.TestCase):
         rows = results_page.render(text, raw).splitlines()
         self.assertTrue(rows[4].endswith("| n/a | n/a | n/a |"), rows[4])
 
+    def test_a_study_in_progress_is_read_from_the_runs_and_scores_it_has_so_far(self):
+        raw = tiny.workdir()
+        shutil.copytree(os.path.join(_RAW, "length_wikitext2"), f"{raw}/length_wikitext2")
+        shutil.rmtree(f"{raw}/length_wikitext2/ALiBi")  # not trained yet
+        os.remove(f"{raw}/length_wikitext2/xPos/seed2/metrics.jsonl")  # one seed to go
+        os.remove(f"{raw}/length_wikitext2/RoPE/seed1/length_eval/RoPE_+_YaRN.json")
+        path = f"{raw}/length_wikitext2/study.json"
+        record = json.loads(_read(path))
+        text = (
+            "<!-- generated: length_wikitext2 header() --><!-- end generated -->\n"
+            "<!-- generated: length_wikitext2 length_table() --><!-- end generated -->\n"
+            "<!-- generated: raw wall_time_table() --><!-- end generated -->"
+        )
+        with self.assertRaisesRegex(FileNotFoundError, "run 'xPos' lacks a metrics.jsonl"):
+            results_page.render(text, raw)  # a finished study must have all its files
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(record | {"finished": False, "wall_s": None}, f)
+        page = results_page.render(text, raw)
+        self.assertIn("7 of its 9 runs × n = 3 seeds; in progress:", page)
+        rows = [line.split(" | ")[0] for line in page.splitlines() if line.startswith("| ")]
+        self.assertIn("| RoPE + PI", rows)
+        for left_out in ("| ALiBi", "| xPos", "| RoPE + YaRN"):
+            self.assertNotIn(left_out, rows)
+        self.assertIn("| length_wikitext2 (in progress) |", page)
+
     def test_markers_take_named_arguments_and_speak_of_steps(self):
         text = (
             '<!-- generated: causal_wikitext2 diff("softmax + learned", step=100) -->'

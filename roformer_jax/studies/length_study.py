@@ -174,22 +174,31 @@ def read_scores(
     *,
     lengths: Sequence[int],
     max_tokens: int | None,
+    complete: bool = True,
 ) -> dict[str, list[dict]]:
     """What `evaluate_runs` returns, from its cached scores alone (no model, no data).
 
     `workdir` is a study's workdir or its raw copy (raw_files.export_raw with folders=(EVAL_DIR,)).
-    Raises ValueError where an (evaluation, seed) was not scored with these settings.
+    Raises ValueError where an (evaluation, seed) was not scored with these settings; with
+    `complete` False (a study still running), leaves that evaluation out, and any evaluation
+    of a run not in `runs`.
     """
     scores = {}
     for name, spec in evaluations.items():
+        if not complete and spec["run"] not in runs:
+            continue
         _check_run(name, spec, runs)
-        scores[name] = []
+        seeds = []
         for cfg in runs[spec["run"]]:
             path = _cache_path(run_dir(workdir, spec["run"], cfg.seed), name)
             cached = _read(path)
             if cached is None or cached["identity"] != _identity(spec, cfg, lengths, max_tokens):
+                if not complete:
+                    break
                 raise ValueError(f"{path}: no scores of evaluation {name!r} with these settings")
-            scores[name].append(_int_keys(cached["scores"]))
+            seeds.append(_int_keys(cached["scores"]))
+        else:
+            scores[name] = seeds
     return scores
 
 

@@ -36,15 +36,20 @@ def header(raw: RawStudy) -> str:
                   "provenance.json says which)")  # fmt: skip
     dirty = " with uncommitted changes" if code.get("dirty") else ""
     wall = _command_wall_s(raw)
-    line = (
-        f"Ran at {commit}{dirty}, {machine['cpus']} {machine['architecture']} cores, "
-        f"JAX {machine['jax']} ({machine['backend']}): {len(raw.runs)} runs × n = "
-        f"{len(raw.config['seeds'])} seeds; "
-        + (
+    if not raw.finished:
+        done = f"{len(raw.runs)} of its {len(raw.config['runs'])} runs"
+        when = "in progress: these are the runs it has finished so far."
+    else:
+        done = f"{len(raw.runs)} runs"
+        when = (
             f"the command took {_minutes(wall)}."
             if wall
             else "it ran in pieces, so no single wall time."
         )
+    line = (
+        f"Ran at {commit}{dirty}, {machine['cpus']} {machine['architecture']} cores, "
+        f"JAX {machine['jax']} ({machine['backend']}): {done} × n = "
+        f"{len(raw.config['seeds'])} seeds; {when}"
     )
     if record.get("reconstructed"):
         line += " (Its study.json was reconstructed by hand from this page's earlier text.)"
@@ -102,7 +107,8 @@ def wall_time_table(page: Page) -> str:
         if os.path.exists(os.path.join(page.raw_root, name, vit_study.RECORD)):
             lines.append(_vit_row(page, name))
             continue
-        if not os.path.exists(os.path.join(page.raw_root, name, study_record.FILE)):
+        record = os.path.join(page.raw_root, name, study_record.FILE)
+        if not os.path.exists(record) or not study_record.is_finished(read_json(record)):
             lines.append(_in_progress_row(os.path.join(page.raw_root, name)))
             continue
         raw = page.study(name)
@@ -134,7 +140,8 @@ def _vit_row(page: Page, name: str) -> str:
 
 def _in_progress_row(raw_dir: str) -> str:
     """A wall-time row for a study still running: the runs it has exported so far (compare.py
-    --raw_dir exports each as it finishes; study.json comes with the last)."""
+    and length_study.py --raw_dir export each as it finishes; study.json, where there is
+    one yet, says "finished" only once the last is in)."""
     training, cpu_s, runs = 0.0, 0.0, 0
     for path in sorted(glob.glob(os.path.join(raw_dir, "*", "*", metrics_lib.METRICS_FILE))):
         records = metrics_lib.read_metrics(os.path.dirname(path))

@@ -8,7 +8,11 @@
   config_file: the --config value, file and argument ("configs/study_length.py:wikitext2");
   config: the resolved study config as a dictionary, runs in the order the study used them;
   code: {"commit": sha or None, "dirty": bool or None} (provenance.code_version());
-  wall_s: seconds from the start of the command to the export (None where unknown);
+  wall_s: seconds from the start of the command to the export (None where unknown, and while
+    the study runs);
+  finished: False while the study runs: the command writes its record first (`write`), so
+    that a study that takes several sittings can be read, and its page regenerated, from the
+    runs it has exported so far; True once every run is in (absent in older records: True);
   machine: provenance.machine()'s fields and "platform" (platform.platform());
   unigram_cross_entropy: of the validation tokens, which the raw files cannot give (they hold
     no corpus), for the figures' floor;
@@ -44,8 +48,9 @@ def make_record(
     argv: Sequence[str],
     config_file: str,
     config: ConfigDict,
-    wall_s: float,
+    wall_s: float | None,
     unigram: float,
+    finished: bool = True,
 ) -> dict:
     """study.json's fields (module doc) for a command running now, from this checkout."""
     return {
@@ -58,6 +63,7 @@ def make_record(
         "machine": {**provenance.machine(), "platform": platform.platform()},
         "unigram_cross_entropy": unigram,
         "reconstructed": False,
+        "finished": finished,
     }
 
 
@@ -72,10 +78,18 @@ def export(
     """Copies every run's raw files to `raw_dir` (raw_files.export_raw) and writes `record` as
     raw_dir/study.json; returns the number of files written."""
     copied = raw_files.export_raw(runs, workdir, raw_dir, folders=folders)
-    with open(os.path.join(raw_dir, FILE), "w", encoding="utf-8") as f:
+    write(raw_dir, record)
+    return copied + 1
+
+
+def write(raw_dir: str, record: Mapping) -> None:
+    """Writes `record` as raw_dir/study.json (replaced whole: a reader never sees half)."""
+    os.makedirs(raw_dir, exist_ok=True)
+    path = os.path.join(raw_dir, FILE)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1, ensure_ascii=False)
         f.write("\n")
-    return copied + 1
+    os.replace(path + ".tmp", path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,12 +97,13 @@ class RawStudy:
     """A study read back from its raw folder alone.
 
     record: study.json (module doc); runs: {run: [ExperimentConfig per seed]} from each run's
-    config.json, in the study's order; results: {run: [metrics records per seed]} as
-    study.run_study returns them; scores: {evaluation: [scores per seed]} as
-    length_study.evaluate_runs returns them (length studies), else None; commits: the commits
-    that trained the runs, from their provenance.json sessions, oldest session first (empty
-    for runs from before that file). A study resumed after a commit has more than one, and
-    study.json names only the last command's.
+    config.json, in the study's order (while the study runs, the runs exported so far);
+    results: {run: [metrics records per seed]} as study.run_study returns them; scores:
+    {evaluation: [scores per seed]} as length_study.evaluate_runs returns them (length
+    studies; while the study runs, the evaluations scored so far), else None; commits: the
+    commits that trained the runs, from their provenance.json sessions, oldest session first
+    (empty for runs from before that file). A study resumed after a commit has more than one,
+    and study.json names only the last command's.
     """
 
     name: str
@@ -102,20 +117,34 @@ class RawStudy:
     def config(self) -> dict:
         return self.record["config"]
 
+    @property
+    def finished(self) -> bool:
+        return is_finished(self.record)
+
+
+def is_finished(record: Mapping) -> bool:
+    """Whether every run of the study is in (older records, which lack the field, are)."""
+    return record.get("finished", True)
+
 
 def read_raw(raw_dir: str) -> RawStudy:
     """Reads raw_dir/study.json and every run's files; raises FileNotFoundError where a file
-    is missing and ValueError where a length score is missing (length_study.read_scores)."""
+    is missing and ValueError where a length score is missing (length_study.read_scores).
+    While the study runs (record's "finished" False), a run not exported yet, for some seed,
+    and an evaluation not scored yet are left out instead."""
     with open(os.path.join(raw_dir, FILE), encoding="utf-8") as f:
         record = json.load(f)
-    config = record["config"]
+    config, finished = record["config"], is_finished(record)
     runs, results, sessions = {}, {}, []
     for name in config["runs"]:
         directories = [run_dirs.run_dir(raw_dir, name, seed) for seed in config["seeds"]]
-        runs[name] = [_read_config(d) for d in directories]
-        results[name] = [metrics_lib.read_metrics(d) for d in directories]
-        if not all(results[name]):
+        records = [metrics_lib.read_metrics(d) for d in directories]
+        if not all(records):
+            if not finished:
+                continue
             raise FileNotFoundError(f"{raw_dir}: run {name!r} lacks a metrics.jsonl")
+        runs[name] = [_read_config(d) for d in directories]
+        results[name] = records
         sessions += [s for d in directories for s in (provenance.read(d) or {}).get("sessions", [])]
     sessions.sort(key=lambda s: s["started"])
     commits = list(dict.fromkeys(s["commit"] for s in sessions if s.get("commit")))
@@ -123,7 +152,7 @@ def read_raw(raw_dir: str) -> RawStudy:
     if "evaluations" in config:
         scores = length_study.read_scores(
             config["evaluations"], runs, raw_dir, lengths=config["eval_lengths"],
-            max_tokens=config["eval_tokens"],
+            max_tokens=config["eval_tokens"], complete=finished,
         )  # fmt: skip
     name = os.path.basename(os.path.normpath(raw_dir))
     return RawStudy(name, record, runs, results, scores, commits)
