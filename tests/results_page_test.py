@@ -14,7 +14,7 @@ import numpy as np
 import tiny
 from absl.testing import absltest, parameterized
 
-from roformer_jax.studies import results_page, study_record
+from roformer_jax.studies import results_page, study_record, tables
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PAGE = os.path.join(_ROOT, "docs", "results.md")
@@ -196,6 +196,27 @@ class ResultsPageTest(parameterized.TestCase):
         # At step 100, not the final step 200 of the paired table (+0.076).
         self.assertEqual(named, "+0.059 [+0.054, +0.064]")
         self.assertEqual(below, "step 50")  # RoPE's interval is below learned's at every step
+
+    def test_a_length_study_also_has_its_training_curves_and_final_differences(self):
+        # Its runs' curves and validation losses, as a compare study's, beside the scores.
+        text = (
+            '<!-- generated: length_wikitext2 diff("xPos", "RoPE") --><!-- end generated -->|'
+            '<!-- generated: length_wikitext2 diff("xPos", "RoPE", 128) --><!-- end generated -->|'
+            "<!-- generated: length_wikitext2 figure(curves=True) --><!-- end generated -->"
+        )
+        final, at_128, curves = [
+            part.split("-->")[1].split("<!--")[0]
+            for part in results_page.render(text, _RAW, changed=_unknown).split("|")
+        ]
+        raw = study_record.read_raw(os.path.join(_RAW, "length_wikitext2"))
+        losses = {
+            run: [seed[-1]["valid/loss_128"] for seed in raw.results[run]]
+            for run in ("xPos", "RoPE")
+        }
+        self.assertEqual(final, tables.interval_text(list(np.subtract(*losses.values()))))
+        self.assertNotEqual(final, at_128)  # the scores' held-out targets are others
+        self.assertIn("![length_wikitext2_curves](results/length_wikitext2_curves.png)", curves)
+        self.assertIn("bands: ±1 sample std", curves)
 
     def test_extremes_table_takes_a_dict_of_keys(self):
         text = ('<!-- generated: causal_wikitext2 extremes_table({"train/grad_norm": "max", '

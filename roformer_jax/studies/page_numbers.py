@@ -19,13 +19,17 @@ from roformer_jax.studies.study_record import RawStudy
 FIGURES = "results"  # figures' folder, relative to the page
 
 
-def figure(raw: RawStudy, *, page: Page) -> str:
-    """The study's figure, drawn into page.figures_dir when given, with its n."""
+def figure(raw: RawStudy, curves: bool = False, *, page: Page) -> str:
+    """The study's figure, drawn into page.figures_dir when given, with its n: a length
+    study's loss by length, or with `curves` its runs' training curves (those of every other
+    study)."""
     config, seeds = raw.config, raw.config["seeds"]
+    by_length = raw.scores is not None and not curves
+    name = raw.name + ("_curves" if raw.scores is not None and curves else "")
     if page.figures_dir is not None:
-        path = os.path.join(page.figures_dir, f"{raw.name}.png")
+        path = os.path.join(page.figures_dir, f"{name}.png")
         machine, unigram = raw.record["machine"], raw.record["unigram_cross_entropy"]
-        if raw.scores is not None:
+        if by_length:
             exp = raw.runs[config["evaluations"][config["eval_baselines"][0]]["run"]][0]
             note = length_study.footnote(exp, seeds, targets(raw), machine, unigram)
             plots.plot_lengths(
@@ -46,11 +50,11 @@ def figure(raw: RawStudy, *, page: Page) -> str:
             )  # fmt: skip
     spread = (
         "bars: 95% t-interval of the mean"
-        if raw.scores is not None
+        if by_length
         else "bands: ±1 sample std (ddof 1); differences from the baseline: 95% t-interval"
     )
     n = f"n = {len(seeds)} seeds per line" + (f"; {spread}" if len(seeds) > 1 else "")
-    return f"![{raw.name}]({FIGURES}/{raw.name}.png)\n\n*{n}.*"
+    return f"![{name}]({FIGURES}/{name}.png)\n\n*{n}.*"
 
 
 def length_table(raw: RawStudy, key: str = "loss") -> str:
@@ -127,9 +131,9 @@ def diff(
     step: int | None = None,
 ) -> str:
     """Mean [95% t-interval] of a paired difference, seed by seed: an evaluation minus
-    `baseline` at `length` (length studies), or a run's validation loss minus `baseline`'s (the
-    study's baseline run by default), final or at `step` (others)."""
-    if raw.scores is not None:
+    `baseline` at `length` (length studies), or, without a length, a run's validation loss
+    minus `baseline`'s (the study's baseline run by default), final or at `step`."""
+    if length is not None:
         diffs = length_study.paired_diffs(raw.scores, name, baseline, length)
     else:
         baseline = baseline or raw.config["baseline"]
