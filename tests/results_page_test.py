@@ -202,9 +202,11 @@ class ResultsPageTest(parameterized.TestCase):
         text = (
             '<!-- generated: length_wikitext2 diff("xPos", "RoPE") --><!-- end generated -->|'
             '<!-- generated: length_wikitext2 diff("xPos", "RoPE", 128) --><!-- end generated -->|'
-            "<!-- generated: length_wikitext2 figure(curves=True) --><!-- end generated -->"
+            "<!-- generated: length_wikitext2 figure(curves=True) --><!-- end generated -->|"
+            '<!-- generated: length_wikitext2 reaches("BERT", "RoPE") --><!-- end generated -->|'
+            '<!-- generated: length_wikitext2 reaches("RoPE", "BERT") --><!-- end generated -->'
         )
-        final, at_128, curves = [
+        final, at_128, curves, bert, rope = [
             part.split("-->")[1].split("<!--")[0]
             for part in results_page.render(text, _RAW, changed=_unknown).split("|")
         ]
@@ -217,6 +219,7 @@ class ResultsPageTest(parameterized.TestCase):
         self.assertNotEqual(final, at_128)  # the scores' held-out targets are others
         self.assertIn("![length_wikitext2_curves](results/length_wikitext2_curves.png)", curves)
         self.assertIn("bands: ±1 sample std", curves)
+        self.assertEqual((bert, rope), ("not by step 200", "step 150"))
 
     def test_extremes_table_takes_a_dict_of_keys(self):
         text = ('<!-- generated: causal_wikitext2 extremes_table({"train/grad_norm": "max", '

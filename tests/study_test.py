@@ -345,6 +345,19 @@ class StudyTest(absltest.TestCase):
         curve["high"][-1] = 0.01  # not below zero at the end: never settled
         self.assertIsNone(tables.below_from(curve))
 
+    def test_reaches_is_the_first_step_at_the_baselines_final_loss(self):
+        def run(*losses):  # evaluations at steps 0, 10, 20, 30
+            return [{"step": 10 * i, "valid/loss": v} for i, v in enumerate(losses)]
+
+        results = {
+            "base": [run(6.0, 5.5, 5.2, 5.0), run(6.0, 5.5, 5.0, 4.8)],  # final mean 4.9
+            "fast": [run(5.0, 4.8, 4.0, 3.0), run(5.0, 5.1, 4.0, 3.0)],  # 4.95 at 10, 4.0 at 20
+            "slow": [run(6.5, 6.0, 5.5, 5.0), run(6.5, 6.0, 5.5, 4.9)],
+        }
+        self.assertEqual(tables.reaches(results, "fast", "base", "valid/loss"), 20)
+        self.assertIsNone(tables.reaches(results, "slow", "base", "valid/loss"))
+        self.assertEqual(tables.reaches(results, "base", "base", "valid/loss"), 30)
+
     def test_a_reading_of_each_trained_run_goes_beside_it_and_to_the_raw_folder(self):
         workdir, raw = tempfile.mkdtemp(), tempfile.mkdtemp()
         for name, seed in (("b", 1), ("a", 0), ("b", 0)):

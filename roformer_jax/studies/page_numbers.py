@@ -156,6 +156,15 @@ def below_from(raw: RawStudy, name: str, baseline: str) -> str:
     return "never" if step is None else f"step {step:,}"
 
 
+def reaches(raw: RawStudy, name: str, baseline: str) -> str:
+    """ "step S" at which run `name`'s validation loss first reaches `baseline`'s final one
+    (tables.reaches), else "not by step N" (its last step)."""
+    step = tables.reaches(raw.results, name, baseline, _paired_key(raw))
+    if step is None:
+        return f"not by step {raw.results[name][0][-1]['step']:,}"
+    return f"step {step:,}"
+
+
 def position_table(raw: RawStudy, run: str, *, page: Page) -> str:
     """What training did to run `run`'s learned position table, seed by seed, beside its word
     table (experiments/position_table.py)."""

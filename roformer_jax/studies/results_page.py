@@ -110,6 +110,7 @@ KINDS = {
     "diff": page_numbers.diff,
     "length_change": page_numbers.length_change,
     "below_from": page_numbers.below_from,
+    "reaches": page_numbers.reaches,
     "position_table": page_numbers.position_table,
     "position_table_steps": page_numbers.position_table_steps,
     "unigram": page_numbers.unigram,
@@ -135,7 +136,7 @@ KINDS = {
     "vit_paired_table": page_vit.vit_paired_table,
     "vit_verdict": page_vit.vit_verdict,
 }
-INLINE = {"stale", "mean", "diff", "length_change", "below_from", "unigram", "targets",
+INLINE = {"stale", "mean", "diff", "length_change", "below_from", "reaches", "unigram", "targets",
           "multiplicity", "reproduced", "long_doc_bow", "extremes", "vit_verdict"}  # fmt: skip
 _USES_PAGE = {"stale", "figure", "position_table", "position_table_steps", "reproduced",
               "attention_distance_figure", "attention_distance_table",

@@ -160,6 +160,20 @@ def below_from(curve: Mapping[str, list[float]]) -> int | None:
     return first
 
 
+def reaches(
+    results: Mapping[str, Sequence[list[dict]]], name: str, baseline: str, key: str
+) -> int | None:
+    """The first step at which run `name`'s `key` (mean over seeds, at the steps every seed
+    logged) is at or below run `baseline`'s final value (mean over seeds); None if never: how
+    much of the baseline's training the run needed to match where the baseline ended."""
+    target = float(np.mean([final_values(records, key) for records in results[baseline]]))
+    by_step = [{r["step"]: r[key] for r in run if r.get(key) is not None} for run in results[name]]
+    for step in sorted(set.intersection(*(set(seed) for seed in by_step))):
+        if np.mean([seed[step] for seed in by_step]) <= target:
+            return step
+    return None
+
+
 def interval_text(diffs: list[float]) -> str:
     """ "mean [low, high]" of differences (their 95% t-interval); the value alone for one."""
     if not diffs:
