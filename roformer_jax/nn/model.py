@@ -30,7 +30,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from roformer_jax.nn import _threefry, segments
+from roformer_jax.nn import _threefry, model_inputs
 from roformer_jax.nn.feature_maps import FEATURE_MAPS
 from roformer_jax.nn.model_config import ACTIVATIONS, DTYPES, ModelConfig
 
@@ -293,69 +293,6 @@ class MlmHead(nn.Module):
         return logits + bias  # [B, L, V] float32
 
 
-def _checked_inputs(cfg: ModelConfig, input_ids, attention_mask, token_type_ids, position_ids,
-                    decode_length, segment_ids):  # fmt: skip
-    """`RoFormer`'s inputs checked against each other and the config, defaults filled in:
-    (position_ids [L] or [B, L] (or [L, A], [B, L, A] for an encoding on A axes),
-    token_type_ids [B, L], mask [B, L] bool or None, segment_ids [B, L] or None)."""
-    if input_ids.ndim != 2:
-        raise ValueError(f"input_ids has shape {input_ids.shape}; expected [B, L]")
-    b, length = input_ids.shape
-    if decode_length is not None:
-        if not cfg.causal:
-            raise ValueError(
-                "decoding needs a causal model (ModelConfig.causal=True): each token of "
-                "a bidirectional encoder depends on the tokens after it"
-            )
-        if length > decode_length:
-            raise ValueError(f"{length} tokens do not fit in decode_length={decode_length}")
-    total = length if decode_length is None else decode_length
-    if cfg.max_length is not None and total > cfg.max_length:
-        raise ValueError(
-            f"sequence length {total} exceeds the {cfg.max_length} positions that "
-            f"position={cfg.position!r} supports with max_len {cfg.max_len}; use "
-            "position='rope' to run past the training length"
-        )
-    if segment_ids is not None:
-        segment_ids = _checked_segments(cfg, segment_ids, input_ids.shape, decode_length)
-        if position_ids is None:  # every document counts from 0, whatever the encoding
-            position_ids = segments.segment_positions(segment_ids)  # [B, L]
-    position_ids = jnp.arange(length) if position_ids is None else jnp.asarray(position_ids)
-    axes = None if cfg.encoding.axes is None else cfg.encoding.axes(cfg)  # A, or one integer
-    shapes = [(length,), (b, length)]
-    if axes is not None:
-        shapes = [(length, axes), (b, length, axes), *shapes]
-    if position_ids.shape not in shapes:
-        raise ValueError(
-            f"position_ids has shape {position_ids.shape}; expected one of {shapes} for "
-            f"input_ids of shape {input_ids.shape}"
-            + (f" and position={cfg.position!r} on {axes} axes" if axes is not None else "")
-        )
-    if axes is not None and position_ids.shape not in shapes[:2]:  # every axis alike, as HF
-        position_ids = jnp.broadcast_to(position_ids[..., None], (*position_ids.shape, axes))
-    if token_type_ids is None:
-        token_type_ids = jnp.zeros_like(input_ids)
-    mask = None
-    if attention_mask is not None:
-        mask = jnp.asarray(attention_mask).astype(bool)
-        if mask.shape != input_ids.shape:
-            raise ValueError(f"attention_mask has shape {mask.shape}; expected {input_ids.shape}")
-    return position_ids, token_type_ids, mask, segment_ids
-
-
-def _checked_segments(cfg: ModelConfig, segment_ids, shape, decode_length) -> jax.Array:
-    segment_ids = jnp.asarray(segment_ids)
-    segments.check_segment_ids(segment_ids, *shape, shape[1])  # [B, L], self-attention
-    if decode_length is not None:
-        raise ValueError(
-            "segment_ids with decode_length: decoding runs one sequence per row; pass the "
-            "document being continued alone"
-        )
-    if "segment_ids" not in cfg.kind.options:
-        raise ValueError(f"attention={cfg.attention!r} takes no segment_ids")
-    return segment_ids
-
-
 class RoFormer(nn.Module):
     """The encoder (BERT, RoFormer, ... by `config.position`) with an optional tied MLM head,
     and for the "mlm_same_doc" objective a pair head: logits [B, 2] at [CLS] of whether the
@@ -411,7 +348,7 @@ class RoFormer(nn.Module):
         input_ids = jnp.asarray(input_ids)
         if decode_length is not None:  # decoding runs deterministic only
             deterministic = True
-        position_ids, token_type_ids, mask, segment_ids = _checked_inputs(
+        position_ids, token_type_ids, mask, segment_ids = model_inputs.checked_inputs(
             cfg, input_ids, attention_mask, token_type_ids, position_ids, decode_length,
             segment_ids,
         )  # fmt: skip
