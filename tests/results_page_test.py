@@ -158,6 +158,7 @@ class ResultsPageTest(parameterized.TestCase):
         raw = tiny.workdir()
         shutil.copytree(os.path.join(_RAW, "length_wikitext2"), f"{raw}/length_wikitext2")
         shutil.rmtree(f"{raw}/length_wikitext2/ALiBi")  # not trained yet
+        shutil.rmtree(f"{raw}/length_wikitext2/no_positions")  # the figure's reference
         os.remove(f"{raw}/length_wikitext2/xPos/seed2/metrics.jsonl")  # one seed to go
         os.remove(f"{raw}/length_wikitext2/RoPE/seed1/length_eval/RoPE_+_YaRN.json")
         path = f"{raw}/length_wikitext2/study.json"
@@ -165,17 +166,18 @@ class ResultsPageTest(parameterized.TestCase):
         text = (
             "<!-- generated: length_wikitext2 header() --><!-- end generated -->\n"
             "<!-- generated: length_wikitext2 length_table() --><!-- end generated -->\n"
-            "<!-- generated: raw wall_time_table() --><!-- end generated -->"
+            "<!-- generated: raw wall_time_table() --><!-- end generated -->\n"
+            "<!-- generated: length_wikitext2 figure() --><!-- end generated -->"
         )
         with self.assertRaisesRegex(FileNotFoundError, "run 'xPos' lacks a metrics.jsonl"):
             results_page.render(text, raw)  # a finished study must have all its files
         with open(path, "w", encoding="utf-8") as f:
             json.dump(record | {"finished": False, "wall_s": None}, f)
-        page = results_page.render(text, raw)
-        self.assertIn("7 of its 9 runs × n = 3 seeds; in progress:", page)
+        page = results_page.render(text, raw, figures_dir=raw)
+        self.assertIn("6 of its 9 runs × n = 3 seeds; in progress:", page)
         rows = [line.split(" | ")[0] for line in page.splitlines() if line.startswith("| ")]
         self.assertIn("| RoPE + PI", rows)
-        for left_out in ("| ALiBi", "| xPos", "| RoPE + YaRN"):
+        for left_out in ("| ALiBi", "| xPos", "| RoPE + YaRN", "| no positions"):
             self.assertNotIn(left_out, rows)
         self.assertIn("| length_wikitext2 (in progress) |", page)
 

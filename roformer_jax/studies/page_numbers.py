@@ -35,7 +35,7 @@ def figure(raw: RawStudy, curves: bool = False, *, page: Page) -> str:
             plots.plot_lengths(
                 raw.scores, path, title=config["title"], floor=unigram, footnote=note,
                 trained_length=length_study.trained_length(exp),
-                reference=config.get("position_reference"),
+                reference=_present(config.get("position_reference"), raw.scores),
             )  # fmt: skip
         else:
             exp, baseline = next(iter(raw.runs.values()))[0], config.get("baseline")
@@ -55,6 +55,11 @@ def figure(raw: RawStudy, curves: bool = False, *, page: Page) -> str:
     )
     n = f"n = {len(seeds)} seeds per line" + (f"; {spread}" if len(seeds) > 1 else "")
     return f"![{name}]({FIGURES}/{name}.png)\n\n*{n}.*"
+
+
+def _present(evaluation: str | None, scores: dict) -> str | None:
+    """`evaluation` if it has scores: a study in progress may not have scored it yet."""
+    return evaluation if evaluation in scores else None
 
 
 def length_table(raw: RawStudy, key: str = "loss") -> str:
