@@ -222,6 +222,15 @@ class ResultsPageTest(parameterized.TestCase):
         self.assertIn("![length_wikitext2_curves](results/length_wikitext2_curves.png)", curves)
         self.assertIn("bands: ±1 sample std", curves)
         self.assertEqual((bert, rope), ("not by step 200", "step 150"))
+        # Where the first evaluation is already there, it says the step is only a bound.
+        first = (
+            "<!-- generated: long_training_wikitext2 "
+            'reaches("RoPE (RoFormer)", "learned (BERT)") -->'
+        )
+        self.assertIn(
+            ">step 1,000 (its first evaluation: it may have been sooner)<",
+            results_page.render(first + "<!-- end generated -->", _RAW, changed=_unknown),
+        )
 
     def test_extremes_table_takes_a_dict_of_keys(self):
         text = ('<!-- generated: causal_wikitext2 extremes_table({"train/grad_norm": "max", '

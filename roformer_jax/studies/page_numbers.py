@@ -163,11 +163,16 @@ def below_from(raw: RawStudy, name: str, baseline: str) -> str:
 
 def reaches(raw: RawStudy, name: str, baseline: str) -> str:
     """ "step S" at which run `name`'s validation loss first reaches `baseline`'s final one
-    (tables.reaches), else "not by step N" (its last step)."""
-    step = tables.reaches(raw.results, name, baseline, _paired_key(raw))
+    (tables.reaches), said to be an upper bound where S is its first evaluation, else "not by
+    step N" (its last step)."""
+    key = _paired_key(raw)
+    step = tables.reaches(raw.results, name, baseline, key)
     if step is None:
         return f"not by step {raw.results[name][0][-1]['step']:,}"
-    return f"step {step:,}"
+    first = min(r["step"] for r in raw.results[name][0] if r.get(key) is not None)
+    return f"step {step:,}" + (
+        " (its first evaluation: it may have been sooner)" if step == first else ""
+    )
 
 
 def position_table(raw: RawStudy, run: str, *, page: Page) -> str:
