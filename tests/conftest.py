@@ -15,6 +15,9 @@ pytest-xdist's workers, so that the workers and every subprocess a test starts i
   end: a program that another test, worker or subprocess compiled is read back instead of
   compiled again (a model's train step built by two tests, a run redone by a resume test).
 
+Each flag is set only where this JAX's XLA knows it, asked of a child process (~1 s): XLA ends
+the process on a flag it does not know, and jax 0.11 has no fusion-emitter switch.
+
 float32 results can change in their last bits with these settings, inside every tolerance; the
 float64 references are unaffected at theirs. The suite's time: docs/speed.md, "The main command
 and the test suite".
@@ -23,6 +26,8 @@ and the test suite".
 import atexit
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
 import grid
@@ -31,12 +36,25 @@ _XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitte
 _CACHE_VARIABLE = "JAX_COMPILATION_CACHE_DIR"
 
 
+def _xla_accepts(flags: str) -> bool:
+    """Whether this JAX's XLA knows every flag: it aborts the process on one it does not (jax
+    0.11 dropped --xla_cpu_use_fusion_emitters, and every worker died at its first JAX call), so
+    a child process asks."""
+    probe = [sys.executable, "-c", "import jax; jax.devices('cpu')"]
+    env = {**os.environ, "XLA_FLAGS": flags}
+    return subprocess.run(probe, env=env, capture_output=True).returncode == 0
+
+
 def _set_flags() -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker: the controller's flags, inherited
+        return
     flags = os.environ.get("XLA_FLAGS", "")
-    for flag in _XLA_FLAGS:
-        if flag.split("=")[0] not in flags:  # a value the user set wins
-            flags = f"{flags} {flag}".strip()
-    os.environ["XLA_FLAGS"] = flags
+    ours = [flag for flag in _XLA_FLAGS if flag.split("=")[0] not in flags]  # the user's win
+    if _xla_accepts(" ".join([flags, *ours])):
+        known = ours
+    else:
+        known = [flag for flag in ours if _xla_accepts(f"{flags} {flag}")]
+    os.environ["XLA_FLAGS"] = " ".join([flags, *known]).strip()
 
 
 def _share_a_compilation_cache() -> None:
