@@ -2,9 +2,13 @@ r"""Retrains one run of a committed study at the current commit and compares it 
 
   python experiments/reproduce.py --raw_dir=docs/results/raw/causal_wikitext2 \
       --run="softmax + RoPE" --seed=0 --workdir=runs/reproduce/causal_wikitext2
+  python experiments/reproduce.py --raw_dir=docs/results/raw/positions_long_wikitext2 \
+      --run="learned (BERT)" --trained=docs/results/raw/positions_lr_sweep/BERT_lr_1e-3/seed0
 
 Reads the run's config.json from the study's raw folder, trains it afresh in --workdir (its
-data cached there too), and compares every metric of every logged step with the committed
+data cached there too), or takes --trained, a run of the same config trained already
+(another study's: the rate sweep's run at the rate the study used; its provenance.json names
+its commit and machine), and compares every metric of every logged step with the committed
 metrics.jsonl, the clocks (elapsed_s, tokens/s) aside. Writes reproduced.json beside the
 run's raw files: the commit and machine of the rerun, whether every value is bit-identical,
 and otherwise the largest difference of each metric. docs/results.md's `reproduced()`
@@ -29,6 +33,9 @@ _RAW_DIR = flags.DEFINE_string("raw_dir", None, "A study's raw folder (docs/resu
 _RUN = flags.DEFINE_string("run", None, "The run's name, as the study's tables print it.")
 _SEED = flags.DEFINE_integer("seed", 0, "Which seed of the run.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where to train it again (a new folder).")
+_TRAINED = flags.DEFINE_string(
+    "trained", None, "A run of the same config already trained (its folder): compare it instead."
+)
 
 
 def main(argv):
@@ -39,13 +46,20 @@ def main(argv):
         config = json.load(f)
     if config["train"].get("init_from"):
         raise ValueError(f"{raw} starts from another run (init_from): reproduce that one")
-    config["train"]["data_cache_dir"] = os.path.join(_WORKDIR.value, "data")
-    workdir = os.path.join(_WORKDIR.value, "run")
-    loop.train_and_evaluate(experiment_config_from_dict(config), workdir)
+    if _TRAINED.value:
+        workdir = _TRAINED.value
+        run_dirs.check_same_config(workdir, experiment_config_from_dict(config))
+        version = reproduction.trained_version(provenance.read(workdir))
+    elif _WORKDIR.value:
+        config["train"]["data_cache_dir"] = os.path.join(_WORKDIR.value, "data")
+        workdir = os.path.join(_WORKDIR.value, "run")
+        loop.train_and_evaluate(experiment_config_from_dict(config), workdir)
+        version = provenance.code_version() | {"machine": provenance.machine()}
+    else:
+        raise app.UsageError("give --workdir (train it again) or --trained (a run trained)")
     record = (
         reproduction.compare_records(metrics.read_metrics(raw), metrics.read_metrics(workdir))
-        | provenance.code_version()
-        | {"machine": provenance.machine()}
+        | version
     )
     with open(os.path.join(raw, reproduction.FILE), "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1)
@@ -54,6 +68,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    for name in ("raw_dir", "run", "workdir"):
+    for name in ("raw_dir", "run"):
         flags.mark_flag_as_required(name)
     runtime.run_main(main)

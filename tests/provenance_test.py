@@ -23,6 +23,14 @@ class ProvenanceTest(absltest.TestCase):
         self.assertEqual(sessions[0], first)
         self.assertEqual(first["machine"]["cpus"], os.cpu_count())
 
+    def test_the_cpu_model_says_avx512_from_the_flags_of_proc_cpuinfo(self):
+        info = "processor\t: 0\nmodel name\t: AMD EPYC 9654 \nflags\t\t: fpu sse2 avx2{}\n"
+        self.assertEqual(provenance.cpu_model(info.format(" avx512f avx512bw")),
+                         "AMD EPYC 9654, AVX-512")  # fmt: skip
+        self.assertEqual(provenance.cpu_model(info.format(" avx512_vnni_only")), "AMD EPYC 9654")
+        self.assertEqual(provenance.cpu_model(info.format("")), "AMD EPYC 9654")
+        self.assertIsInstance(provenance.machine()["cpu"], str)
+
     @absltest.skipUnless(os.path.isdir(os.path.join(_ROOT, ".git")), "not a git checkout")
     def test_code_changed_asks_git(self):
         head = subprocess.run(["git", "-C", _ROOT, "rev-parse", "HEAD"], capture_output=True,

@@ -46,5 +46,25 @@ class CompareRecordsTest(absltest.TestCase):
                          "logged train/grad_norm_max")  # fmt: skip
 
 
+class TrainedVersionTest(absltest.TestCase):
+    def _session(self, commit="abc", cpus=2):
+        return {"commit": commit, "dirty": False, "start_step": 0, "started": "today",
+                "machine": {"cpus": cpus, "backend": "cpu"}}  # fmt: skip
+
+    def test_one_version_over_its_sessions_is_the_reruns_fields(self):
+        resumed = {**self._session(), "start_step": 500, "started": "tomorrow"}
+        version = reproduction.trained_version({"sessions": [self._session(), resumed]})
+        self.assertEqual(version, {"commit": "abc", "dirty": False,
+                                   "machine": {"cpus": 2, "backend": "cpu"}})  # fmt: skip
+
+    def test_another_commit_or_machine_or_none_is_an_error(self):
+        for sessions in ([self._session(), self._session(commit="def")],
+                         [self._session(), self._session(cpus=8)], []):  # fmt: skip
+            with self.assertRaisesRegex(ValueError, "one code version"):
+                reproduction.trained_version({"sessions": sessions})
+        with self.assertRaisesRegex(ValueError, "one code version"):
+            reproduction.trained_version(None)
+
+
 if __name__ == "__main__":
     absltest.main()

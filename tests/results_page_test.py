@@ -132,6 +132,18 @@ class ResultsPageTest(parameterized.TestCase):
         self.assertIn(f"| causal_wikitext2 | 18 | 44 min 9 s | n/a | 1.5 {cell}", page)
         self.assertIn(sentence, page)
 
+    def test_the_header_names_the_kind_of_core_where_the_record_has_it(self):
+        raw = tiny.workdir()
+        shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
+        text = "<!-- generated: causal_wikitext2 header() --><!-- end generated -->"
+        self.assertIn(" 2 x86_64 cores, JAX", results_page.render(text, raw))  # before it did
+        path = f"{raw}/causal_wikitext2/study.json"
+        record = json.loads(_read(path))
+        record["machine"]["cpu"] = "AMD EPYC, AVX-512"
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(record, f)
+        self.assertIn(" 2 x86_64 cores (AMD EPYC, AVX-512), JAX", results_page.render(text, raw))
+
     def test_a_study_still_running_has_a_row_of_the_runs_it_has_exported(self):
         raw = tiny.workdir()
         shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
@@ -338,6 +350,10 @@ class ResultsPageTest(parameterized.TestCase):
         with open(path, "w", encoding="utf-8") as f:  # a rerun outside a git checkout
             json.dump(record | {"commit": None, "dirty": None}, f)
         self.assertIn("rerun at an unknown commit: bit-identical", results_page.render(text, raw))
+        with open(path, "w", encoding="utf-8") as f:  # the machine names its kind of core
+            json.dump(record | {"machine": {"cpu": "AMD EPYC, AVX-512"}}, f)
+        self.assertIn("rerun at abcabca on AMD EPYC, AVX-512: bit-identical",
+                      results_page.render(text, raw))  # fmt: skip
 
     @parameterized.named_parameters(
         ("unknown_kind", "causal_wikitext2 median() --><!-- end generated -->", "kind 'median'"),

@@ -228,6 +228,8 @@ def reproduced(raw: RawStudy, *, page: Page) -> str:
                 r = read_json(path)
                 commit = r["commit"][:7] if r["commit"] else "an unknown commit"
                 commit += " (uncommitted changes)" if r["dirty"] else ""
+                cpu = r.get("machine", {}).get("cpu")  # recorded since 2026-11-28
+                commit += f" on {cpu}" if cpu else ""
                 sentences.append(f"{run}, seed {cfg.seed}, rerun at {commit}: "
                                  f"{reproduction.summary(r)}.")  # fmt: skip
     return " ".join(sentences) or "Not rerun at a later commit."

@@ -46,8 +46,9 @@ def header(raw: RawStudy) -> str:
             if wall
             else "it ran in pieces, so no single wall time."
         )
+    kind = f" ({machine['cpu']})" if machine.get("cpu") else ""  # recorded since 2026-11-28
     line = (
-        f"Ran at {commit}{dirty}, {machine['cpus']} {machine['architecture']} cores, "
+        f"Ran at {commit}{dirty}, {machine['cpus']} {machine['architecture']} cores{kind}, "
         f"JAX {machine['jax']} ({machine['backend']}): {done} × n = "
         f"{len(raw.config['seeds'])} seeds; {when}"
     )

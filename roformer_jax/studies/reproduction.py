@@ -2,12 +2,15 @@
 
     record = compare_records(committed_records, rerun_records)   # metrics.jsonl records each
     summary(record)   # "bit-identical (200 steps, 12 metrics)" or the largest differences
+    trained_version(provenance_record)   # the commit and machine of a run trained elsewhere
 
 experiments/reproduce.py writes the record (plus the rerun's commit and machine) as
 reproduced.json beside the run's raw files; the results page quotes `summary`.
 """
 
 from __future__ import annotations
+
+import json
 
 FILE = "reproduced.json"
 CLOCKS = ("elapsed_s", "tokens_per_s")  # a key ending in one of these is a time, not a result
@@ -65,3 +68,17 @@ def summary(record: dict) -> str:
         if keys:
             text += f"; only {which} logged {', '.join(keys)}"
     return text
+
+
+def trained_version(provenance: dict | None) -> dict:
+    """{"commit", "dirty", "machine"} of a run trained in one code version, from its
+    provenance.json: the rerun's fields of a record whose rerun is a run already trained (in
+    another study, from the same config). A ValueError where it has no sessions, or resumed
+    at another commit or on another machine: such a run is not one version's numbers."""
+    keys = ("commit", "dirty", "machine")
+    sessions = (provenance or {}).get("sessions", [])
+    versions = {json.dumps({k: s.get(k) for k in keys}, sort_keys=True) for s in sessions}
+    if len(versions) != 1:
+        raise ValueError(f"a run trained in one code version has one, not {len(versions)}: "
+                         f"{sorted(versions)}")  # fmt: skip
+    return json.loads(versions.pop())

@@ -6,9 +6,10 @@
 `workdir/provenance.json` lists each session that trained the run (a resumed run adds one):
 the git commit of the package's checkout and whether it had uncommitted changes (None where
 the package is not a git checkout, e.g. installed from a wheel), the step it started from,
-the start time (UTC), and the machine: CPU count and architecture, JAX's version, backend and
-device kinds. A results page can then name the commit each study ran at, and tell whether
-the code changed since.
+the start time (UTC), and the machine: CPU count, architecture and model (with AVX-512 or
+not: XLA's CPU code, and so the last bits of float32 results, differ between kinds of core),
+JAX's version, backend and device kinds. A results page can then name the commit each study
+ran at, and tell whether the code changed since.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import subprocess
 
 import jax
@@ -54,10 +56,26 @@ def code_changed(commit: str) -> list[str] | None:
     return done.stdout.split() if done.returncode == 0 else None  # 128: an unknown commit
 
 
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The processor's model name, ", AVX-512" where it has it; platform.processor() where
+    there is no /proc/cpuinfo (not Linux). `cpuinfo`: that file's text, read if None."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return platform.processor() or "unknown"
+    model = re.search(r"^model name\s*:\s*(.*\S)", cpuinfo, re.MULTILINE)
+    flags = re.search(r"^flags\s*:(.*)$", cpuinfo, re.MULTILINE)
+    name = model.group(1) if model else platform.processor() or "unknown"
+    return name + (", AVX-512" if flags and "avx512f" in flags.group(1).split() else "")
+
+
 def machine() -> dict:
     return {
         "cpus": os.cpu_count(),
         "architecture": platform.machine(),
+        "cpu": cpu_model(),
         "jax": jax.__version__,
         "backend": jax.default_backend(),
         "devices": sorted({d.device_kind for d in jax.devices()}),
