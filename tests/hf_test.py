@@ -241,6 +241,14 @@ class SaveLoadTest(parameterized.TestCase):
                 hf.load_hf_roformer(d)
 
 
+# transformers 5.9 to 5.17 built RoFormerForCausalLM's mask without the causal part: each
+# token saw the tokens after it (5.8 and 5.18 on do not; checked on every release between).
+_HF_CAUSAL = (
+    f"transformers {transformers.__version__ if transformers else None}'s "
+    "RoFormerForCausalLM (5.9 to 5.17 attend to later tokens)"
+)
+
+
 def _hf_model(cls, seed, **config_overrides):
     torch.manual_seed(seed)
     config = transformers.RoFormerConfig(
@@ -313,16 +321,16 @@ class TransformersParityTest(parameterized.TestCase):
                 t = [torch.tensor(x) for x in (batch, mask, types)]
                 return theirs(t[0], attention_mask=t[1], token_type_ids=t[2]).logits.numpy()
 
-        real = mask.astype(bool)  # padded positions predict nothing; compare the real tokens
-        difference = np.abs(our_logits(ids)[real] - hf_logits(ids)[real]).max()
-        self.assertLessEqual(float(difference), PARITY_TOLERANCE)
         # Row 0 has no padding: a token changed at position 6 moves the logits from 6 on only.
         changed = ids.copy()
         changed[0, 6] = ids[0, 6] % 98 + 1
-        for logits in (our_logits, hf_logits):
+        for name, logits in (("ours", our_logits), (_HF_CAUSAL, hf_logits)):
             before, after = logits(ids)[0], logits(changed)[0]
-            np.testing.assert_allclose(after[:6], before[:6], atol=1e-6)
+            np.testing.assert_allclose(after[:6], before[:6], atol=1e-6, err_msg=name)
             self.assertGreater(float(np.abs(after[6:] - before[6:]).min()), 0.0)
+        real = mask.astype(bool)  # padded positions predict nothing; compare the real tokens
+        difference = np.abs(our_logits(ids)[real] - hf_logits(ids)[real]).max()
+        self.assertLessEqual(float(difference), PARITY_TOLERANCE)
 
     def test_greedy_generation_equals_transformers(self):
         theirs = _hf_model(transformers.RoFormerForCausalLM, 4, is_decoder=True)
@@ -387,7 +395,9 @@ class TransformersParityTest(parameterized.TestCase):
         with torch.no_grad():
             logits = theirs(*[torch.tensor(x) for x in (ids, mask, types)]).logits
         real = mask.astype(bool)
-        self.assertLessEqual(_max_diff(out.logits[real], logits[real]), PARITY_TOLERANCE)
+        self.assertLessEqual(
+            _max_diff(out.logits[real], logits[real]), PARITY_TOLERANCE, msg=_HF_CAUSAL
+        )
 
 
 # (HF class, its RoFormerConfig overrides); regression is sequence classification with one label.

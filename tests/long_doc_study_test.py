@@ -240,8 +240,10 @@ class CommandTest(absltest.TestCase):
         command = [sys.executable, script, f"--config={config}", f"--workdir={cls.workdir}",
                    f"--raw_dir={cls.raw}"]  # fmt: skip
         # conftest.py's compilation cache: cells of one shape (every RoFormer at 32 tokens)
-        # compile once
-        env = {**os.environ, "PYTHONPATH": _ROOT, "JAX_PLATFORMS": "cpu"}
+        # compile once. The repository root (configs/) goes before the user's PYTHONPATH, which
+        # may be where the dependencies are.
+        path = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, "PYTHONPATH": path, "JAX_PLATFORMS": "cpu"}
         cls.command, cls.env = command, env
         cls.first = cls.run_command()
         if cls.first.returncode:
