@@ -1,7 +1,9 @@
 """Tests for roformer_jax/training/provenance.py: the code and machine of each session."""
 
 import os
+import shutil
 import subprocess
+import tempfile
 from unittest import mock
 
 import tiny
@@ -50,6 +52,29 @@ class ProvenanceTest(absltest.TestCase):
         head = subprocess.run(["git", "-C", _ROOT, "rev-parse", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()  # fmt: skip
         self.assertEqual(provenance.code_version()["commit"], head)
+
+    def test_dirty_means_code_not_docs(self):
+        root = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, root)
+        for name in ("code.py", "docs/results.md"):
+            os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
+            with open(os.path.join(root, name), "w") as f:
+                f.write("one\n")
+
+        def git(*args):
+            subprocess.run(["git", "-C", root, "-c", "user.name=t", "-c", "user.email=t@t",
+                            *args], capture_output=True, check=True)  # fmt: skip
+
+        git("init", "-q")
+        git("add", "-A")
+        git("commit", "-qm", "first")
+        self.assertFalse(provenance.code_version(root)["dirty"])
+        with open(os.path.join(root, "docs/results.md"), "a") as f:
+            f.write("a study's raw output\n")
+        self.assertFalse(provenance.code_version(root)["dirty"])
+        with open(os.path.join(root, "code.py"), "a") as f:
+            f.write("a change\n")
+        self.assertTrue(provenance.code_version(root)["dirty"])
 
     def test_without_git_the_commit_is_unknown(self):
         with mock.patch.object(provenance.subprocess, "run", side_effect=FileNotFoundError):

@@ -4,7 +4,8 @@
     provenance.read(workdir)["sessions"][-1]["commit"]
 
 `workdir/provenance.json` lists each session that trained the run (a resumed run adds one):
-the git commit of the package's checkout and whether it had uncommitted changes (None where
+the git commit of the package's checkout and whether it had uncommitted changes outside docs/
+(the results a running study writes there are not what made them; None where
 the package is not a git checkout, e.g. installed from a wheel), the step it started from,
 the start time (UTC), and the machine: CPU count, architecture and model (with AVX-512 or
 not: XLA's CPU code, and so the last bits of float32 results, differ between kinds of core),
@@ -27,17 +28,20 @@ FILE = "provenance.json"
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def code_version() -> dict:
-    """{"commit": sha or None, "dirty": bool or None} of the checkout this package runs from."""
+def code_version(root: str = _ROOT) -> dict:
+    """{"commit": sha or None, "dirty": bool or None} of the checkout at root (by default the
+    one this package runs from); dirty: a tracked file outside docs/ differs from the commit."""
 
     def git(*args):
-        out = subprocess.run(["git", "-C", _ROOT, *args], capture_output=True, text=True,
+        out = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
                              timeout=10, check=True)  # fmt: skip
         return out.stdout.strip()
 
     try:
         commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        # A study rewrites its own raw files under docs/results/raw as it goes: a run begun after
+        # them would otherwise count as uncommitted code.
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs"))
     except (OSError, subprocess.SubprocessError):  # no git, or not a checkout
         return {"commit": None, "dirty": None}
     return {"commit": commit, "dirty": dirty}
