@@ -3,12 +3,13 @@
   python experiments/compare.py --config=configs/study_positions_lr.py:sweep \\
       --workdir=runs/positions_lr --raw_dir=docs/results/raw/positions_lr_sweep
   python experiments/compare.py \\
-      --config=configs/study_positions_lr.py:best,BERT=3e-4,RoPE=1e-3,sinusoidal=2e-3 \\
+      --config=configs/study_positions_lr.py:best,BERT=1e-3/500,RoPE=1e-3,sinusoidal=1e-3/500 \\
       --workdir=runs/positions_lr --raw_dir=docs/results/raw/positions_lr_best
   python experiments/position_table.py --workdir=runs/positions_lr \\
       --raw_dir=docs/results/raw/positions_lr_best
-  (the rates of the second command are each model's best of the sweep, seed 0, by its final
-  validation loss; ",runlocal" after either checks the wiring in seconds)
+  (the second command's settings are each model's best of the sweep, seed 0, by its final
+  validation loss: a rate, and "/500" where the warm-up of 500 steps did better than 100;
+  ",runlocal" after either checks the wiring in seconds)
 
 Section 1 (configs/study_positions_long.py, WikiText-2, 2,000 steps of 16 x 128, warm-up 100
 steps then a constant rate) serves one rate, 1e-3, to every encoding, and post-LN BERT at
@@ -17,9 +18,9 @@ the fixed sinusoid at 3e-4, 1e-3 and 2e-3; each at 1e-3 with a warm-up of 500 st
 quarter of the run); BERT's trainable table started at the sinusoid ("learned_sinusoid",
 embeddings x √E as the sinusoid's): at step 0 the sinusoidal model, then free to move; and
 ALiBi with section 1's 2 heads (slopes 1/16, 1/256) beside 8 heads of 16 (the paper's 1/2 to
-1/256). `:best,<model>=<rate>,...` trains the three at their best rates, the table started
-at the sinusoid and both ALiBis, 3 seeds each (seed 0 is the sweep's run, cached when the
-rate is the same), with BERT at its best as the paired tables' baseline.
+1/256). `:best,<model>=<rate>[/<warm-up>],...` trains the three at their best settings,
+the table started at the sinusoid and both ALiBis, 3 seeds each (seed 0 is the sweep's run,
+cached: the same name and config), with BERT at its best as the paired tables' baseline.
 
 Budget: 15 runs of 2,000 steps for the sweep and 12 more for `:best`, about 10 min each on 2
 quiet cores (section 1's 15 runs took 3 h 4 min, partly on shared cores): about 4.5 h.
@@ -43,8 +44,9 @@ ALIBI = {"ALiBi, 2 heads": study_positions_long.RUNS["ALiBi"],
          "ALiBi, 8 heads": {"model": {"position": "alibi", "num_heads": 8}}}  # fmt: skip
 
 
-def _at(model: str, rate: float, warmup: int | None = None) -> tuple[str, dict]:
+def _at(model: str, rate: float, warmup: float | None = None) -> tuple[str, dict]:
     # "BERT, lr 3e-4": no dots (ConfigDict keys cannot hold them)
+    warmup = int(warmup) if warmup else None
     name = f"{model}, lr {rate:.0e}".replace("e-0", "e-") + (
         f", warm-up {warmup}" if warmup else ""
     )
@@ -67,11 +69,13 @@ def get_config(arg=None):
         best = dict(w.split("=") for w in rest)
         if sorted(best) != sorted(MODELS):
             raise ValueError(f"':best' needs a rate for each of {sorted(MODELS)}, got {arg!r}")
-        runs = dict(_at(m, float(best[m])) for m in MODELS)
+        # "1e-3/500": the rate 1e-3 with a warm-up of 500 steps
+        runs = dict(_at(m, *map(float, best[m].split("/"))) for m in MODELS)
         baseline = next(iter(runs))
     else:
         raise ValueError(f"config argument {arg!r}: 'sweep' or 'best,BERT=..,RoPE=..,"
-                         "sinusoidal=..' (then ',runlocal' for a smoke run)")  # fmt: skip
+                         "sinusoidal=..' (a rate, '/500' after it for a warm-up of 500; "
+                         "then ',runlocal' for a smoke run)")  # fmt: skip
     runs["BERT from the sinusoid"] = FROM_SINUSOID
     runs |= ALIBI
     config.runs = ConfigDict(runs, sort_keys=False)

@@ -110,6 +110,21 @@ class ConfigsTest(parameterized.TestCase):
                 for spec in config.evaluations.values():
                     self.assertIn(spec.run, config.runs)
 
+    def test_positions_lr_best_reuses_the_sweeps_seed_0(self):
+        sweep = study.study_runs(_load("study_positions_lr", "sweep"))
+        best = study.study_runs(
+            _load("study_positions_lr", "best,BERT=1e-3/500,RoPE=1e-3,sinusoidal=1e-3/500")
+        )
+        self.assertEqual(
+            list(best)[:3],
+            ["BERT, lr 1e-3, warm-up 500", "RoPE, lr 1e-3", "sinusoidal, lr 1e-3, warm-up 500"],
+        )
+        for name, seeds in best.items():
+            self.assertEqual([c.seed for c in seeds], [0, 1, 2])
+            self.assertEqual(seeds[0], sweep[name][0], name)  # so seed 0 is cached
+        with self.assertRaisesRegex(ValueError, "a rate for each"):
+            _load("study_positions_lr", "best,BERT=1e-3")
+
     @parameterized.parameters("study_positions_long", "study_linear_long")
     def test_long_studies_meet_issue_17(self, name):
         # >= 2,000 steps, a rate that does not anneal to zero, >= 10 points per curve,
