@@ -10,7 +10,8 @@ masked as its evaluation masks them) until --tokens, and
 <run>/seed<k>/attention_distance_<length>.json gets, for each layer and head, the mean
 weight a query puts on one key at each distance r = 0 .. length - 1
 (studies/attention_distance.py), beside the pair counts and 1/length (uniform attention).
-With --raw_dir, a copy goes to the study's raw folder, which the results page reads.
+With --raw_dir, only the runs of that study (its study.json) are read, and a copy goes to its
+raw folder, which the results page reads.
 """
 
 import os
@@ -24,7 +25,7 @@ sys.path.insert(0, _ROOT)
 
 from roformer_jax.data.corpus import load_corpus  # noqa: E402
 from roformer_jax.data.length_eval import length_eval_set  # noqa: E402
-from roformer_jax.studies import attention_distance, run_dirs  # noqa: E402
+from roformer_jax.studies import attention_distance, run_dirs, study_record  # noqa: E402
 from roformer_jax.training import runs, runtime  # noqa: E402
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A study's workdir (compare.py --workdir).")
@@ -69,7 +70,7 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     name = f"attention_distance_{_LENGTH.value}.json"
     found = 0
-    for run in run_dirs.trained_runs(_WORKDIR.value):
+    for run in study_record.trained_runs(_WORKDIR.value, _RAW_DIR.value):
         record = _read(run)
         if record is None:
             continue

@@ -7,7 +7,8 @@ For every run under --workdir whose model learns a position table (BERT's "learn
 "learned_sinusoid"), the table of its newest checkpoint is compared with the one the run
 started from, redone from its seed (runs.run_rngs), by studies.position_table.table_change;
 the word table likewise, for scale. Each run gets <run>/seed<k>/position_table.json in
---workdir and, with --raw_dir, in the study's raw folder, where docs/results.md's
+--workdir and, with --raw_dir (then only the runs that study lists: a sweep and its best
+share a workdir), in the study's raw folder, where docs/results.md's
 `position_table()` marker reads it; with --every_checkpoint, also position_table_steps.json,
 the same for every checkpoint the run keeps (`position_table_steps()`). Needs the
 checkpoints, which are not committed: the raw file is what the page is rebuilt from.
@@ -23,7 +24,7 @@ from absl import app, flags, logging
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)
 
-from roformer_jax.studies import run_dirs  # noqa: E402
+from roformer_jax.studies import run_dirs, study_record  # noqa: E402
 from roformer_jax.studies.position_table import POSITION_TABLE_FILE as FILE  # noqa: E402
 from roformer_jax.studies.position_table import POSITION_TABLE_STEPS_FILE as STEPS_FILE  # noqa: E402
 from roformer_jax.studies.position_table import table_change  # noqa: E402
@@ -70,7 +71,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     found = 0
-    for run in run_dirs.trained_runs(_WORKDIR.value):
+    for run in study_record.trained_runs(_WORKDIR.value, _RAW_DIR.value):
         records = _changes(run, _EVERY.value)
         if records is None:
             continue

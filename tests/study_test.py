@@ -11,7 +11,7 @@ from unittest import mock
 import numpy as np
 from absl.testing import absltest
 
-from roformer_jax.studies import compare_report, raw_files, run_dirs, study, tables
+from roformer_jax.studies import compare_report, raw_files, run_dirs, study, study_record, tables
 from roformer_jax.training.config import experiment_config_from_dict
 
 
@@ -372,6 +372,12 @@ class StudyTest(absltest.TestCase):
         for folder in (found[2], os.path.join(raw, "b", "seed1")):
             with open(os.path.join(folder, "reading.json"), encoding="utf-8") as f:
                 self.assertEqual(json.load(f), {"x": 1})
+        # A study that shares the workdir reads its own runs only.
+        study_record.write(raw, {"config": {"runs": {"b": {}}, "seeds": [1]}})
+        self.assertEqual(study_record.trained_runs(workdir, raw), [found[2]])
+        self.assertEqual(study_record.trained_runs(workdir), found)
+        with self.assertRaisesRegex(FileNotFoundError, "a study's raw folder"):
+            study_record.trained_runs(workdir, workdir)
 
     def test_holm_text_keeps_what_survives_the_family(self):
         family = {

@@ -158,6 +158,25 @@ def read_raw(raw_dir: str) -> RawStudy:
     return RawStudy(name, record, runs, results, scores, commits)
 
 
+def trained_runs(workdir: str, raw_dir: str | None = None) -> list[str]:
+    """run_dirs.trained_runs(workdir); with raw_dir, only the runs its study.json lists (its
+    runs x seeds). Two studies can share a workdir (a sweep and the best of it: the seeds they
+    share are trained once), and a reading of one study's runs must not land in the other's
+    raw folder."""
+    found = run_dirs.trained_runs(workdir)
+    if raw_dir is None:
+        return found
+    path = os.path.join(raw_dir, FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: --raw_dir must be a study's raw folder (its --raw_dir)")
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)["config"]
+    listed = {
+        run_dirs.run_dir(workdir, n, seed) for n in config["runs"] for seed in config["seeds"]
+    }
+    return [d for d in found if d in listed]
+
+
 def _read_config(directory: str) -> ExperimentConfig:
     with open(os.path.join(directory, "config.json"), encoding="utf-8") as f:
         return experiment_config_from_dict(json.load(f))
