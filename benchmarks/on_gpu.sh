@@ -4,14 +4,14 @@
 # nn/_attention_cpu.py) and cuDNN's fused attention (attention_core.py) is the one the CPU
 # runs, so this checks that the tolerances hold on another backend and times it.
 #
-#     bash benchmarks/on_gpu.sh OUT_DIR [PYTEST_SECONDS]    # about 9 min with the default 210
+#     bash benchmarks/on_gpu.sh OUT_DIR [PYTEST_SECONDS]    # about 9 min with the default 240
 #
 # Writes OUT_DIR/devices.txt, pytest.log and one JSON-lines file per benchmark (their --report
 # or the tables they print read them). Each step has a time limit, so that a slow or hung step
 # still leaves the others' results.
 set -uo pipefail
 out=${1:?usage: bash benchmarks/on_gpu.sh OUT_DIR [PYTEST_SECONDS]}
-pytest_seconds=${2:-210}
+pytest_seconds=${2:-240}
 mkdir -p "$out"
 # Many test processes share one GPU: each takes memory as it needs it, not 75% up front.
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
@@ -24,21 +24,14 @@ print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version
 print(jax.devices())"
 } 2>&1 | tee "$out/devices.txt"
 
-# -v names each test as it ends, and SIGINT at the limit lets pytest write its summary and
-# the cache of what failed.
-cache=$(mktemp -d)
-timeout -s INT -k 30 "$pytest_seconds" python3 -m pytest -v -n 14 --timeout=150 \
-  -o cache_dir="$cache" tests > "$out/pytest.log" 2>&1
+# -v names each test as it ends, and SIGINT at the limit lets pytest write its summary.
+# tests/conftest.py sets float32 matmuls to 'highest' precision (not TF32) and XLA's
+# deterministic GPU ops, so what fails here is not those (docs/speed.md, "On a GPU").
+timeout -s INT -k 30 "$pytest_seconds" python3 -m pytest -v -n 14 --timeout=150 tests \
+  > "$out/pytest.log" 2>&1
 echo "pytest exit $? (124: stopped at ${pytest_seconds} s)"
 grep -cE " PASSED " "$out/pytest.log"
 grep -E " (FAILED|ERROR) " "$out/pytest.log" | sed 's/.* \(FAILED\|ERROR\) //' | head -60
-# The failures again with float32 matmuls in float32: JAX's default on this GPU rounds their
-# inputs to TF32 (the matmul reference runs at TF32's rate), which tolerances derived for
-# float32 need not survive. What still fails is something else.
-JAX_DEFAULT_MATMUL_PRECISION=highest timeout -s INT -k 30 90 python3 -m pytest -q -n 14 \
-  --timeout=100 -o cache_dir="$cache" --lf --lfnf=none tests > "$out/pytest_highest.log" 2>&1
-echo "== the failures at matmul precision 'highest': exit $?"
-grep -E "^(FAILED|ERROR)|passed|failed" "$out/pytest_highest.log" | tail -30
 
 bench() {  # seconds, script, flags...
   local seconds=$1 script=$2
@@ -47,6 +40,7 @@ bench() {  # seconds, script, flags...
   timeout -k 10 "$seconds" python3 "benchmarks/$script.py" --output="$out/$script.jsonl" "$@" 2>&1 \
     | grep -v "^I[0-9]\{4\}" | tail -30
 }
-bench 100 train_step --mlm_head=targets --documents=open --rounds=3
+# Each benchmark prints its table at its end: a limit it reaches loses the whole table.
+bench 150 train_step --mlm_head=targets --documents=open --rounds=3
 bench 40 rope
-bench 60 decode --quick
+bench 120 decode --quick
