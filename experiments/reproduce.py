@@ -49,14 +49,15 @@ def main(argv):
     if _TRAINED.value:
         workdir = _TRAINED.value
         run_dirs.check_same_config(workdir, experiment_config_from_dict(config))
-        version = reproduction.trained_version(provenance.read(workdir))
     elif _WORKDIR.value:
         config["train"]["data_cache_dir"] = os.path.join(_WORKDIR.value, "data")
         workdir = os.path.join(_WORKDIR.value, "run")
         loop.train_and_evaluate(experiment_config_from_dict(config), workdir)
-        version = provenance.code_version() | {"machine": provenance.machine()}
     else:
         raise app.UsageError("give --workdir (train it again) or --trained (a run trained)")
+    # Either way the rerun's own provenance names its version: a retrain resumed from an
+    # earlier sitting at another commit is no one commit's numbers, and is refused.
+    version = reproduction.trained_version(provenance.read(workdir))
     record = (
         reproduction.compare_records(metrics.read_metrics(raw), metrics.read_metrics(workdir))
         | version

@@ -1,8 +1,17 @@
 """Tests for roformer_jax/studies/reproduction.py: a rerun's metrics against the record's."""
 
+import json
+import os
+import subprocess
+import sys
+
+import tiny
 from absl.testing import absltest
 
-from roformer_jax.studies import reproduction
+from roformer_jax.studies import raw_files, reproduction, run_dirs
+from roformer_jax.training import loop, provenance
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _records(loss=(2.0, 1.5), clock=(1.0, 2.0)):
@@ -64,6 +73,48 @@ class TrainedVersionTest(absltest.TestCase):
                 reproduction.trained_version({"sessions": sessions})
         with self.assertRaisesRegex(ValueError, "one code version"):
             reproduction.trained_version(None)
+
+
+class CommandTest(absltest.TestCase):
+    """experiments/reproduce.py on a 3-step tiny run: retrained, and read from a run trained."""
+
+    def test_a_rerun_is_compared_and_names_its_own_version(self):
+        tmp = tiny.workdir("reproduce_test_")
+        cfg = tiny.experiment_config(
+            data__source=tiny.corpus(tmp), data__seq_len=32, data__valid_lengths=(32,),
+            data__max_chars=None, model__num_layers=1, optim__warmup_steps=1, train__steps=3,
+            train__batch_size=4, train__log_every=1, train__eval_every=3, train__eval_batches=1,
+            train__checkpoint_every=3, train__data_cache_dir=os.path.join(tmp, "data"),
+        )  # fmt: skip
+        first, raw_root = os.path.join(tmp, "first"), os.path.join(tmp, "raw")
+        loop.train_and_evaluate(cfg, first)
+        raw = run_dirs.run_dir(raw_root, "r", cfg.seed)
+        raw_files.export_run(first, raw)
+        again = os.path.join(tmp, "again")
+        for where in (f"--workdir={again}", f"--trained={first}"):
+            command = [sys.executable, os.path.join(_ROOT, "experiments", "reproduce.py"),
+                       f"--raw_dir={raw_root}", "--run=r", f"--seed={cfg.seed}", where]  # fmt: skip
+            done = subprocess.run(command, capture_output=True, text=True)
+            self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+            with open(os.path.join(raw, reproduction.FILE), encoding="utf-8") as f:
+                record = json.load(f)
+            self.assertTrue(record["identical"], where)
+            self.assertEqual(record["steps"], 3)
+            session = provenance.read(os.path.join(again, "run"))["sessions"][0]
+            self.assertEqual(record["commit"], session["commit"])
+            self.assertEqual(record["machine"], session["machine"])
+        # A rerun resumed at another commit is not one version's numbers.
+        path = os.path.join(again, "run", provenance.FILE)
+        with open(path, encoding="utf-8") as f:
+            sessions = json.load(f)
+        sessions["sessions"].append({**session, "commit": "another", "start_step": 2})
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(sessions, f)
+        for where in (f"--workdir={again}", f"--trained={os.path.join(again, 'run')}"):
+            command[-1] = where  # --workdir: the run is there, finished, and not retrained
+            done = subprocess.run(command, capture_output=True, text=True)
+            self.assertNotEqual(done.returncode, 0, where)
+            self.assertIn("one code version", done.stderr, where)
 
 
 if __name__ == "__main__":
