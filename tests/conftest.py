@@ -16,7 +16,8 @@ pytest-xdist's workers, so that the workers and every subprocess a test starts i
   TF32, and on an H200 108 of the 118 tests that failed at the default passed at 'highest') and
   `--xla_gpu_deterministic_ops=true` (without it a resumed run's metrics differed from an
   uninterrupted run's in their last digits there; tests/loop_test.py, tests/finetuning_test.py).
-  Neither changes what the CPU computes.
+  On a CPU, 'highest' left float32 and bfloat16 matmuls bit-identical, and XLA's CPU backend
+  does not read an `xla_gpu_*` flag.
 - One persistent compilation cache for the whole session, in a temporary folder removed at the
   end: a program that another test, worker or subprocess compiled is read back instead of
   compiled again (a model's train step built by two tests, a run redone by a resume test).
