@@ -11,15 +11,7 @@ import os
 import numpy as np
 
 from roformer_jax.nn import rope_reference
-from roformer_jax.studies import (
-    compare_report,
-    length_study,
-    page_provenance,
-    plots,
-    reproduction,
-    run_dirs,
-    tables,
-)
+from roformer_jax.studies import compare_report, length_study, plots, reproduction, run_dirs, tables
 from roformer_jax.studies.page_source import Page, read_json
 from roformer_jax.studies.position_table import POSITION_TABLE_FILE, POSITION_TABLE_STEPS_FILE
 from roformer_jax.studies.study_record import RawStudy
@@ -228,12 +220,18 @@ def reproduced(raw: RawStudy, *, page: Page) -> str:
     """What the study's reruns at a later commit gave (experiments/reproduce.py), one
     sentence per rerun run; "not rerun" when there is none."""
     sentences = []
-    for run, seed, r in page_provenance.reruns(raw, page):
-        commit = r["commit"][:7] if r["commit"] else "an unknown commit"
-        commit += " (uncommitted changes)" if r["dirty"] else ""
-        cpu = r.get("machine", {}).get("cpu")  # recorded since 2026-11-28
-        commit += f" on {cpu}" if cpu else ""
-        sentences.append(f"{run}, seed {seed}, rerun at {commit}: {reproduction.summary(r)}.")
+    for run, seeds in raw.runs.items():
+        for cfg in seeds:
+            folder = run_dirs.run_dir(os.path.join(page.raw_root, raw.name), run, cfg.seed)
+            path = os.path.join(folder, reproduction.FILE)
+            if os.path.exists(path):
+                r = read_json(path)
+                commit = r["commit"][:7] if r["commit"] else "an unknown commit"
+                commit += " (uncommitted changes)" if r["dirty"] else ""
+                cpu = r.get("machine", {}).get("cpu")  # recorded since 2026-11-28
+                commit += f" on {cpu}" if cpu else ""
+                sentences.append(f"{run}, seed {cfg.seed}, rerun at {commit}: "
+                                 f"{reproduction.summary(r)}.")  # fmt: skip
     return " ".join(sentences) or "Not rerun at a later commit."
 
 

@@ -2,15 +2,13 @@
 command), whether the code changed since (staleness from git) and every study's wall time.
 
 Staleness: `stale` marks a study whose oldest commit (of its runs' training sessions, else
-study.json's) differs from HEAD in roformer_jax/ or configs/ and counts the files (`git diff
---name-only <commit> HEAD -- roformer_jax configs`), or says "commit unknown" without git or
-the commit; "Not stale" where one of its runs, retrained at a commit whose library (the lab,
-roformer_jax/studies/, aside) and configs/ are HEAD's (experiments/reproduce.py), logged the
-same numbers bit for bit. results_page.differences blanks those marks on both sides before
-comparing: the check asks whether the page's numbers are what the raw files give, which a
-commit to the code does not change; a check that failed on every such commit could only be
-fixed by rerunning the studies, and would teach everyone to ignore it. Writing the page
-refreshes the marks.
+study.json's) differs from HEAD in roformer_jax/ or configs/ and counts the files
+(`git diff --name-only <commit> HEAD -- roformer_jax configs`), or says "commit unknown"
+without git or the commit. results_page.differences blanks those marks on both sides
+before comparing: the check asks whether the page's numbers are what the raw files give,
+which a commit to the code does not change; a check that failed on every such commit could
+only be fixed by rerunning the studies, and would teach everyone to ignore it. Writing the
+page refreshes the marks.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ import os
 import shlex
 import textwrap
 
-from roformer_jax.studies import reproduction, run_dirs, study_record, tables, vit_study
+from roformer_jax.studies import study_record, tables, vit_study
 from roformer_jax.studies.page_source import Page, read_json
 from roformer_jax.studies.study_record import RawStudy
 from roformer_jax.training import metrics as metrics_lib
@@ -62,9 +60,6 @@ def header(raw: RawStudy) -> str:
     return line + "\n\n    " + " \\\n        ".join(command)
 
 
-_LAB = "roformer_jax/studies/"
-
-
 def stale(raw: RawStudy, *, page: Page) -> str:
     """Whether the code changed since the study ran, with how much and the command that lists
     it, so that a reader can judge whether it touches the study's numbers."""
@@ -76,32 +71,10 @@ def stale(raw: RawStudy, *, page: Page) -> str:
         return "(commit unknown: cannot tell whether the code changed since)"
     if not changed:
         return f"The code is as at {_short(commit)}."
-    files = (f"{len(changed)} files of roformer_jax/ and configs/ changed since {_short(commit)} "
-             f"(`git diff --stat {_short(commit)} HEAD -- roformer_jax configs`)")  # fmt: skip
-    # A run retrained bit for bit on today's code shows that those changes leave its numbers
-    # as they were (issue 31, item 6). Today's code, for a rerun, leaves out the lab
-    # (roformer_jax/studies/): it reports runs and starts them from their config.json, and
-    # writes no number of the metrics a rerun compares.
-    for run, seed, rerun in reruns(raw, page):
-        if rerun["identical"] and rerun["commit"] and not rerun["dirty"]:
-            since = page.changed(rerun["commit"])
-            if since is not None and not [f for f in since if not f.startswith(_LAB)]:
-                return (f"Not stale: {files}, but {run}, seed {seed}, retrained on today's "
-                        "code, logs the same numbers bit for bit (below).")  # fmt: skip
-    return f"**Stale:** {files}."
-
-
-def reruns(raw: RawStudy, page: Page) -> list[tuple[str, int, dict]]:
-    """(run, seed, reproduced.json) for each of the study's runs retrained at a later commit
-    (experiments/reproduce.py), in the study's order."""
-    found = []
-    for run, seeds in raw.runs.items():
-        for cfg in seeds:
-            folder = run_dirs.run_dir(os.path.join(page.raw_root, raw.name), run, cfg.seed)
-            path = os.path.join(folder, reproduction.FILE)
-            if os.path.exists(path):
-                found.append((run, cfg.seed, read_json(path)))
-    return found
+    return (
+        f"**Stale:** {len(changed)} files of roformer_jax/ and configs/ changed since "
+        f"{_short(commit)} (`git diff --stat {_short(commit)} HEAD -- roformer_jax configs`)."
+    )
 
 
 def _training_s(raw: RawStudy) -> float:
