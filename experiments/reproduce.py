@@ -4,6 +4,8 @@ r"""Retrains one run of a committed study at the current commit and compares it 
       --run="softmax + RoPE" --seed=0 --workdir=runs/reproduce/causal_wikitext2
   python experiments/reproduce.py --raw_dir=docs/results/raw/positions_long_wikitext2 \
       --run="learned (BERT)" --trained=docs/results/raw/positions_lr_sweep/BERT_lr_1e-3/seed0
+  python experiments/reproduce.py --raw_dir=docs/results/raw/long_doc_pairs --run=MLM \
+      --init_from=runs/reproduce/long_doc_pilot/run --workdir=runs/reproduce/long_doc_pairs
 
 Reads the run's config.json from the study's raw folder, trains it afresh in --workdir (its
 data cached there too), or takes --trained, a run of the same config trained already
@@ -14,6 +16,11 @@ run's raw files: the commit and machine of the rerun, whether every value is bit
 and otherwise the largest difference of each metric. docs/results.md's `reproduced()`
 marker reads it into the study's header, so that a page whose header names an older commit
 says whether the current one gives the same numbers (issue 31, item 6).
+
+A run that starts from another run's parameters (train.init_from) starts, retrained, from
+--init_from: that run retrained by this command at the same commit (its --workdir's run/);
+a start trained in another version is refused, since the two would be no one version's
+numbers.
 """
 
 import json
@@ -33,6 +40,9 @@ _RAW_DIR = flags.DEFINE_string("raw_dir", None, "A study's raw folder (docs/resu
 _RUN = flags.DEFINE_string("run", None, "The run's name, as the study's tables print it.")
 _SEED = flags.DEFINE_integer("seed", 0, "Which seed of the run.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where to train it again (a new folder).")
+_INIT_FROM = flags.DEFINE_string(
+    "init_from", None, "For a run that starts from another: that run retrained (its folder)."
+)
 _TRAINED = flags.DEFINE_string(
     "trained", None, "A run of the same config already trained (its folder): compare it instead."
 )
@@ -44,8 +54,15 @@ def main(argv):
     raw = run_dirs.run_dir(_RAW_DIR.value, _RUN.value, _SEED.value)
     with open(os.path.join(raw, "config.json"), encoding="utf-8") as f:
         config = json.load(f)
+    start = None
     if config["train"].get("init_from"):
-        raise ValueError(f"{raw} starts from another run (init_from): reproduce that one")
+        if not _INIT_FROM.value:
+            raise app.UsageError(f"{raw} starts from another run (train.init_from): reproduce "
+                                 "that one, then give its folder as --init_from")  # fmt: skip
+        config["train"]["init_from"] = _INIT_FROM.value
+        start = reproduction.trained_version(provenance.read(_INIT_FROM.value))
+    elif _INIT_FROM.value:
+        raise app.UsageError(f"{raw} starts from scratch: --init_from has nothing to replace")
     if _TRAINED.value:
         workdir = _TRAINED.value
         run_dirs.check_same_config(workdir, experiment_config_from_dict(config))
@@ -58,6 +75,9 @@ def main(argv):
     # Either way the rerun's own provenance names its version: a retrain resumed from an
     # earlier sitting at another commit is no one commit's numbers, and is refused.
     version = reproduction.trained_version(provenance.read(workdir))
+    if start is not None and start != version:
+        raise ValueError(f"the rerun ({version}) started from a run of another version "
+                         f"({start}): not one version's numbers")  # fmt: skip
     record = (
         reproduction.compare_records(metrics.read_metrics(raw), metrics.read_metrics(workdir))
         | version

@@ -78,26 +78,38 @@ class TrainedVersionTest(absltest.TestCase):
 class CommandTest(absltest.TestCase):
     """experiments/reproduce.py on a 3-step tiny run: retrained, and read from a run trained."""
 
-    def test_a_rerun_is_compared_and_names_its_own_version(self):
-        tmp = tiny.workdir("reproduce_test_")
+    def _trained(self, tmp: str, name: str, **overrides) -> tuple[str, str]:
+        """(its workdir, the raw root) of a 3-step tiny run `name` trained and exported."""
         cfg = tiny.experiment_config(
             data__source=tiny.corpus(tmp), data__seq_len=32, data__valid_lengths=(32,),
             data__max_chars=None, model__num_layers=1, optim__warmup_steps=1, train__steps=3,
             train__batch_size=4, train__log_every=1, train__eval_every=3, train__eval_batches=1,
             train__checkpoint_every=3, train__data_cache_dir=os.path.join(tmp, "data"),
+            **overrides,
         )  # fmt: skip
-        first, raw_root = os.path.join(tmp, "first"), os.path.join(tmp, "raw")
-        loop.train_and_evaluate(cfg, first)
-        raw = run_dirs.run_dir(raw_root, "r", cfg.seed)
-        raw_files.export_run(first, raw)
+        workdir, raw_root = os.path.join(tmp, name), os.path.join(tmp, "raw")
+        loop.train_and_evaluate(cfg, workdir)
+        raw_files.export_run(workdir, run_dirs.run_dir(raw_root, name, cfg.seed))
+        return workdir, raw_root
+
+    def _reproduce(self, raw_root: str, run: str, *flags: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, os.path.join(_ROOT, "experiments", "reproduce.py"),
+                   f"--raw_dir={raw_root}", f"--run={run}", "--seed=0", *flags]  # fmt: skip
+        return subprocess.run(command, capture_output=True, text=True)
+
+    def _record(self, raw_root: str, run: str) -> dict:
+        path = os.path.join(run_dirs.run_dir(raw_root, run, 0), reproduction.FILE)
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+
+    def test_a_rerun_is_compared_and_names_its_own_version(self):
+        tmp = tiny.workdir("reproduce_test_")
+        first, raw_root = self._trained(tmp, "r")
         again = os.path.join(tmp, "again")
         for where in (f"--workdir={again}", f"--trained={first}"):
-            command = [sys.executable, os.path.join(_ROOT, "experiments", "reproduce.py"),
-                       f"--raw_dir={raw_root}", "--run=r", f"--seed={cfg.seed}", where]  # fmt: skip
-            done = subprocess.run(command, capture_output=True, text=True)
+            done = self._reproduce(raw_root, "r", where)
             self.assertEqual(done.returncode, 0, done.stderr[-3000:])
-            with open(os.path.join(raw, reproduction.FILE), encoding="utf-8") as f:
-                record = json.load(f)
+            record = self._record(raw_root, "r")
             self.assertTrue(record["identical"], where)
             self.assertEqual(record["steps"], 3)
             session = provenance.read(os.path.join(again, "run"))["sessions"][0]
@@ -111,10 +123,37 @@ class CommandTest(absltest.TestCase):
         with open(path, "w", encoding="utf-8") as f:
             json.dump(sessions, f)
         for where in (f"--workdir={again}", f"--trained={os.path.join(again, 'run')}"):
-            command[-1] = where  # --workdir: the run is there, finished, and not retrained
-            done = subprocess.run(command, capture_output=True, text=True)
+            # --workdir: the run is there, finished, and not retrained
+            done = self._reproduce(raw_root, "r", where)
             self.assertNotEqual(done.returncode, 0, where)
             self.assertIn("one code version", done.stderr, where)
+
+    def test_a_run_started_from_another_starts_from_that_ones_rerun(self):
+        tmp = tiny.workdir("reproduce_test_")
+        first, raw_root = self._trained(tmp, "a")
+        self._trained(tmp, "b", train__init_from=first)
+        again = os.path.join(tmp, "again_b")
+        done = self._reproduce(raw_root, "b", f"--workdir={again}")
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("--init_from", done.stderr)
+        # a, moved, stands in for its rerun (trained at this commit, on this machine): b's
+        # record names a's old folder, which must not be read.
+        rerun = os.path.join(tmp, "a_rerun")
+        os.rename(first, rerun)
+        done = self._reproduce(raw_root, "b", f"--workdir={again}", f"--init_from={rerun}")
+        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+        self.assertTrue(self._record(raw_root, "b")["identical"])
+        # A start trained in another version: b's rerun is no one version's numbers.
+        other = os.path.join(tmp, "other")
+        os.makedirs(other)
+        sessions = provenance.read(rerun)
+        for session in sessions["sessions"]:
+            session["commit"] = "another"
+        with open(os.path.join(other, provenance.FILE), "w", encoding="utf-8") as f:
+            json.dump(sessions, f)
+        done = self._reproduce(raw_root, "b", f"--workdir={again}", f"--init_from={other}")
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("another version", done.stderr)
 
 
 if __name__ == "__main__":
