@@ -244,6 +244,20 @@ class ResultsPageTest(parameterized.TestCase):
             results_page.render(first + "<!-- end generated -->", _RAW, changed=_unknown),
         )
 
+    def test_stage_change_pairs_each_seeds_stage_ends(self):
+        text = ('<!-- generated: multilength_wikitext2 stage_change("multi-length", 5, 4) -->'
+                "<!-- end generated -->")  # fmt: skip
+        rendered = results_page.render(text, _RAW, changed=_unknown)
+        raw = study_record.read_raw(os.path.join(_RAW, "multilength_wikitext2"))
+        # Stage 4 is steps 148-182 of the 200 (88 + 6 + 53 + 35), stage 5 steps 183-186.
+        ends = [
+            [np.mean([r["train/accuracy"] for r in seed if lo <= r["step"] <= hi][-5:])
+             for lo, hi in ((148, 182), (183, 186))]
+            for seed in raw.results["multi-length"]
+        ]  # fmt: skip
+        expected = tables.interval_text([five - four for four, five in ends])
+        self.assertEqual(rendered.split("-->")[1].split("<!--")[0], expected)
+
     def test_extremes_table_takes_a_dict_of_keys(self):
         text = ('<!-- generated: causal_wikitext2 extremes_table({"train/grad_norm": "max", '
                 '"train/min_denominator": "min"}) --><!-- end generated -->')  # fmt: skip

@@ -328,29 +328,40 @@ def stage_table(cfg: ExperimentConfig, seeds: Sequence[list[dict]], *, last: int
     """Markdown, as the RoFormer blog's pre-training table: each stage's length, batch, steps
     and the training loss and accuracy over its last `last` logged steps (mean ± sample std
     over the n seeds)."""
-    stages = cfg.train.stages or ((cfg.train.steps, cfg.data.seq_len, cfg.train.batch_size),)
     lines = [
         "| stage | length | batch | steps | tokens/step | n | train loss | train accuracy |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    first = 0
-    for i, (steps, length, batch) in enumerate(stages, 1):
-        end = first + steps
-        cells = []
-        for key in ("train/loss", "train/accuracy"):
-            per_seed = []
-            for records in seeds:
-                values = [r[key] for r in records if first < r["step"] <= end and key in r]
-                if values:
-                    per_seed.append(float(np.mean(values[-last:])))
-            cells.append(mean_std_text(per_seed))
-        lines.append(
-            f"| {i} | {length} | {batch} | {steps} | {length * batch:,} | {len(seeds)} | "
-            + " | ".join(cells)
-            + " |"
-        )
-        first = end
+    loss, accuracy = (
+        stage_values(cfg, seeds, key, last=last) for key in ("train/loss", "train/accuracy")
+    )
+    for i, (steps, length, batch) in enumerate(_stages(cfg)):
+        cells = (mean_std_text(loss[i]), mean_std_text(accuracy[i]))
+        lines.append(f"| {i + 1} | {length} | {batch} | {steps} | {length * batch:,} | "
+                     f"{len(seeds)} | {cells[0]} | {cells[1]} |")  # fmt: skip
     return "\n".join(lines)
+
+
+def stage_values(
+    cfg: ExperimentConfig, seeds: Sequence[list[dict]], key: str, *, last: int = 5
+) -> list[list[float]]:
+    """[stage][seed]: the mean of `key` over each stage's last `last` logged steps, per seed
+    (a seed that logged no `key` in a stage is left out of it)."""
+    values, first = [], 0
+    for steps, _, _ in _stages(cfg):
+        end = first + steps
+        per_seed = []
+        for records in seeds:
+            logged = [r[key] for r in records if first < r["step"] <= end and key in r]
+            if logged:
+                per_seed.append(float(np.mean(logged[-last:])))
+        values.append(per_seed)
+        first = end
+    return values
+
+
+def _stages(cfg: ExperimentConfig) -> tuple:
+    return cfg.train.stages or ((cfg.train.steps, cfg.data.seq_len, cfg.train.batch_size),)
 
 
 def _slug(name: str) -> str:

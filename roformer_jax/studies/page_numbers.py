@@ -123,6 +123,15 @@ def stage_table(raw: RawStudy, run: str) -> str:
     return length_study.stage_table(raw.runs[run][0], raw.results[run])
 
 
+def stage_change(raw: RawStudy, run: str, stage: int, earlier: int, key: str = "accuracy") -> str:
+    """Mean [95% t-interval] of run `run`'s training `key` at the end of stage `stage` minus
+    at the end of stage `earlier` (1-based, as the stage table numbers them), seed by seed."""
+    values = length_study.stage_values(raw.runs[run][0], raw.results[run], f"train/{key}")
+    if {len(values[stage - 1]), len(values[earlier - 1])} != {len(raw.results[run])}:
+        raise ValueError(f"{run!r}: a seed logged no train/{key} in stage {earlier} or {stage}")
+    return tables.interval_text([a - b for a, b in zip(values[stage - 1], values[earlier - 1])])
+
+
 def mean(raw: RawStudy, evaluation: str, length: int, key: str = "loss") -> str:
     """An evaluation's mean `key` at `length` over seeds, as the tables round it."""
     return f"{np.mean([s[length][key] for s in raw.scores[evaluation]]):.3f}"

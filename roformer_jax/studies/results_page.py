@@ -106,6 +106,7 @@ KINDS = {
     "extremes_table": page_numbers.extremes_table,
     "extremes": page_numbers.extremes,
     "stage_table": page_numbers.stage_table,
+    "stage_change": page_numbers.stage_change,
     "mean": page_numbers.mean,
     "diff": page_numbers.diff,
     "length_change": page_numbers.length_change,
@@ -137,7 +138,8 @@ KINDS = {
     "vit_verdict": page_vit.vit_verdict,
 }
 INLINE = {"stale", "mean", "diff", "length_change", "below_from", "reaches", "unigram", "targets",
-          "multiplicity", "reproduced", "long_doc_bow", "extremes", "vit_verdict"}  # fmt: skip
+          "stage_change", "multiplicity", "reproduced", "long_doc_bow", "extremes",
+          "vit_verdict"}  # fmt: skip
 _USES_PAGE = {"stale", "figure", "position_table", "position_table_steps", "reproduced",
               "attention_distance_figure", "attention_distance_table",
               "long_doc_figure", "long_doc_table", "long_doc_paired_table",
