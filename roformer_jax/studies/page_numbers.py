@@ -201,12 +201,16 @@ def _position_files(raw: RawStudy, run: str, page: Page, every: bool) -> list:
                   else (POSITION_TABLE_FILE, ""))  # fmt: skip
     found = []
     for cfg in raw.runs[run]:
-        folder = run_dirs.run_dir(os.path.join(page.raw_root, raw.name), run, cfg.seed)
-        path = os.path.join(folder, name)
+        path = _raw_file(raw, page, run, cfg.seed, name)
         if not os.path.exists(path):
             raise ValueError(f"no {path}: run experiments/position_table.py{flag} with --raw_dir")
         found.append((cfg, read_json(path)))
     return found
+
+
+def _raw_file(raw: RawStudy, page: Page, run: str, seed: int, name: str) -> str:
+    """The path of file `name` beside seed `seed` of run `run` in the study's raw folder."""
+    return os.path.join(run_dirs.run_dir(os.path.join(page.raw_root, raw.name), run, seed), name)
 
 
 def _table_changes(records: list[tuple[int, dict]]) -> str:
@@ -231,8 +235,7 @@ def reproduced(raw: RawStudy, *, page: Page) -> str:
     sentences = []
     for run, seeds in raw.runs.items():
         for cfg in seeds:
-            folder = run_dirs.run_dir(os.path.join(page.raw_root, raw.name), run, cfg.seed)
-            path = os.path.join(folder, reproduction.FILE)
+            path = _raw_file(raw, page, run, cfg.seed, reproduction.FILE)
             if os.path.exists(path):
                 r = read_json(path)
                 commit = r["commit"][:7] if r["commit"] else "an unknown commit"
@@ -281,8 +284,7 @@ def _attention_distance(raw: RawStudy, length: int, page: Page) -> tuple[dict, o
     the first such run's config."""
     found, first = {}, None
     for run, seeds in raw.runs.items():
-        folder = run_dirs.run_dir(os.path.join(page.raw_root, raw.name), run, seeds[0].seed)
-        path = os.path.join(folder, f"attention_distance_{length}.json")
+        path = _raw_file(raw, page, run, seeds[0].seed, f"attention_distance_{length}.json")
         if os.path.exists(path):
             found[run], first = read_json(path), first or seeds[0]
     if not found:
