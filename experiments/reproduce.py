@@ -6,6 +6,8 @@ r"""Retrains one run of a committed study at the current commit and compares it 
       --run="learned (BERT)" --trained=docs/results/raw/positions_lr_sweep/BERT_lr_1e-3/seed0
   python experiments/reproduce.py --raw_dir=docs/results/raw/long_doc_pairs --run=MLM \
       --init_from=runs/reproduce/long_doc_pilot/run --workdir=runs/reproduce/long_doc_pairs
+  python experiments/reproduce.py --raw_dir=docs/results/raw/long_training_wikitext2 \
+      --run="RoPE (RoFormer)" --steps=2000 --workdir=runs/reproduce/long_training_wikitext2
 
 Reads the run's config.json from the study's raw folder, trains it afresh in --workdir (its
 data cached there too), or takes --trained, a run of the same config trained already
@@ -17,10 +19,15 @@ and otherwise the largest difference of each metric. docs/results.md's `reproduc
 marker reads it into the study's header, so that a page whose header names an older commit
 says whether the current one gives the same numbers (issue 31, item 6).
 
+--steps=N retrains a long run's first N steps only, on its whole schedule, and compares the
+records to step N: a cheaper check, which shows that the current code still makes the run's
+start, not its later steps (reproduced.json and the page say "over its first N of M steps").
+Rerun without --steps, the same workdir finishes the run.
+
 A run that starts from another run's parameters (train.init_from) starts, retrained, from
 --init_from: that run retrained by this command at the same commit (its --workdir's run/);
 a start trained in another version is refused, since the two would be no one version's
-numbers.
+numbers, and so is one that has not finished (retrained with --steps).
 """
 
 import json
@@ -43,6 +50,9 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Where to train it again (a new 
 _INIT_FROM = flags.DEFINE_string(
     "init_from", None, "For a run that starts from another: that run retrained (its folder)."
 )
+_STEPS = flags.DEFINE_integer(
+    "steps", None, "Retrain only the run's first N steps (its schedule unchanged); compare to N."
+)
 _TRAINED = flags.DEFINE_string(
     "trained", None, "A run of the same config already trained (its folder): compare it instead."
 )
@@ -61,6 +71,7 @@ def main(argv):
                                  "that one, then give its folder as --init_from")  # fmt: skip
         config["train"]["init_from"] = _INIT_FROM.value
         start = reproduction.trained_version(provenance.read(_INIT_FROM.value))
+        _check_finished(_INIT_FROM.value)
     elif _INIT_FROM.value:
         raise app.UsageError(f"{raw} starts from scratch: --init_from has nothing to replace")
     if _TRAINED.value:
@@ -69,7 +80,7 @@ def main(argv):
     elif _WORKDIR.value:
         config["train"]["data_cache_dir"] = os.path.join(_WORKDIR.value, "data")
         workdir = os.path.join(_WORKDIR.value, "run")
-        loop.train_and_evaluate(experiment_config_from_dict(config), workdir)
+        loop.train_and_evaluate(experiment_config_from_dict(config), workdir, until=_STEPS.value)
     else:
         raise app.UsageError("give --workdir (train it again) or --trained (a run trained)")
     # Either way the rerun's own provenance names its version: a retrain resumed from an
@@ -79,13 +90,25 @@ def main(argv):
         raise ValueError(f"the rerun ({version}) started from a run of another version "
                          f"({start}): not one version's numbers")  # fmt: skip
     record = (
-        reproduction.compare_records(metrics.read_metrics(raw), metrics.read_metrics(workdir))
+        reproduction.compare_records(
+            metrics.read_metrics(raw), metrics.read_metrics(workdir), until=_STEPS.value
+        )
         | version
     )
     with open(os.path.join(raw, reproduction.FILE), "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1)
     logging.info("%s seed %d at %s: %s", _RUN.value, _SEED.value, record["commit"],
                  reproduction.summary(record))  # fmt: skip
+
+
+def _check_finished(workdir: str) -> None:
+    """A start is a run's final parameters: one retrained only to an early step (--steps) is
+    not the start the record had."""
+    with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
+        steps = json.load(f)["train"]["steps"]
+    records = metrics.read_metrics(workdir)
+    if not records or records[-1]["step"] != steps:
+        raise app.UsageError(f"--init_from {workdir} has not finished its {steps} steps")
 
 
 if __name__ == "__main__":

@@ -178,6 +178,15 @@ class EndToEndTest(parameterized.TestCase):
         self.assertEqual(_records(copy), _records(workdir))
         self.assertEqual(again["valid/loss_64"], final["valid/loss_64"])
 
+    def test_a_run_stopped_early_is_the_whole_runs_start_and_finishes_as_it(self):
+        workdir, _ = _reference_run()
+        early = os.path.join(_TMP, "until_1")
+        loop.train_and_evaluate(_config(), early, until=1)  # off the checkpoint grid of 2
+        self.assertEqual(_records(early), _records(workdir)[:1])  # the learning rate: of 3 steps
+        loop.train_and_evaluate(_config(), early)
+        self.assertEqual(provenance.read(early)["sessions"][-1]["start_step"], 1)  # saved at 1
+        self.assertEqual(_records(early), _records(workdir))
+
     def test_resume_after_signal_and_crash_is_bitwise_identical(self):
         overrides = dict(
             model__hidden_dropout=0.1,  # dropout on: its keys must be redrawn identically

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -9,7 +10,7 @@ import tiny
 from absl.testing import absltest
 
 from roformer_jax.studies import raw_files, reproduction, run_dirs
-from roformer_jax.training import loop, provenance
+from roformer_jax.training import loop, metrics, provenance
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,6 +41,22 @@ class CompareRecordsTest(absltest.TestCase):
                          "metrics; 2 differ), the losses by at most 2.9e-05 relative (in "
                          "valid/loss_128); "
                          "final valid/loss_128 1.4000 then, 1.4000 now")  # fmt: skip
+
+    def test_a_rerun_stopped_early_is_compared_to_its_last_step(self):
+        rerun = _records()[:1]
+        record = reproduction.compare_records(_records(), rerun, until=10)
+        self.assertEqual((record["steps"], record["until"], record["of_steps"]), (1, 10, 20))
+        self.assertEqual(reproduction.summary(record),
+                         "bit-identical over its first 10 of 20 steps (1 logged steps, 1 "
+                         "metrics)")  # fmt: skip
+        rerun[0]["train/loss"] = 2.5
+        self.assertEqual(reproduction.summary(reproduction.compare_records(_records(), rerun,
+                                                                           until=19)),
+                         "not bit-identical over its first 19 of 20 steps (1 logged steps, 1 "
+                         "metrics; 1 differ), the losses by at most 2.0e-01 relative (in "
+                         "train/loss)")  # fmt: skip
+        # Stopped at or past the record's end: the whole run, said as such.
+        self.assertNotIn("until", reproduction.compare_records(_records(), _records(), until=20))
 
     def test_other_steps_are_an_error_and_other_metrics_are_named(self):
         with self.assertRaisesRegex(ValueError, "logged steps"):
@@ -128,7 +145,7 @@ class CommandTest(absltest.TestCase):
             self.assertNotEqual(done.returncode, 0, where)
             self.assertIn("one code version", done.stderr, where)
 
-    def test_a_run_started_from_another_starts_from_that_ones_rerun(self):
+    def test_a_run_started_from_another_starts_from_that_ones_finished_rerun(self):
         tmp = tiny.workdir("reproduce_test_")
         first, raw_root = self._trained(tmp, "a")
         self._trained(tmp, "b", train__init_from=first)
@@ -145,7 +162,7 @@ class CommandTest(absltest.TestCase):
         self.assertTrue(self._record(raw_root, "b")["identical"])
         # A start trained in another version: b's rerun is no one version's numbers.
         other = os.path.join(tmp, "other")
-        os.makedirs(other)
+        shutil.copytree(rerun, other)
         sessions = provenance.read(rerun)
         for session in sessions["sessions"]:
             session["commit"] = "another"
@@ -154,6 +171,17 @@ class CommandTest(absltest.TestCase):
         done = self._reproduce(raw_root, "b", f"--workdir={again}", f"--init_from={other}")
         self.assertNotEqual(done.returncode, 0)
         self.assertIn("another version", done.stderr)
+        # a's first 2 of 3 steps retrained (--steps): compared to step 2, and no start for b.
+        early = os.path.join(tmp, "a_early")
+        done = self._reproduce(raw_root, "a", f"--workdir={early}", "--steps=2")
+        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+        record = self._record(raw_root, "a")
+        self.assertEqual((record["identical"], record["until"], record["of_steps"]), (True, 2, 3))
+        self.assertEqual(metrics.read_metrics(os.path.join(early, "run"))[-1]["step"], 2)
+        done = self._reproduce(raw_root, "b", f"--workdir={again}_2",
+                               f"--init_from={os.path.join(early, 'run')}")  # fmt: skip
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("has not finished its 3 steps", done.stderr)
 
 
 if __name__ == "__main__":

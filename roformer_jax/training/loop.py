@@ -36,8 +36,11 @@ from roformer_jax.training.runs import model_and_optimizer, params_from, run_rng
 from roformer_jax.training.step import make_eval_step, make_train_step
 
 
-def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
+def train_and_evaluate(cfg: ExperimentConfig, workdir: str, *, until: int | None = None) -> dict:
     """Trains `cfg` in `workdir`, resuming from its latest checkpoint; returns final metrics.
+
+    until: stop after this step, with a checkpoint there: the start of the run, on its whole
+    schedule (the learning rate still decays to train.steps), which a later call finishes.
 
     Writes workdir/config.json, provenance.json (the code and machine of each session),
     metrics.jsonl, tensorboard/ and checkpoints/ (process 0).
@@ -82,6 +85,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> dict:
         speed=runtime.Speed(stages, start),
         elapsed=elapsed,
         window=progress["window"],
+        end=cfg.train.steps if until is None else min(until, cfg.train.steps),
     )  # fmt: skip
     return loop.run(train_step, state, step_rng, start)
 
@@ -194,9 +198,10 @@ class _Loop:
     speed: runtime.Speed
     elapsed: runtime.Clock
     window: dict
+    end: int  # the last step to train now: train.steps, or an earlier stop
 
     def run(self, train_step, state, step_rng, start: int) -> dict:
-        """Steps start + 1, ..., train.steps; returns the last record's values."""
+        """Steps start + 1, ..., end; returns the last record's values."""
         steps, batches = self.cfg.train.steps, self.data.train(start_step=start)
         pending, last = [], {"step": start}  # pending: metrics of steps not yet fetched
         with (
@@ -205,7 +210,7 @@ class _Loop:
             contextlib.closing(batches),
         ):
             try:
-                for done in range(start + 1, steps + 1):
+                for done in range(start + 1, self.end + 1):
                     state, step_metrics = train_step(
                         state, self.devices.shard(next(batches)), step_rng
                     )
@@ -230,6 +235,7 @@ class _Loop:
             done % every == 0 or done == tcfg.steps
             for every in (tcfg.log_every, tcfg.eval_every, tcfg.checkpoint_every)
         )
+        is_save = is_save or done == self.end
         stop = stop_requested() or runtime.preemption(done)
         if not (is_log or is_eval or is_save or stop):
             return
