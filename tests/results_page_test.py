@@ -110,6 +110,14 @@ class ResultsPageTest(parameterized.TestCase):
             "**Stale:** 1 files of roformer_jax/ and configs/ changed since 724d487", stale
         )
 
+    def test_a_run_trained_with_uncommitted_changes_marks_the_header(self):
+        # positions_lr_best's study.json names a clean commit; its seed-0 runs trained dirty.
+        text = "<!-- generated: {} header() --><!-- end generated -->"
+        for study, dirty in (("positions_lr_best", True), ("causal_wikitext2", False)):
+            self.assertEqual(study_record.read_raw(os.path.join(_RAW, study)).dirty, dirty)
+            page = results_page.render(text.format(study), _RAW)
+            self.assertEqual(" with uncommitted changes," in page, dirty, study)
+
     @parameterized.named_parameters(
         ("whole", 3000.0, "| 50 min 0 s |", "the command took 50 min 0 s."),
         ("in_pieces", 600.0, "| n/a |", "it ran in pieces, so no single wall time."),

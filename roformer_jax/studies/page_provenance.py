@@ -34,7 +34,7 @@ def header(raw: RawStudy) -> str:
     if len(raw.commits) > 1:
         commit = (f"commits {', '.join(map(_short, raw.commits))} (oldest first; each run's "
                   "provenance.json says which)")  # fmt: skip
-    dirty = " with uncommitted changes" if code.get("dirty") else ""
+    dirty = " with uncommitted changes" if code.get("dirty") or raw.dirty else ""
     wall = _command_wall_s(raw)
     if not raw.finished:
         done = f"{len(raw.runs)} of its {len(raw.config['runs'])} runs"

@@ -103,7 +103,8 @@ class RawStudy:
     studies; while the study runs, the evaluations scored so far), else None; commits: the
     commits that trained the runs, from their provenance.json sessions, oldest session first
     (empty for runs from before that file). A study resumed after a commit has more than one,
-    and study.json names only the last command's.
+    and study.json names only the last command's. dirty: whether any of those sessions
+    trained with uncommitted changes, which study.json's code may not say.
     """
 
     name: str
@@ -112,6 +113,7 @@ class RawStudy:
     results: dict[str, list[list[dict]]]
     scores: dict[str, list[dict]] | None
     commits: list[str]
+    dirty: bool
 
     @property
     def config(self) -> dict:
@@ -155,7 +157,8 @@ def read_raw(raw_dir: str) -> RawStudy:
             max_tokens=config["eval_tokens"], complete=finished,
         )  # fmt: skip
     name = os.path.basename(os.path.normpath(raw_dir))
-    return RawStudy(name, record, runs, results, scores, commits)
+    dirty = any(s.get("dirty") for s in sessions)
+    return RawStudy(name, record, runs, results, scores, commits, dirty)
 
 
 def trained_runs(workdir: str, raw_dir: str | None = None) -> list[str]:
