@@ -106,8 +106,7 @@ def _check_finished(workdir: str) -> None:
     not the start the record had."""
     with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
         steps = json.load(f)["train"]["steps"]
-    records = metrics.read_metrics(workdir)
-    if not records or records[-1]["step"] != steps:
+    if not run_dirs.is_finished(workdir, steps):
         raise app.UsageError(f"--init_from {workdir} has not finished its {steps} steps")
 
 
