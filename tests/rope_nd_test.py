@@ -1,6 +1,7 @@
 """Tests for roformer_jax/nn/rope_nd.py: RoPE over A position axes against apply_rope (A = 1),
-an explicit rotation matrix, shift invariance per axis, and transformers' own M-RoPE
-(Qwen2-VL's blocks, Qwen3-VL's interleaved form), in 5.x's classes and 4.57's functions."""
+an explicit rotation matrix (both paths: exact=False, the formula as written, and the exact
+default), shift invariance per axis, and transformers' own M-RoPE (Qwen2-VL's blocks, Qwen3-VL's
+interleaved form), in 5.x's classes and 4.57's functions."""
 
 import functools
 import importlib
@@ -11,9 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import tolerance
 from absl.testing import absltest, parameterized
+from jax.test_util import check_grads
 
 import roformer_jax as rj
-from roformer_jax.nn import rope, rope_nd, rope_scaling
+from roformer_jax.nn import rope, rope_layouts, rope_nd, rope_scaling
 
 try:
     import torch
@@ -80,7 +82,7 @@ class OneAxisTest(parameterized.TestCase):
         positions = np.arange(L) * 977  # where a float32 product m·θ_i is no longer exact
         want = rope.apply_rope(x, positions, layout=layout)
         # Bit for bit with RoPE's own frequencies as float64: the same phases, the same code
-        # (rope.rotate_by_turns). Their last bit differs from base^(-2i/R)'s decimal value by
+        # (_rope_exact.rotate_by_turns). Their last bit differs from base^(-2i/R)'s decimal value by
         # far less than a float32 turn's rounding, so the phases round alike at these
         # positions.
         got = rope_nd.apply_rope_nd(
@@ -145,6 +147,38 @@ class MatrixTest(parameterized.TestCase):
         # Floating positions (interpolated ones) take float32 products, close to exact here.
         floating = rotate(x, positions[0].astype(np.float32))
         chex.assert_trees_all_close(floating, got, atol=1e-5 * np.abs(x).max(), rtol=0)
+
+
+class PathsTest(parameterized.TestCase):
+    @parameterized.product(
+        kind=["axial", "mrope", "mrope interleaved", "per head", "learned"],
+        layout=["interleaved", "half"],
+    )
+    def test_plain_equals_exact_and_the_explicit_rotation(self, kind, layout):
+        # At |p| < 20 a float32 product p_a·f[a, i] is exact to a few ulp: the two paths agree.
+        freqs = _frequencies(kind)
+        x, positions = _inputs(freqs.shape[-2])
+        plain = rope_nd.apply_rope_nd(x, positions, freqs, layout=layout, exact=False)
+        exact = rope_nd.apply_rope_nd(x, positions, freqs, layout=layout)
+        want = _matrix_rope(x, positions, np.asarray(freqs, np.float64), layout)
+        atol = 1e-6 * np.abs(x).max() * 4
+        chex.assert_trees_all_close([plain, exact], [want, want], atol=atol, rtol=0)
+
+    @parameterized.parameters(*rope_layouts.LAYOUTS)
+    def test_plain_gradients_in_x_and_learned_frequencies(self, layout):
+        x, positions = _inputs(2, scale=3)  # small angles: finite differences stay accurate
+        freqs = _frequencies("learned")
+
+        def rotate(x, freqs, exact=False):
+            return rope_nd.apply_rope_nd(x, positions, freqs, layout=layout, exact=exact)
+
+        check_grads(rotate, (x, freqs), order=2, modes=["fwd", "rev"], atol=1e-2, rtol=1e-2)
+        # The exact path differentiates the learned frequencies to the same values.
+        k = _inputs(2, seed=1)[0]
+        grads = [
+            jax.grad(lambda f, e=e: jnp.sum(rotate(x, f, e) * k))(freqs) for e in (False, True)
+        ]
+        chex.assert_trees_all_close(*grads, atol=1e-4 * np.abs(grads[1]).max(), rtol=0)
 
 
 class ShiftTest(parameterized.TestCase):

@@ -1,5 +1,6 @@
-"""Tests for roformer_jax/rope_scaling.py: every kind against HF's ROPE_INIT_FUNCTIONS (when
-transformers is installed) and against formulas written out here.
+"""Tests for roformer_jax/nn/rope_scaling.py: every kind against HF's ROPE_INIT_FUNCTIONS (when
+transformers is installed) and against formulas written out here. apply_rope with a scaling is
+tested in rope_test.py and rope_exact_test.py, a model with one in model_config_rope_test.py.
 
 The comparison with HF runs on a sample of its grid (tests/grid.py), drawn per run: every kind
 with every value of every axis, factor 1, partial rotary and an odd number of rotated pairs, plus
@@ -7,22 +8,16 @@ random cases. `ROFORMER_TEST_SEED=<seed> pytest ...` replays a run's draw (pytes
 `ROFORMER_FULL_GRID=1` runs the whole grid (1,152 cases).
 """
 
-import dataclasses
 import json
 import math
 
 import chex
 import grid
-import jax
-import jax.numpy as jnp
 import numpy as np
-import tiny
+import scalings
 from absl.testing import absltest, parameterized
 
-from roformer_jax import hf
-from roformer_jax.nn import model as model_lib
-from roformer_jax.nn import model_config as model_config_lib
-from roformer_jax.nn import rope, rope_scaling
+from roformer_jax.nn import rope_scaling
 
 try:
     import transformers
@@ -41,32 +36,6 @@ AXES = dict(
     base=[10000.0, 500000.0],
     partial=[1.0, 0.5],
 )
-YARN = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096}
-LLAMA3 = dict(
-    rope_type="llama3",
-    factor=8.0,
-    low_freq_factor=1.0,
-    high_freq_factor=4.0,
-    original_max_position_embeddings=8192,
-)
-
-
-def _params(kind, factor, pairs):
-    """A scaling dictionary of `kind` as v5 writes it (without rope_theta)."""
-    longrope = dict(
-        short_factor=list(np.linspace(1.0, 1.5, pairs)),
-        long_factor=list(np.linspace(1.0, factor * 2, pairs)),
-        factor=factor,
-    )
-    return {
-        "default": {},
-        "linear": dict(factor=factor),
-        "proportional": dict(factor=factor),
-        "dynamic": dict(factor=factor),
-        "yarn": dict(factor=factor, beta_fast=32.0, beta_slow=1.0),
-        "longrope": longrope,
-        "llama3": dict(factor=factor, low_freq_factor=1.0, high_freq_factor=4.0),
-    }[kind] | {"rope_type": kind, "original_max_position_embeddings": 512}
 
 
 def _hf(kind, params, *, head_dim, base, partial, seq_len):
@@ -115,7 +84,7 @@ class AgainstHuggingFaceTest(parameterized.TestCase):
         kind, _, untruncated = kind.partition(" ")
         # "proportional" returns frequencies for the whole head, the others for the rotated part.
         dim = head_dim if kind == "proportional" else int(head_dim * partial)
-        params = _params(kind, factor, dim // 2)
+        params = scalings.params(kind, factor, dim // 2)
         if kind == "yarn":
             params["truncate"] = not untruncated
         if kind == "proportional":
@@ -144,28 +113,51 @@ class AgainstHuggingFaceTest(parameterized.TestCase):
 # dim 36: fraction 0.5 rotates 9 pairs (odd), 0 none, 0.25 four of proportional's eighteen.
 PER_LAYER = [
     dict(
-        full_attention=dict(rope_type="yarn", factor=4.0, rope_theta=1e6, partial_rotary_factor=0.5,
-                            original_max_position_embeddings=128),
+        full_attention=dict(
+            rope_type="yarn",
+            factor=4.0,
+            rope_theta=1e6,
+            partial_rotary_factor=0.5,
+            original_max_position_embeddings=128,
+        ),
         sliding_attention=dict(rope_type="default", rope_theta=1e4),
     ),
     dict(
-        full_attention=dict(rope_type="proportional", factor=1.0, rope_theta=1e6,
-                            partial_rotary_factor=0.25),
-        sliding_attention=dict(rope_type="linear", factor=2.0, rope_theta=1e4,
-                               partial_rotary_factor=0.0),
+        full_attention=dict(
+            rope_type="proportional", factor=1.0, rope_theta=1e6, partial_rotary_factor=0.25
+        ),
+        sliding_attention=dict(
+            rope_type="linear", factor=2.0, rope_theta=1e4, partial_rotary_factor=0.0
+        ),
     ),
     dict(
-        full_attention=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
-                            high_freq_factor=4.0, original_max_position_embeddings=64,
-                            rope_theta=5e5, partial_rotary_factor=1.0),
-        sliding_attention=dict(rope_type="dynamic", factor=2.0, rope_theta=1e4,
-                               original_max_position_embeddings=512, partial_rotary_factor=0.5),
+        full_attention=dict(
+            rope_type="llama3",
+            factor=8.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=64,
+            rope_theta=5e5,
+            partial_rotary_factor=1.0,
+        ),
+        sliding_attention=dict(
+            rope_type="dynamic",
+            factor=2.0,
+            rope_theta=1e4,
+            original_max_position_embeddings=512,
+            partial_rotary_factor=0.5,
+        ),
     ),
     dict(
-        full_attention=dict(rope_type="longrope", factor=4.0, rope_theta=1e4,
-                            partial_rotary_factor=0.5, original_max_position_embeddings=128,
-                            short_factor=list(np.linspace(1.0, 1.5, 9)),
-                            long_factor=list(np.linspace(1.0, 8.0, 9))),
+        full_attention=dict(
+            rope_type="longrope",
+            factor=4.0,
+            rope_theta=1e4,
+            partial_rotary_factor=0.5,
+            original_max_position_embeddings=128,
+            short_factor=list(np.linspace(1.0, 1.5, 9)),
+            long_factor=list(np.linspace(1.0, 8.0, 9)),
+        ),
         sliding_attention=dict(rope_type="proportional", factor=2.0, rope_theta=1e4),
     ),
     # Plain RoPE in both spellings, with and without a fraction.
@@ -173,7 +165,7 @@ PER_LAYER = [
         full_attention=dict(rope_type="default", rope_theta=1e6, partial_rotary_factor=0.5),
         sliding_attention=dict(rope_type="proportional", rope_theta=1e4),
     ),
-]  # fmt: skip
+]
 
 
 class PerLayerTest(parameterized.TestCase):
@@ -183,10 +175,14 @@ class PerLayerTest(parameterized.TestCase):
             self.skipTest("transformers is not installed")
         layer_types = ["sliding_attention", "full_attention", "sliding_attention"]
         config = transformers.Gemma3TextConfig(
-            hidden_size=72, num_attention_heads=2, head_dim=36, num_hidden_layers=3,
-            layer_types=layer_types, max_position_embeddings=512,
+            hidden_size=72,
+            num_attention_heads=2,
+            head_dim=36,
+            num_hidden_layers=3,
+            layer_types=layer_types,
+            max_position_embeddings=512,
             rope_parameters=json.loads(json.dumps(PER_LAYER[case])),
-        )  # fmt: skip
+        )
         ours = rope_scaling.layer_parameters(PER_LAYER[case], layer_types, 3)
         for layer, name in enumerate(layer_types):
             kind = config.rope_parameters[name]["rope_type"]
@@ -201,9 +197,11 @@ class PerLayerTest(parameterized.TestCase):
                 self.assertEqual(want.numel(), 0)
                 continue
             got, attention = rope_scaling.scaled_frequencies(
-                layer_rope.rotary_dim or 36, base=layer_rope.base, scaling=layer_rope.scaling,
+                layer_rope.rotary_dim or 36,
+                base=layer_rope.base,
+                scaling=layer_rope.scaling,
                 seq_len=seq_len,
-            )  # fmt: skip
+            )
             chex.assert_trees_all_close(got, want.numpy(), rtol=1e-6, atol=0)
             self.assertAlmostEqual(attention, want_attention, delta=1e-6 * want_attention)
 
@@ -302,7 +300,7 @@ class FormulaTest(parameterized.TestCase):
         self.assertAlmostEqual(self.freq(params)[1], math.sqrt(1 + math.log(8) / math.log(4096)))
 
     def test_llama3_bands(self):
-        inv_freq, _ = self.freq(LLAMA3, dim=128, base=500000.0)
+        inv_freq, _ = self.freq(scalings.LLAMA3, dim=128, base=500000.0)
         theta = _theta(128, 500000.0)
         wavelength = 2 * math.pi / theta
         high, low = wavelength < 8192 / 4, wavelength > 8192
@@ -347,224 +345,12 @@ class BadInputTest(parameterized.TestCase):
                 "beta_slow": 2,
             },
             "'beta_fast' must be greater",
-        ),  # fmt: skip
+        ),
         ({"rope_theta": 500000.0}, "'rope_theta' 500000.0 disagrees with base 10000.0"),
     )
     def test_value_error_names_the_key(self, scaling, message):
         with self.assertRaisesRegex(ValueError, message.replace("(", r"\(")):
             rope_scaling.scaled_frequencies(64, base=10000.0, scaling=scaling)
-
-
-def _reference_rope(x, positions, inv_freq, attention):
-    """Interleaved RoPE in x87 long double with the given frequencies, rounded to float64."""
-    x = np.asarray(x, np.longdouble)
-    angles = np.asarray(positions, np.longdouble)[:, None] * np.asarray(inv_freq, np.longdouble)
-    cos, sin = np.cos(angles)[:, None, :] * attention, np.sin(angles)[:, None, :] * attention
-    a, b = x[..., 0::2], x[..., 1::2]
-    out = np.stack([a * cos - b * sin, b * cos + a * sin], -1).reshape(x.shape)
-    return out.astype(np.float64)
-
-
-class ApplyRopeTest(parameterized.TestCase):
-    def setUp(self):
-        super().setUp()
-        self.x = jax.random.normal(jax.random.key(0), (1, 16, 2, 64))  # [B, L, N, H]
-
-    @parameterized.parameters(
-        ({"rope_type": "linear", "factor": 4.0},),
-        ({"rope_type": "ntk", "factor": 8.0},),
-        (YARN,),
-        (LLAMA3,),
-    )
-    def test_exact_phase_at_a_million(self, scaling):
-        positions = jnp.arange(16) + 1_000_000 - 16
-        out = rope.apply_rope(self.x, positions, base=500000.0, scaling=scaling)
-        inv_freq, attention = rope.scaled_frequencies(
-            64, base=500000.0, scaling=scaling, dtype=np.float64
-        )
-        want = _reference_rope(self.x, positions, inv_freq, attention)
-        self.assertLess(float(np.max(np.abs(np.asarray(out, np.float64) - want))), 1e-5)
-
-    def test_attention_factor_scales_cos_and_sin(self):
-        positions = jnp.arange(16) * 37
-        plain = rope.apply_rope(self.x, positions, scaling=dict(YARN, attention_factor=1.0))
-        scaled = rope.apply_rope(self.x, positions, scaling=YARN)
-        chex.assert_trees_all_close(scaled, plain * (0.1 * math.log(8) + 1), atol=1e-5)
-
-    @parameterized.parameters(
-        {"rope_type": "default"}, {"rope_type": "proportional", "factor": 1.0}
-    )
-    def test_no_scaling_and_plain_scaling_agree(self, **scaling):
-        # Both spellings of plain RoPE take its exact phases, bit for bit.
-        self.assertTrue(rope_scaling.is_plain(scaling))
-        positions = jnp.arange(16) * 9973
-        chex.assert_trees_all_equal(
-            rope.apply_rope(self.x, positions, scaling=scaling), rope.apply_rope(self.x, positions)
-        )
-        half = {"rope_type": "proportional", "partial_rotary_factor": 0.5}
-        self.assertFalse(rope_scaling.is_plain(half))  # zero frequencies past the half
-
-    def test_dynamic_chooses_by_length(self):
-        params = {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 8}
-        positions = jnp.arange(16)
-        # L = 16 > 8: scaled; an explicit seq_len within L₀: plain.
-        ntk = {"rope_type": "ntk", "factor": 4.0 * 2 - 3}
-        chex.assert_trees_all_close(
-            rope.apply_rope(self.x, positions, scaling=params),
-            rope.apply_rope(self.x, positions, scaling=ntk),
-            atol=1e-6,
-        )
-        chex.assert_trees_all_close(
-            rope.apply_rope(self.x, positions, scaling=params, seq_len=8),
-            rope.apply_rope(self.x, positions),
-            atol=1e-6,
-        )
-
-    def test_rotation_passes_scaling_through(self):
-        rotation = rope.rope_rotation(jnp.arange(16), scaling=YARN)
-        chex.assert_trees_all_equal(
-            rotation.q(self.x), rope.apply_rope(self.x, jnp.arange(16), scaling=YARN)
-        )
-
-
-class XposTest(parameterized.TestCase):
-    def test_scores_are_rope_times_the_decay_and_ignore_a_shift(self):
-        keys = jax.random.split(jax.random.key(0), 2)
-        q = jax.random.normal(keys[0], (1, 12, 2, 16))  # [B, L, N, H]
-        k = jax.random.normal(keys[1], (1, 12, 2, 16))
-        positions = jnp.arange(12) * 50
-
-        def scores(shift):
-            rotation = rope.xpos_rotation(positions + shift, scale_base=64.0)
-            return jnp.einsum("BLNH,BMNH->BNLM", rotation.q(q), rotation.k(k))
-
-        chex.assert_trees_all_close(scores(100_000), scores(0), rtol=2e-4, atol=2e-4)
-        # Written out: Σ_i ζ_i^((m-n)/γ) (RoPE's pair-i score) over pairs.
-        zeta = (np.arange(0, 16, 2) / 16 + 0.4) / 1.4
-        plain = rope.rope_rotation(positions)
-        rq, rk = np.asarray(plain.q(q), np.float64), np.asarray(plain.k(k), np.float64)
-        pairs = (rq[:, :, None] * rk[:, None, :]).reshape(1, 12, 12, 2, 8, 2).sum(-1)
-        distance = np.asarray(positions)[:, None] - np.asarray(positions)[None, :]
-        decay = zeta ** (distance[..., None] / 64.0)  # [L, M, R/2]
-        want = np.einsum("blmni,lmi->bnlm", pairs, decay)
-        chex.assert_trees_all_close(scores(0), want, rtol=2e-4, atol=2e-4)
-
-
-def _model_config(scaling, **overrides):
-    return tiny.model_config(vocab_size=64, rope_scaling=scaling, **overrides)
-
-
-class ModelConfigTest(parameterized.TestCase):
-    @parameterized.parameters(*(k for k in rope_scaling.SCALINGS if k != "longrope"), "longrope")
-    def test_every_kind_runs_in_a_model_and_ignores_a_shift(self, kind):
-        pairs = _model_config(None).head_dim // 2
-        scaling = (
-            _params(kind, 4.0, pairs) if kind != "ntk" else {"rope_type": "ntk", "factor": 4.0}
-        )
-        config = _model_config(scaling, hidden_dropout=0.0, initializer_range=0.2)
-        model = model_lib.RoFormer(config)
-        ids = jnp.asarray(np.random.default_rng(1).integers(5, 64, (2, 8)), jnp.int32)
-        variables = model.init(jax.random.key(0), ids)
-        out = model.apply(variables, ids).hidden_states
-        shifted = model.apply(variables, ids, position_ids=jnp.arange(8) + 1000).hidden_states
-        chex.assert_tree_all_finite(out)
-        chex.assert_trees_all_close(shifted, out, atol=2e-5)
-        spread = model.apply(variables, ids, position_ids=2 * jnp.arange(8)).hidden_states
-        self.assertGreater(float(jnp.abs(spread - out).max()), 1e-3)  # positions still matter
-
-    def test_scaling_changes_the_model(self):
-        ids = jnp.asarray(np.random.default_rng(1).integers(5, 64, (2, 8)), jnp.int32)
-        outputs = []
-        for scaling in (None, {"rope_type": "linear", "factor": 4.0}):
-            model = model_lib.RoFormer(_model_config(scaling, initializer_range=0.2))
-            variables = model.init(jax.random.key(0), ids)
-            outputs.append(model.apply(variables, ids).hidden_states)
-        self.assertGreater(float(jnp.abs(outputs[0] - outputs[1]).max()), 1e-3)
-
-    def test_stored_as_json_that_round_trips(self):
-        config = _model_config(dict(YARN))
-        self.assertIsInstance(config.rope_scaling, str)
-        self.assertEqual(config.rope_scaling_dict, YARN)
-        again = model_config_lib.ModelConfig(**json.loads(json.dumps(dataclasses.asdict(config))))
-        self.assertEqual(again, config)
-        self.assertEqual(hash(again), hash(config))
-        # As a string (a command-line override), in any key order: the same config.
-        reordered = json.dumps(dict(reversed(list(YARN.items()))))
-        self.assertEqual(_model_config(reordered), config)
-
-    @parameterized.parameters(
-        ('{"rope_type": "yarn"}', "'factor'"),
-        ("yarn", "is not JSON"),
-        ("[1, 2]", "is not a JSON object"),
-    )
-    def test_bad_scaling_fails_in_the_config(self, scaling, message):
-        with self.assertRaisesRegex(ValueError, message):
-            _model_config(scaling)
-
-    def test_hf_roformer_refuses_a_scaled_config(self):
-        # HF RoFormer cannot express scaling; saving must refuse, not drop it.
-        with self.assertRaisesRegex(ValueError, "rope_scaling"):
-            hf.config_to_hf(_model_config(dict(YARN)), with_mlm_head=False)
-        hf.config_to_hf(_model_config(None), with_mlm_head=False)
-
-    def test_xpos_model_runs_and_ignores_a_shift(self):
-        model = model_lib.RoFormer(_model_config(None, position="xpos", hidden_dropout=0.0))
-        ids = jnp.asarray(np.random.default_rng(1).integers(5, 64, (2, 8)), jnp.int32)
-        variables = model.init(jax.random.key(0), ids)
-        out = model.apply(variables, ids).hidden_states
-        shifted = model.apply(variables, ids, position_ids=jnp.arange(8) + 1000).hidden_states
-        chex.assert_trees_all_close(shifted, out, atol=2e-5)
-
-    def test_per_layer_rope(self):
-        ids = jnp.asarray(np.random.default_rng(1).integers(5, 64, (2, 8)), jnp.int32)
-        linear = {"rope_type": "linear", "factor": 2.0}
-        flat = _model_config(linear, hidden_dropout=0.0, initializer_range=0.2, num_layers=2)
-        model = model_lib.RoFormer(flat)
-        variables = model.init(jax.random.key(0), ids)
-
-        def run(scaling, layer_types, position_ids=None):
-            config = dataclasses.replace(flat, rope_scaling=scaling, layer_types=layer_types)
-            return model_lib.RoFormer(config).apply(variables, ids, position_ids=position_ids)
-
-        # Both layer types as the flat dictionary: the flat model, bit for bit.
-        same = run({"a": linear, "b": linear}, ["a", "b"])
-        chex.assert_trees_all_equal(same, model.apply(variables, ids))
-        # Layer 1 without positions, layer 0 its own base on half the head: another model,
-        # still one of relative positions.
-        mixed = {"a": {"rope_theta": 1e6, "partial_rotary_factor": 0.5}, "b": None}
-        out = run(mixed, ["a", "b"])
-        shifted = run(mixed, ["a", "b"], position_ids=jnp.arange(8) + 1000)
-        chex.assert_trees_all_close(shifted, out, atol=2e-5)
-        self.assertGreater(float(jnp.abs(out.hidden_states - same.hidden_states).max()), 1e-3)
-        no_positions = run({"a": None, "b": None}, ["a", "b"])
-        reversed_ids = run({"a": None, "b": None}, ["a", "b"], position_ids=jnp.arange(8)[::-1])
-        chex.assert_trees_all_equal(no_positions, reversed_ids)  # NoPE: order is unseen
-        # Stored as JSON, as rope_scaling: a list or a tuple give the same config.
-        config = dataclasses.replace(flat, rope_scaling=mixed, layer_types=("a", "b"))
-        self.assertEqual(config, dataclasses.replace(config, layer_types='["a", "b"]'))
-        self.assertIsNone(config.layer_rope(1))
-
-    @parameterized.parameters(
-        (dict(layer_types=["a", "b"], rope_scaling={"a": {}}), "layer types \\['b'\\] are missing"),
-        (dict(layer_types=["a"], rope_scaling={"a": {}}), "1 entries for 2 layers"),
-        (dict(layer_types="a"), "layer_types='a' is not JSON"),
-        (dict(layer_types=["a", "a"], rope_scaling={"a": {}}, position="xpos",
-              hidden_size=72, num_heads=2, rope_base=10000.0), None),
-        (dict(layer_types=["a", "a"], rope_scaling={"a": {"partial_rotary_factor": 0.5}},
-              position="xpos"), "xPos rotates and scales every feature"),
-    )  # fmt: skip
-    def test_bad_per_layer_config(self, overrides, message):
-        overrides = {"rope_scaling": None, "num_layers": 2, **overrides}
-        scaling = overrides.pop("rope_scaling")
-        if message is None:
-            _model_config(scaling, **overrides)
-            return
-        with self.assertRaisesRegex(ValueError, message):
-            _model_config(scaling, **overrides)
-
-    def test_needs_a_rotation(self):
-        with self.assertRaisesRegex(ValueError, "rotates nothing; use position='rope'"):
-            _model_config(dict(YARN), position="learned")
 
 
 if __name__ == "__main__":

@@ -1,40 +1,34 @@
-"""Tests for roformer_jax/nn/rope.py, with the modules behind it (rope_phase, rope_layouts,
-_rope_cpu) and the reference it is held to (rope_reference)."""
+"""Tests for roformer_jax/nn/rope.py: apply_rope's two paths (exact=False, the formula as
+written; exact=True, the default, _rope_exact.py) against each other and against the reference
+that shares no code with either (rope_reference), their properties, scaling and xPos."""
+
+import math
 
 import chex
-import grid
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scalings
 import tolerance
 from absl.testing import absltest, parameterized
 from jax.test_util import check_grads
 
-from roformer_jax.nn import _rope_cpu, rope, rope_layouts, rope_phase, rope_reference
+from roformer_jax.nn import rope, rope_layouts, rope_reference, rope_scaling
 
-_TWO_PI = 2 * np.longdouble("3.14159265358979323846264338327950288")  # x87: 64-bit mantissa
+PATHS = dict(exact=[True, False])
 
 
-def _float32_bound(x, positions):
-    """Worst-case |apply_rope(x) - exact| in float32 at integer positions (tolerance.py's model).
+def _plain_bound(x, positions, attention=1.0):
+    """Worst-case |apply_rope(x, exact=False) - exact| in float32 (tolerance.py's model).
 
-    Phase in turns (< 1.5): 4 roundings (rope_phase.rotation_turns), plus u·|m|·2^-32 where m
-    rounds to float32 in m·δ_i; 2π times that in radians. cos and sin: one ulp each
-    (test_cos_sin_turns_within_one_ulp). The rotation's products and sum: 3 roundings, and as
-    many in a float32 reference (its float64 cos and sin rounded, products, sum). All of it
-    scales with a pair's |x_a| + |x_b| <= 2·max|x|.
+    The angle m·θ_i: θ_i rounded to float32, then the product (2 roundings of a value up to
+    |m|·θ_0 = |m|). jnp.cos and jnp.sin: 2 ulp each (XLA's are within one; one more for the
+    attention factor). The rotation's products and sum: 3 roundings, and as many in a float32
+    reference. All of it scales with a pair's |x_a| + |x_b| <= 2·max|x|.
     """
-    turns = 1.5 * tolerance.gamma(4) + tolerance.unit_roundoff() * np.abs(positions).max() / 2**32
-    per_pair = 2 * np.pi * turns + tolerance.gamma(2) + 2 * tolerance.gamma(3)
-    return 2 * float(np.abs(x).max()) * per_pair
-
-
-def _quarter_turn(x, layout):
-    """Each pair (a, b) -> (-b, a): the derivative of the rotation by an angle, per radian."""
-    if layout == "interleaved":
-        return np.stack([-x[..., 1::2], x[..., 0::2]], axis=-1).reshape(x.shape)
-    half = x.shape[-1] // 2
-    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    angle = tolerance.gamma(2) * float(np.abs(positions).max())
+    per_pair = angle + 2 * tolerance.gamma(2) + 2 * tolerance.gamma(3)
+    return 2 * float(np.abs(x).max()) * attention * per_pair
 
 
 class RopeTest(parameterized.TestCase):
@@ -49,14 +43,14 @@ class RopeTest(parameterized.TestCase):
         theta = rope.rope_frequencies(8, base=500000.0)
         chex.assert_trees_all_close(theta, 500000.0 ** -(np.arange(0, 8, 2) / 8), rtol=1e-7)
 
-    @parameterized.parameters("interleaved", "half")
-    def test_position_zero_is_identity(self, layout):
-        out = rope.apply_rope(self.q, jnp.zeros(12, jnp.int32), layout=layout)
+    @parameterized.product(layout=rope_layouts.LAYOUTS, **PATHS)
+    def test_position_zero_is_identity(self, layout, exact):
+        out = rope.apply_rope(self.q, jnp.zeros(12, jnp.int32), layout=layout, exact=exact)
         chex.assert_trees_all_equal(out, self.q)
 
-    @parameterized.parameters("interleaved", "half")
-    def test_preserves_norms(self, layout):
-        out = rope.apply_rope(self.q, self.positions * 997, layout=layout)
+    @parameterized.product(layout=rope_layouts.LAYOUTS, **PATHS)
+    def test_preserves_norms(self, layout, exact):
+        out = rope.apply_rope(self.q, self.positions * 997, layout=layout, exact=exact)
         chex.assert_trees_all_close(
             jnp.linalg.norm(out, axis=-1), jnp.linalg.norm(self.q, axis=-1), rtol=1e-5
         )
@@ -65,6 +59,7 @@ class RopeTest(parameterized.TestCase):
         layout=rope_layouts.LAYOUTS, rotary_dim=[None, 8], base=[10000.0, 500000.0]
     )
     def test_scores_depend_only_on_relative_position(self, layout, rotary_dim, base):
+        # The exact path only: the plain one's float32 m·θ_i is ~3e-3 rad off at 10^5.
         shift = int(jax.random.randint(jax.random.key(1), (), 1, 100_000))
         kw = dict(layout=layout, rotary_dim=rotary_dim, base=base)
 
@@ -77,45 +72,18 @@ class RopeTest(parameterized.TestCase):
             scores(self.positions), scores(self.positions + shift), atol=2e-5
         )
 
-    @parameterized.parameters(
-        *grid.covering("rope_efficient_float32", extra=2, layout=rope_layouts.LAYOUTS,
-                       rotary_dim=[None, 4, 16], batched_positions=[False, True])
-    )  # fmt: skip
-    def test_efficient_equals_dense_and_complex_float32(
-        self, layout, rotary_dim, batched_positions
-    ):
-        positions = jnp.array([3, 0, 7, 100, 5000, -4, 12, 13, 14, 9, 70000, 2])
-        if batched_positions:
-            positions = jnp.stack([positions, positions[::-1] + 11])
-        kw = dict(layout=layout, rotary_dim=rotary_dim)
-        out = rope.apply_rope(self.q, positions, **kw)
-        atol = _float32_bound(self.q, positions)  # ~2e-5 here; a float32 m·θ is ~4e-3 off
-        for reference in (rope_reference.apply_rope_dense, rope_reference.apply_rope_complex):
-            chex.assert_trees_all_close(out, reference(self.q, positions, **kw), atol=atol, rtol=0)
-
-    @parameterized.parameters("interleaved", "half")
-    def test_efficient_equals_dense_and_complex_float64(self, layout):
-        with jax.enable_x64(True):
-            q = jnp.asarray(np.asarray(self.q), jnp.float64)
-            positions = jnp.array([3, 0, 7, 100, 5000, -4, 12, 13, 14, 9, 70000, 2])
-            out = rope.apply_rope(q, positions, layout=layout)
-            self.assertEqual(out.dtype, jnp.float64)
-            # The float64 form of _float32_bound is ~4e-14 here, below the 1e-12 asked.
-            for reference in (rope_reference.apply_rope_dense, rope_reference.apply_rope_complex):
-                chex.assert_trees_all_close(
-                    out, reference(q, positions, layout=layout), atol=1e-12, rtol=0
-                )
-
-    def test_features_past_rotary_dim_pass_through(self):
-        out = rope.apply_rope(self.q, self.positions + 5, rotary_dim=6)
+    @parameterized.parameters(*PATHS["exact"])
+    def test_features_past_rotary_dim_pass_through(self, exact):
+        out = rope.apply_rope(self.q, self.positions + 5, rotary_dim=6, exact=exact)
         chex.assert_trees_all_equal(out[..., 6:], self.q[..., 6:])
         self.assertGreater(float(jnp.abs(out[..., :6] - self.q[..., :6]).max()), 0.1)
 
-    def test_layout_without_heads_axis(self):
+    @parameterized.parameters(*PATHS["exact"])
+    def test_layout_without_heads_axis(self, exact):
         x = self.q[:, :, 0, :]  # [B, L, H]
         chex.assert_trees_all_close(
-            rope.apply_rope(x, self.positions, seq_axis=-2),
-            rope.apply_rope(self.q, self.positions)[:, :, 0, :],
+            rope.apply_rope(x, self.positions, seq_axis=-2, exact=exact),
+            rope.apply_rope(self.q, self.positions, exact=exact)[:, :, 0, :],
         )
 
     @parameterized.product(src=rope_layouts.LAYOUTS, dst=rope_layouts.LAYOUTS, rotary_dim=[None, 8])
@@ -142,130 +110,49 @@ class RopeTest(parameterized.TestCase):
         back = rope_layouts.convert_qk_layout(converted[0], **{**kw, "src": dst, "dst": src})
         chex.assert_trees_all_equal(back, wq)
 
-    @parameterized.parameters("interleaved", "half")
-    def test_bfloat16_in_bfloat16_out(self, layout):
+    @parameterized.product(layout=rope_layouts.LAYOUTS, **PATHS)
+    def test_bfloat16_in_bfloat16_out(self, layout, exact):
         x = self.q.astype(jnp.bfloat16)
-        out = rope.apply_rope(x, self.positions + 1000, layout=layout)
+        kw = dict(layout=layout, exact=exact)
+        out = rope.apply_rope(x, self.positions + 100, **kw)
         chex.assert_type(out, jnp.bfloat16)
-        reference = rope.apply_rope(self.q, self.positions + 1000, layout=layout)
+        # The rotation runs in float32 and rounds once to bfloat16, at the end.
+        widened = rope.apply_rope(x.astype(jnp.float32), self.positions + 100, **kw)
+        chex.assert_trees_all_equal(out, widened.astype(jnp.bfloat16))
+        reference = rope.apply_rope(self.q, self.positions + 100, **kw)
         chex.assert_trees_all_close(out.astype(jnp.float32), reference, atol=0.05)
 
-    def test_bfloat16_rounds_to_nearest(self):
-        x = self.q.astype(jnp.bfloat16)
-        x = x.at[0, 0, 0, :2].set(jnp.array([jnp.nan, jnp.inf], jnp.bfloat16))
-        out = rope.apply_rope(x, jnp.zeros(12, jnp.int32))  # the identity rotation
-        chex.assert_trees_all_equal(out[0, 0, 0, 2:], x[0, 0, 0, 2:])
-        self.assertTrue(bool(jnp.isnan(out[0, 0, 0, 0])))
-        chex.assert_trees_all_equal(out[1:], x[1:])
-        # The bit-level converts equal XLA's, ties and overflow included.
-        y = jax.random.normal(jax.random.key(5), (4096,)) * jnp.logspace(-40, 38.5, 4096)
-        y = jnp.concatenate([y, jnp.array([1 + 2**-8, 1 + 3 * 2**-8, -jnp.inf, 3.4e38])])
-        chex.assert_trees_all_equal(_rope_cpu.narrow(y, jnp.bfloat16), y.astype(jnp.bfloat16))
-        b = y.astype(jnp.bfloat16)
-        chex.assert_trees_all_equal(_rope_cpu.widen(b, jnp.float32), b.astype(jnp.float32))
-
-    @parameterized.parameters(10**5, 10**6, 10**9)
-    def test_far_positions_match_float64(self, centre):
-        # A plain float32 product m·θ is off by ~0.03 rad at m = 10^6; the exact phase reduction
-        # keeps the error at the float32 rounding of the output.
-        positions = np.arange(centre - 6, centre + 6)
-        out = rope.apply_rope(self.q, jnp.asarray(positions, jnp.int32))
-        with jax.enable_x64(True):
-            q = np.asarray(self.q, np.float64)
-            expected = np.asarray(rope_reference.apply_rope_complex(q, positions))
-        error = np.abs(np.asarray(out, np.float64) - expected).max()
-        bound = _float32_bound(self.q, positions)
-        self.assertLess(error, bound, f"max abs error {error:.2e} at positions near {centre}")
-
-    @parameterized.parameters(np.float32, np.float64)
-    def test_cos_sin_turns_within_one_ulp(self, dtype):
-        # Every quadrant, both signs, the reduction's boundaries (multiples of 1/8 turn) and
-        # phases past one turn. Rounding 2πt to an angle first, then jnp.cos, is off by 8e-7
-        # in float32 and 1.3e-15 in float64 on these phases.
-        turns = np.concatenate(
-            [np.linspace(-2, 2, 4097), np.random.default_rng(0).uniform(0, 1.5, 20000)]
-        ).astype(dtype)
-        angles = np.longdouble(turns) * _TWO_PI
-        with jax.enable_x64(dtype == np.float64):
-            cos, sin = _rope_cpu.cos_sin_turns(jnp.asarray(turns))
-        self.assertEqual(cos.dtype, dtype)
-        for got, expected in ((cos, np.cos(angles)), (sin, np.sin(angles))):
-            error = np.abs(np.longdouble(np.asarray(got)) - expected).max()
-            self.assertLess(error, np.finfo(dtype).eps, f"{dtype.__name__}: {float(error):.2e}")
-
-    @parameterized.parameters("interleaved", "half")
-    def test_turns_per_feature_follow_the_layout(self, layout):
-        for positions in (jnp.arange(-5, 7) * 1000, jnp.arange(12) * 0.5):
-            per_pair = rope_phase.rotation_turns(positions, 8)
-            per_feature = rope_phase.rotation_turns(positions, 8, layout=layout)
-            chex.assert_trees_all_equal(
-                per_feature, rope_layouts.merge_pairs(per_pair, per_pair, layout)
-            )
-
-    def test_negative_positions_invert_positive(self):
-        forward = rope.apply_rope(self.q, self.positions + 12345)
-        back = rope.apply_rope(forward, -(self.positions + 12345))
+    @parameterized.parameters(*PATHS["exact"])
+    def test_negative_positions_invert_positive(self, exact):
+        forward = rope.apply_rope(self.q, self.positions + 12345, exact=exact)
+        back = rope.apply_rope(forward, -(self.positions + 12345), exact=exact)
         chex.assert_trees_all_close(back, self.q, atol=1e-5)
 
-    def test_floating_positions(self):
+    @parameterized.parameters(*PATHS["exact"])
+    def test_floating_positions(self, exact):
         chex.assert_trees_all_close(
-            rope.apply_rope(self.q, self.positions.astype(jnp.float32) + 0.0),
-            rope.apply_rope(self.q, self.positions),
+            rope.apply_rope(self.q, self.positions.astype(jnp.float32) + 0.0, exact=exact),
+            rope.apply_rope(self.q, self.positions, exact=exact),
             atol=1e-5,
         )
 
-    @parameterized.parameters("interleaved", "half")
-    def test_gradient_with_respect_to_floating_positions(self, layout):
-        positions = jnp.arange(12) * 0.5 + 0.25
-        score = lambda p: jnp.sum(rope.apply_rope(self.q, p, layout=layout) * self.k)  # noqa: E731
-        got = jax.grad(score)(positions)
-        # d/dm of pair i rotated by m·θ_i is θ_i times it turned a further quarter turn: the
-        # reference, in float64, rotates q turned by a quarter turn.
-        with jax.enable_x64(True):
-            turned = _quarter_turn(np.asarray(self.q, np.float64), layout)
-            rotated = rope_reference.apply_rope_complex(turned, positions, layout=layout)
-        theta = 10000.0 ** (-np.arange(0, 16, 2) / 16)  # [H/2]
-        theta = np.repeat(theta, 2) if layout == "interleaved" else np.tile(theta, 2)  # [H]
-        terms = theta * np.asarray(rotated) * np.asarray(self.k, np.float64)  # [B, L, N, H]
-        # Each term: θ_i/2π and m·θ_i/2π (2 roundings), the derivatives of the Horner
-        # polynomials (2 per coefficient, 6 each: 12), the rotation's product and sum and the
-        # product with k (3); then the sum over B·N·H = 96 terms.
-        atol = tolerance.dot(n=96 + 17, magnitude=np.abs(terms).sum(axis=(0, 2, 3)).max())
-        chex.assert_trees_all_close(got, terms.sum(axis=(0, 2, 3)), atol=atol, rtol=0)
-        self.assertGreater(float(jnp.abs(got).min()), 1e-3)
-
-    @parameterized.parameters("interleaved", "half")
-    def test_jit_equals_no_jit(self, layout):
-        fn = lambda x, p: rope.apply_rope(x, p, layout=layout, rotary_dim=8)  # noqa: E731
+    @parameterized.product(layout=rope_layouts.LAYOUTS, **PATHS)
+    def test_jit_equals_no_jit(self, layout, exact):
+        fn = lambda x, p: rope.apply_rope(x, p, layout=layout, rotary_dim=8, exact=exact)  # noqa: E731
         chex.assert_trees_all_close(
             jax.jit(fn)(self.q, self.positions + 77), fn(self.q, self.positions + 77), atol=1e-6
         )
 
-    @parameterized.parameters("interleaved", "half")
-    def test_gradients(self, layout):
-        q = self.q[:1, :4]
+    @parameterized.product(layout=rope_layouts.LAYOUTS, **PATHS)
+    def test_gradients(self, layout, exact):
+        q, positions = self.q[:1, :4], jnp.arange(4) + 3
+        kw = dict(order=2, modes=["fwd", "rev"], atol=1e-2, rtol=1e-2)
+        check_grads(lambda x: rope.apply_rope(x, positions, layout=layout, exact=exact), (q,), **kw)
         check_grads(
-            lambda x: rope.apply_rope(x, jnp.arange(4) + 3, layout=layout),
-            (q,),
-            order=2,
-            modes=["fwd", "rev"],
-            atol=1e-2,
-            rtol=1e-2,
+            lambda p: rope.apply_rope(q, p, layout=layout, exact=exact),
+            (positions * 0.5 + 0.25,),
+            **kw,
         )
-
-    @parameterized.parameters("interleaved", "half")
-    def test_bfloat16_gradients_follow_float32(self, layout):
-        # The bf16 path widens and narrows through integer bit casts, which alone have a zero
-        # derivative: q and k of a bf16 model then got no gradient at all.
-        def grad(dtype):
-            loss = lambda x: jnp.sum(  # noqa: E731
-                rope.apply_rope(x, self.positions + 5, layout=layout).astype(jnp.float32) * self.k
-            )
-            return jax.grad(loss)(self.q.astype(dtype)).astype(jnp.float32)
-
-        want = grad(jnp.float32)
-        self.assertGreater(float(jnp.abs(want).max()), 0.1)
-        chex.assert_trees_all_close(grad(jnp.bfloat16), want, atol=2e-2, rtol=2e-2)
 
     def test_long_range_decay_reference_values(self):
         values = rope_reference.long_range_decay([0, 1, 16, 64, 256], dim=128)
@@ -312,6 +199,162 @@ class RopeTest(parameterized.TestCase):
     def test_positions_length_mismatch(self):
         with self.assertRaisesRegex(ValueError, r"positions of shape \(5,\).*length 12"):
             rope.apply_rope(self.q, jnp.arange(5))
+
+
+class PathsTest(parameterized.TestCase):
+    """exact=False, the formula as written, against exact=True where float32 m·θ_i is exact
+    enough (small positions), and both against the reference."""
+
+    def setUp(self):
+        super().setUp()
+        self.x = jax.random.normal(jax.random.key(0), (2, 12, 3, 16))  # [B, L, N, H]
+        self.positions = jnp.array([3, 0, 7, 100, 50, -4, 12, 13, 14, 9, 70, 2])
+
+    @parameterized.product(
+        layout=rope_layouts.LAYOUTS, rotary_dim=[None, 6], batched_positions=[False, True]
+    )
+    def test_paths_agree_and_equal_dense_and_complex_float32(
+        self, layout, rotary_dim, batched_positions
+    ):
+        positions = self.positions
+        if batched_positions:
+            positions = jnp.stack([positions, positions[::-1] + 11])
+        kw = dict(layout=layout, rotary_dim=rotary_dim)
+        plain = rope.apply_rope(self.x, positions, exact=False, **kw)
+        exact = rope.apply_rope(self.x, positions, **kw)
+        atol = _plain_bound(self.x, positions)  # ~2e-5 here, above the exact path's bound
+        chex.assert_trees_all_close(plain, exact, atol=atol, rtol=0)
+        for reference in (rope_reference.apply_rope_dense, rope_reference.apply_rope_complex):
+            want = reference(self.x, positions, **kw)
+            chex.assert_trees_all_close([plain, exact], [want, want], atol=atol, rtol=0)
+
+    @parameterized.parameters("interleaved", "half")
+    def test_paths_equal_dense_and_complex_float64(self, layout):
+        with jax.enable_x64(True):
+            x = jnp.asarray(np.asarray(self.x), jnp.float64)
+            want = rope_reference.apply_rope_complex(x, self.positions, layout=layout)
+            for exact in PATHS["exact"]:
+                out = rope.apply_rope(x, self.positions, layout=layout, exact=exact)
+                self.assertEqual(out.dtype, jnp.float64)
+                chex.assert_trees_all_close(out, want, atol=1e-12, rtol=0)
+
+    @parameterized.parameters(
+        ({"rope_type": "linear", "factor": 4.0},),
+        (scalings.YARN,),
+        (scalings.LLAMA3,),
+    )
+    def test_scaled_paths_agree_and_equal_the_reference(self, scaling):
+        x = jax.random.normal(jax.random.key(1), (1, 12, 2, 64))  # [B, L, N, H]
+        kw = dict(base=500000.0, scaling=scaling)
+        plain = rope.apply_rope(x, self.positions, exact=False, **kw)
+        exact = rope.apply_rope(x, self.positions, **kw)
+        inv_freq, attention = rope.scaled_frequencies(64, **kw, dtype=np.float64)
+        want = scalings.reference_rope(x, self.positions, inv_freq, attention)
+        atol = _plain_bound(x, self.positions, attention)
+        chex.assert_trees_all_close([plain, exact], [want, want], atol=atol, rtol=0)
+        # Half the head, in the half layout: the two paths against each other.
+        kw.update(rotary_dim=32, layout="half")
+        chex.assert_trees_all_close(
+            rope.apply_rope(x, self.positions, exact=False, **kw),
+            rope.apply_rope(x, self.positions, **kw),
+            atol=atol,
+            rtol=0,
+        )
+
+    @parameterized.parameters("interleaved", "half")
+    def test_bfloat16_paths_agree_within_one_rounding(self, layout):
+        x = self.x.astype(jnp.bfloat16)
+        plain, exact = (
+            rope.apply_rope(x, self.positions, layout=layout, exact=exact).astype(jnp.float32)
+            for exact in (False, True)
+        )
+        # Their float32 rotations differ by ~1e-5 and each rounds once to bfloat16 (2^-8).
+        ulp = 2.0**-8 * np.abs(np.asarray(exact)) + 1e-5
+        self.assertTrue(bool((jnp.abs(plain - exact) <= ulp).all()))
+
+    def test_plain_path_loses_precision_far_out(self):
+        # Why exact=True is the default: at m = 10^6 float32 m·θ_i is ~0.03 rad off.
+        positions = jnp.arange(12) + 1_000_000
+        plain = rope.apply_rope(self.x, positions, exact=False)
+        exact = rope.apply_rope(self.x, positions)
+        self.assertGreater(float(jnp.abs(plain - exact).max()), 1e-3)
+
+
+class ScalingTest(parameterized.TestCase):
+    """apply_rope with HF's rope scaling: the attention factor, the lengths, rope_rotation."""
+
+    def setUp(self):
+        super().setUp()
+        self.x = jax.random.normal(jax.random.key(0), (1, 16, 2, 64))  # [B, L, N, H]
+
+    @parameterized.parameters(*PATHS["exact"])
+    def test_attention_factor_scales_cos_and_sin(self, exact):
+        positions = jnp.arange(16) * 37
+        yarn = scalings.YARN
+        plain = rope.apply_rope(
+            self.x, positions, scaling=dict(yarn, attention_factor=1.0), exact=exact
+        )
+        scaled = rope.apply_rope(self.x, positions, scaling=yarn, exact=exact)
+        chex.assert_trees_all_close(scaled, plain * (0.1 * math.log(8) + 1), atol=1e-5)
+
+    @parameterized.parameters(
+        {"rope_type": "default"}, {"rope_type": "proportional", "factor": 1.0}
+    )
+    def test_no_scaling_and_plain_scaling_agree(self, **scaling):
+        # Both spellings of plain RoPE take its exact phases, bit for bit.
+        self.assertTrue(rope_scaling.is_plain(scaling))
+        positions = jnp.arange(16) * 9973
+        chex.assert_trees_all_equal(
+            rope.apply_rope(self.x, positions, scaling=scaling), rope.apply_rope(self.x, positions)
+        )
+        half = {"rope_type": "proportional", "partial_rotary_factor": 0.5}
+        self.assertFalse(rope_scaling.is_plain(half))  # zero frequencies past the half
+
+    @parameterized.parameters(*PATHS["exact"])
+    def test_dynamic_chooses_by_length(self, exact):
+        params = {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 8}
+        positions = jnp.arange(16)
+        # L = 16 > 8: scaled; an explicit seq_len within L₀: plain.
+        ntk = {"rope_type": "ntk", "factor": 4.0 * 2 - 3}
+        chex.assert_trees_all_close(
+            rope.apply_rope(self.x, positions, scaling=params, exact=exact),
+            rope.apply_rope(self.x, positions, scaling=ntk, exact=exact),
+            atol=1e-6,
+        )
+        chex.assert_trees_all_close(
+            rope.apply_rope(self.x, positions, scaling=params, seq_len=8, exact=exact),
+            rope.apply_rope(self.x, positions, exact=exact),
+            atol=1e-6,
+        )
+
+    def test_rotation_passes_scaling_through(self):
+        rotation = rope.rope_rotation(jnp.arange(16), scaling=scalings.YARN)
+        chex.assert_trees_all_equal(
+            rotation.q(self.x), rope.apply_rope(self.x, jnp.arange(16), scaling=scalings.YARN)
+        )
+
+
+class XposTest(parameterized.TestCase):
+    def test_scores_are_rope_times_the_decay_and_ignore_a_shift(self):
+        keys = jax.random.split(jax.random.key(0), 2)
+        q = jax.random.normal(keys[0], (1, 12, 2, 16))  # [B, L, N, H]
+        k = jax.random.normal(keys[1], (1, 12, 2, 16))
+        positions = jnp.arange(12) * 50
+
+        def scores(shift):
+            rotation = rope.xpos_rotation(positions + shift, scale_base=64.0)
+            return jnp.einsum("BLNH,BMNH->BNLM", rotation.q(q), rotation.k(k))
+
+        chex.assert_trees_all_close(scores(100_000), scores(0), rtol=2e-4, atol=2e-4)
+        # Written out: Σ_i ζ_i^((m-n)/γ) (RoPE's pair-i score) over pairs.
+        zeta = (np.arange(0, 16, 2) / 16 + 0.4) / 1.4
+        plain = rope.rope_rotation(positions)
+        rq, rk = np.asarray(plain.q(q), np.float64), np.asarray(plain.k(k), np.float64)
+        pairs = (rq[:, :, None] * rk[:, None, :]).reshape(1, 12, 12, 2, 8, 2).sum(-1)
+        distance = np.asarray(positions)[:, None] - np.asarray(positions)[None, :]
+        decay = zeta ** (distance[..., None] / 64.0)  # [L, M, R/2]
+        want = np.einsum("blmni,lmi->bnlm", pairs, decay)
+        chex.assert_trees_all_close(scores(0), want, rtol=2e-4, atol=2e-4)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ m·θ_i, θ_i = base^(-2i/R) (eq. 15):
     (x_a, x_b) -> (x_a cos mθ_i - x_b sin mθ_i,  x_b cos mθ_i + x_a sin mθ_i)     eq. (34)
 
 so that ⟨R_m q, R_n k⟩ = ⟨q, R_{n-m} k⟩ depends on n - m only (eq. 16). `apply_rope` is this
-formula in three steps: the angles m·θ_i, their cos and sin, the rotation.
+formula as written: the angles m·θ_i, their cos and sin, the rotation of each pair.
 
 Glossary of shapes:
   B  batch
@@ -21,14 +21,13 @@ Layouts (which features form a rotated pair; `rope_layouts.py`):
   "interleaved"  (0, 1), (2, 3), ...        the paper's eq. (13), HF RoFormer, bert4keras
   "half"         (i, i + R/2) for i < R/2   GPT-NeoX, LLaMA
 
-Where the precision and the speed live, each a named call from `apply_rope`:
-  rope_phase.py    the angles, as the phase m·θ_i/2π in turns reduced modulo one turn in
-                   integer arithmetic: as accurate at position 10^6 as at 10, on every backend.
-  rope_layouts.py  the pairs: checks, a feature's partner, moving weights between layouts.
-  _rope_cpu.py     XLA CPU scheduling, each piece with the measurement that asked for it: sin
-                   and cos as polynomials that vectorize, a barrier that keeps the [L, R]
-                   tables from being recomputed per element of x, bfloat16 converts as bit
-                   casts, the rotation with a custom JVP.
+Two paths, one formula (`exact=` of `apply_rope`, tested equal in tests/rope_test.py):
+  exact=False  the formula below: angles m·θ_i in float32 (float64 for float64 x), jnp.cos
+               and jnp.sin. Exact to the rounding of m·θ_i, which grows with m: in float32
+               ~1e-5 rad at m = 100, ~0.03 rad at m = 10^6.
+  exact=True   the default, `_rope_exact.py`: the angle as an exact phase (whole turns removed
+               in integer arithmetic), as accurate at position 10^6 as at 10 on every backend,
+               and scheduled to run near the copy bandwidth on XLA's CPU.
 The slow explicit forms (dense matrices, complex numbers), which share no code with these, and
 the long-range decay bound are in `rope_reference.py`.
 """
@@ -41,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from roformer_jax.nn import _rope_cpu, rope_layouts, rope_phase, rope_scaling
+from roformer_jax.nn import _rope_exact, rope_layouts, rope_scaling
 
 # HF's rope scaling family (PI, NTK, dynamic NTK, YaRN, LongRoPE, Llama 3) lives in rope_scaling.py.
 scaled_frequencies = rope_scaling.scaled_frequencies
@@ -57,6 +56,7 @@ def apply_rope(
     seq_axis: int = -3,
     scaling=None,
     seq_len: int | None = None,
+    exact: bool = True,
 ):
     """Rotates features of x by their positions, element-wise (eq. 34 of the paper).
 
@@ -78,78 +78,52 @@ def apply_rope(
       seq_len: the length "dynamic" and "longrope" choose their frequencies by; None for L.
         HF uses max(position) + 1, which is L in a full forward pass from position 0; here it
         must be known when tracing, so pass it when positions are offset (decoding).
+      exact: True (the default) for the exact phase at any position, fast on XLA's CPU
+        (`_rope_exact.py`); False for the formula as written here, in float32 angles m·θ_i,
+        which is as exact only where m·θ_i rounds well (small positions).
 
     Returns:
       Array of x's shape and dtype. The rotation itself runs in at least float32.
     """
     positions, rotary_dim = _validate(x, positions, layout, rotary_dim, seq_axis)
-    dtype = _angle_dtype(x.dtype)
+    dtype = angle_dtype(x.dtype)
     seq_len = x.shape[seq_axis] if seq_len is None else seq_len
-    inv_freq, attention = _frequencies(rotary_dim, base, scaling, seq_len)
-    # The angles m·θ_i, as the exact phase m·θ_i/2π in turns, one per feature in the layout's
-    # order (each pair's angle at both of its features): [..., L, R].
-    turns = rope_phase.rotation_turns(
-        positions, rotary_dim, base=base, dtype=dtype, layout=layout, inv_freq=inv_freq
-    )
-    return rotate_by_turns(x, _over_heads(turns, seq_axis), attention=attention, layout=layout)
+    if exact:  # the same rotation at an exact phase, fast on XLA's CPU
+        return _rope_exact.apply_rope(
+            x, positions, dtype, rotary_dim, base, layout, seq_axis, scaling, seq_len
+        )
+    theta, attention = scaled_frequencies(
+        rotary_dim, base=base, scaling=scaling, seq_len=seq_len, dtype=np.float64
+    )  # θ_i [R/2], scaled where asked
+    angles = positions.astype(dtype)[..., None] * jnp.asarray(theta, dtype)  # [..., L, R/2]
+    angles = rope_layouts.over_heads(angles, seq_axis)  # [..., L, 1, R/2]
+    return rotate_by_angles(x, angles, attention=attention, layout=layout)
 
 
-def rotate_by_turns(x, turns, *, attention: float = 1.0, layout: str = "interleaved"):
-    """The rotation step of `apply_rope`, given its angles: x's first R features rotated.
-
-    Shared by `apply_rope` and `rope_nd.apply_rope_nd` (the same operations, so the same
-    speed and bits for the same angles).
+def rotate_by_angles(x, angles, *, attention: float = 1.0, layout: str = "interleaved"):
+    """x's first R features rotated pair by pair, given each pair's angle (eq. 34).
 
     Args:
       x: array of shape [..., H].
-      turns: the angle of each feature in turns (each pair's at both of its features, in
-        `layout`'s order), float32 or float64: shape [..., R], broadcasting against
-        x[..., :R] (e.g. [..., L, 1, R] for every head alike, [..., L, N, R] per head).
-      attention: cos and sin multiplied by it, as HF does for scaled RoPE.
-      layout: "interleaved" or "half".
+      angles: the angle of each pair in radians, shape [..., R/2], broadcasting against
+        x[..., :R/2] (e.g. [..., L, 1, R/2] for every head alike); its dtype is the rotation's.
+      attention: cos and sin multiplied by it, as HF does for scaled RoPE (so q·k gains
+        attention², YaRN eq. 22).
+      layout: which features form a pair, "interleaved" or "half".
 
     Returns:
       Array of x's shape and dtype; features past R pass through.
     """
-    rotary_dim, dtype = turns.shape[-1], turns.dtype
-    cos, sin = _cos_sin(turns, attention, layout)  # [..., R]
-    # The rotation: (a, b) -> (a cos - b sin, b cos + a sin) = x·cos + partners(x)·[-sin, +sin],
-    # partners(x) putting b at a's place and a at b's, in at least float32.
-    rotated = _rope_cpu.rotate(_rope_cpu.widen(x[..., :rotary_dim], dtype), cos, sin, layout)
-    out = _rope_cpu.narrow(rotated, x.dtype)  # back to x's dtype
-    if rotary_dim == x.shape[-1]:
-        return out
-    return jnp.concatenate([out, x[..., rotary_dim:]], axis=-1)  # features past R pass through
+    rotary_dim = 2 * angles.shape[-1]
+    cos, sin = jnp.cos(angles) * attention, jnp.sin(angles) * attention
+    a, b = rope_layouts.split_pairs(x[..., :rotary_dim].astype(angles.dtype), layout)
+    rotated = rope_layouts.merge_pairs(a * cos - b * sin, b * cos + a * sin, layout)
+    return jnp.concatenate([rotated.astype(x.dtype), x[..., rotary_dim:]], axis=-1)
 
 
-def _frequencies(rotary_dim, base, scaling, seq_len):
-    """(θ_i, attention factor); θ_i is None for base^(-2i/R), made exact from base itself."""
-    if rope_scaling.is_plain(scaling):
-        return None, 1.0
-    # float64: at position 10^6 a float32 θ_i would already be off by ~0.1 rad.
-    return scaled_frequencies(
-        rotary_dim, base=base, scaling=scaling, seq_len=seq_len, dtype=np.float64
-    )
-
-
-def _cos_sin(turns, attention, layout):
-    """cos and sin of a phase in turns [..., R]; the sin signed -sin at a, +sin at b.
-
-    One fused element-wise pass over the features in their own order then rotates x
-    (interleaving per-pair tables would not vectorize); on the CPU the tables are computed
-    once, not per element of x (`_rope_cpu.materialize`).
-    """
-    dtype = turns.dtype
-    cos, sin = _rope_cpu.cos_sin_turns(turns)
-    if attention != 1.0:  # HF scales cos and sin, so q·k gains attention² (YaRN eq. 22)
-        cos, sin = cos * dtype.type(attention), sin * dtype.type(attention)
-    ones = np.ones(turns.shape[-1] // 2, dtype)
-    sin = sin * rope_layouts.merge_pairs(-ones, ones, layout)  # -sin at a, +sin at b
-    return _rope_cpu.materialize((cos, sin))
-
-
-def _angle_dtype(x_dtype):
-    # Angles are never computed below float32 (bf16 positions would collide past 256).
+def angle_dtype(x_dtype):
+    """The dtype RoPE's angles and rotation run in for x of `x_dtype`: at least float32, as
+    bf16 positions would collide past 256 (float64 for float64 x, with `jax_enable_x64`)."""
     return jnp.promote_types(x_dtype, jnp.float32)
 
 
@@ -173,13 +147,6 @@ def _validate(x, positions, layout, rotary_dim, seq_axis):
             f"of x with shape {x.shape} (seq_axis={seq_axis})"
         )
     return positions, rotary_dim
-
-
-def _over_heads(table, seq_axis):
-    """[..., L, K] -> [..., L, 1, ..., 1, K]: one singleton per axis between L and H (heads)."""
-    for _ in range(-seq_axis - 2):
-        table = table[..., None, :]
-    return table
 
 
 def rope_frequencies(dim: int, *, base: float = 10000.0) -> jnp.ndarray:
@@ -297,7 +264,7 @@ def xpos_rotation(
         def apply(x):  # [B, L, N, F]
             offset = sign * (positions - centre)
             decay = xpos_decay(offset, x.shape[-1], scale_base=scale_base, layout=layout)
-            decay = _over_heads(decay, -3)  # [(B,) L, 1, F]
+            decay = rope_layouts.over_heads(decay, -3)  # [(B,) L, 1, F]
             return (rotate(x).astype(jnp.float32) * decay).astype(x.dtype)
 
         return apply

@@ -6,8 +6,8 @@ Layouts (rope.py's docstring has the formula they serve):
 Both give pair i the frequency θ_i, so a head laid out for one is a permutation of a head laid
 out for the other, with the same attention scores.
 
-Shapes as in rope.py: H head dim, R rotary dim (the first R of the H features are rotated);
-`...` is any leading axes.
+Shapes as in rope.py: L sequence length, H head dim, R rotary dim (the first R of the H
+features are rotated); `...` is any leading axes.
 """
 
 import jax.numpy as jnp
@@ -28,11 +28,27 @@ def check_layout(layout: str) -> None:
         raise ValueError(f"layout {layout!r} is not one of {LAYOUTS}")
 
 
+def split_pairs(x, layout):
+    """x [..., R] in `layout` -> (first, second) members of each pair, each [..., R/2]."""
+    if layout == "interleaved":
+        return x[..., 0::2], x[..., 1::2]
+    half = x.shape[-1] // 2
+    return x[..., :half], x[..., half:]
+
+
 def merge_pairs(first, second, layout):
     """(first, second) members of each pair, each [..., R/2] -> x [..., R] in `layout`."""
     if layout == "interleaved":
         return jnp.stack([first, second], axis=-1).reshape(*first.shape[:-1], -1)
     return jnp.concatenate([first, second], axis=-1)
+
+
+def over_heads(table, seq_axis: int):
+    """A per-position table [..., L, K] -> [..., L, 1, ..., 1, K], one singleton per axis of x
+    between its L (at `seq_axis`) and H (the heads), so that it broadcasts against x."""
+    for _ in range(-seq_axis - 2):
+        table = table[..., None, :]
+    return table
 
 
 def neighbours(x):

@@ -31,24 +31,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from roformer_jax.nn import rope, rope_layouts, rope_phase, rope_scaling
+from roformer_jax.nn import _rope_exact, rope, rope_layouts, rope_scaling
 
 
-def apply_rope_nd(x, positions, freqs, *, layout: str = "interleaved"):
+def apply_rope_nd(x, positions, freqs, *, layout: str = "interleaved", exact: bool = True):
     """Rotates pair i of x's features by Σ_a p_a · f[a, i] (per head when f is).
-
-    Frequencies given as numpy arrays are constants of the model, and with integer positions
-    their angles are exact phases reduced per axis in integer arithmetic (`rope_phase.py`), as
-    `rope.apply_rope`'s: with A = 1 this is apply_rope's computation itself, bit for bit given
-    the same frequencies. Frequencies given as jax arrays (learned ones) are differentiated;
-    their angles are float32 products p_a · f[a, i] / 2π, exact enough at the positions of an
-    image or a short text.
 
     Args:
       x: array of shape [B, L, N, H].
       positions: array of shape [B, L, A] or [L, A], integer or floating.
       freqs: array of shape [A, P] (every head alike) or [N, A, P] (per head), 2P <= H.
+        Numpy arrays (or lists) are constants of the model; jax arrays (learned frequencies)
+        are differentiated.
       layout: which features form a pair, "interleaved" or "half" (`rope_layouts.py`).
+      exact: True (the default) for `rope.apply_rope`'s exact path (`_rope_exact.py`): with
+        constant frequencies and integer positions each axis's angle is an exact phase, and
+        with A = 1 this is apply_rope's computation, bit for bit given the same frequencies;
+        learned frequencies take float32 products p_a · f[a, i] / 2π, exact enough at the
+        positions of an image or a short text. False for the formula as written here.
 
     Returns:
       Array of x's shape and dtype.
@@ -58,36 +58,15 @@ def apply_rope_nd(x, positions, freqs, *, layout: str = "interleaved"):
     if not isinstance(freqs, jax.Array):  # lists too: constants
         freqs = np.asarray(freqs, np.float64)
     per_head = _validate(x, positions, freqs)
-    dtype = rope._angle_dtype(x.dtype)
-    if isinstance(freqs, np.ndarray) and jnp.issubdtype(positions.dtype, jnp.integer):
-        turns = _exact_turns(positions, freqs if per_head else freqs[None], layout, dtype)
-        if not per_head:
-            turns = turns[..., 0, :]
-    else:
-        # The angle over 2π: the phase in turns, [..., L, (N,) P].
-        freq_turns = jnp.asarray(freqs, dtype) / dtype.type(2 * np.pi)
-        spec = "...la,nap->...lnp" if per_head else "...la,ap->...lp"
-        turns = jnp.einsum(spec, positions.astype(dtype), freq_turns)
-        turns = rope_layouts.merge_pairs(turns, turns, layout)  # each pair's at both features
+    dtype = rope.angle_dtype(x.dtype)
+    if exact:  # the same rotation at exact phases, fast on XLA's CPU
+        return _rope_exact.apply_rope_nd(x, positions, freqs, per_head, layout, dtype)
+    spec = "...la,nap->...lnp" if per_head else "...la,ap->...lp"
+    # Σ_a p_a · f[a, i]: [..., L, (N,) P]
+    angles = jnp.einsum(spec, positions.astype(dtype), jnp.asarray(freqs, dtype))
     if not per_head:
-        turns = turns[..., None, :]  # [..., L, 1, 2P]: every head alike
-    return rope.rotate_by_turns(x, turns, layout=layout)
-
-
-def _exact_turns(positions, freqs, layout, dtype):
-    """Σ_a of each axis's exact phase: positions int [..., L, A], freqs numpy [N, A, P] ->
-    [..., L, N, 2P] in turns, each axis reduced modulo one turn before the sum."""
-    rotary_dim = 2 * freqs.shape[-1]
-
-    def head(f):  # [A, P] -> [..., L, 2P]
-        return sum(
-            rope_phase.rotation_turns(
-                positions[..., a], rotary_dim, dtype=dtype, layout=layout, inv_freq=f[a]
-            )
-            for a in range(f.shape[0])
-        )
-
-    return jnp.stack([head(f) for f in freqs], axis=-2)
+        angles = angles[..., None, :]  # [..., L, 1, P]: every head alike
+    return rope.rotate_by_angles(x, angles, layout=layout)
 
 
 def _validate(x, positions, freqs) -> bool:

@@ -69,8 +69,8 @@ def rotation_turns(
     For integer positions it is computed as (m·P_i mod 2^bits)/2^bits + m·δ_i: the product
     m·P_i wraps exactly in unsigned integers, which removes whole turns without rounding, so
     the error stays near one ulp of a turn however large m is. A plain float32 product m·θ_i
-    is off by about 0.03 rad at m = 10^6 (measured in tests/rope_test.py). Floating-point
-    positions (interpolated positions) use the plain product m·(θ_i/2π).
+    is off by about 0.03 rad at m = 10^6 (tests/rope_test.py, tests/rope_exact_test.py).
+    Floating-point positions (interpolated positions) use the plain product m·(θ_i/2π).
 
     Args:
       positions: array of shape [..., L], integer (exact path) or floating.

@@ -1,17 +1,21 @@
-"""What makes `rope.apply_rope` fast on XLA's CPU backend; read rope.py first.
+"""RoPE at an exact phase, fast on XLA's CPU: where `rope.apply_rope` hands over by default.
 
-Each piece is what XLA's CPU backend needed to run RoPE near the copy bandwidth
-(benchmarks/rope.py), and its docstring says which measurement asked for it. The exact phase
-(rope_phase.py) and the layouts (rope_layouts.py) are not CPU matters and live apart.
+Read rope.py's plain `apply_rope` first: this is the same rotation, computed so that it is
+accurate at any position and runs near the copy bandwidth on XLA's CPU backend
+(benchmarks/rope.py). It runs on every backend and gives the same values on each.
 
+  the phase         `rope_phase.rotation_turns`: m·θ_i / 2π in turns, whole turns removed in
+                    integer arithmetic before any rounding, so position 10^6 is as accurate
+                    as position 10 (a float32 product m·θ_i is off by ~0.03 rad there).
   sin and cos       `cos_sin_turns`: polynomials in the phase in turns, never a rounded angle,
                     and vectorized by XLA's CPU backend where jnp.sin and jnp.cos are not.
   fusion barrier    `materialize`: keeps the [L, R] tables from being recomputed per element.
   bf16 bit casts    `widen`, `narrow`: converts that XLA's CPU backend vectorizes.
   custom JVP        `rotate`, `rotate_linear`: a backward pass whose transpose vectorizes.
 
-All of them compute the same values on every backend; only `materialize` asks which one it is.
-Shapes as in rope.py: L sequence length, R rotary dim; `...` is any leading axes.
+Each speed piece's docstring says which measurement asked for it; only `materialize` asks
+which backend it runs on. Shapes as in rope.py: L sequence length, N heads, H head dim, R
+rotary dim, A position axes, P rotated pairs; `...` is any leading axes.
 """
 
 import decimal
@@ -19,9 +23,118 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-from roformer_jax.nn import rope_layouts, rope_phase
+from roformer_jax.nn import rope_layouts, rope_phase, rope_scaling
+
+# --- The entry points ----------------------------------------------------------------------
+
+
+def apply_rope(x, positions, dtype, rotary_dim, base, layout, seq_axis, scaling, seq_len):
+    """`rope.apply_rope` at an exact phase: its arguments, checked, with R, seq_len and the
+    angles' dtype chosen by it. x [..., L, (N,) H] -> the same shape and dtype."""
+    inv_freq, attention = _frequencies(rotary_dim, base, scaling, seq_len)
+    # The angles m·θ_i, as the exact phase m·θ_i/2π in turns, one per feature in the layout's
+    # order (each pair's angle at both of its features): [..., L, R].
+    turns = rope_phase.rotation_turns(
+        positions, rotary_dim, base=base, dtype=dtype, layout=layout, inv_freq=inv_freq
+    )
+    turns = rope_layouts.over_heads(turns, seq_axis)  # [..., L, 1, R]
+    return rotate_by_turns(x, turns, attention=attention, layout=layout)
+
+
+def _frequencies(rotary_dim, base, scaling, seq_len):
+    """(θ_i, attention factor); θ_i is None for base^(-2i/R), made exact from base itself."""
+    if rope_scaling.is_plain(scaling):
+        return None, 1.0
+    # float64: at position 10^6 a float32 θ_i would already be off by ~0.1 rad.
+    return rope_scaling.scaled_frequencies(
+        rotary_dim, base=base, scaling=scaling, seq_len=seq_len, dtype=np.float64
+    )
+
+
+def apply_rope_nd(x, positions, freqs, per_head, layout, dtype):
+    """`rope_nd.apply_rope_nd` with its arguments checked: exact phases for numpy frequencies
+    (constants) and integer positions, float products p_a·f[a, i]/2π in turns otherwise.
+
+    With A = 1 and RoPE's own frequencies this is `apply_rope`'s computation, bit for bit.
+    x [B, L, N, H], positions [(B,) L, A], freqs numpy or jax [(N,) A, P] -> x's shape, dtype.
+    """
+    if isinstance(freqs, np.ndarray) and jnp.issubdtype(positions.dtype, jnp.integer):
+        turns = _exact_turns(positions, freqs if per_head else freqs[None], layout, dtype)
+        if not per_head:
+            turns = turns[..., 0, :]
+    else:
+        # The angle over 2π: the phase in turns, [..., L, (N,) P].
+        freq_turns = jnp.asarray(freqs, dtype) / dtype.type(2 * np.pi)
+        spec = "...la,nap->...lnp" if per_head else "...la,ap->...lp"
+        turns = jnp.einsum(spec, positions.astype(dtype), freq_turns)
+        turns = rope_layouts.merge_pairs(turns, turns, layout)  # each pair's at both features
+    if not per_head:
+        turns = turns[..., None, :]  # [..., L, 1, 2P]: every head alike
+    return rotate_by_turns(x, turns, layout=layout)
+
+
+def _exact_turns(positions, freqs, layout, dtype):
+    """Σ_a of each axis's exact phase: positions int [..., L, A], freqs numpy [N, A, P] ->
+    [..., L, N, 2P] in turns, each axis reduced modulo one turn before the sum."""
+    rotary_dim = 2 * freqs.shape[-1]
+
+    def head(f):  # [A, P] -> [..., L, 2P]
+        return sum(
+            rope_phase.rotation_turns(
+                positions[..., a], rotary_dim, dtype=dtype, layout=layout, inv_freq=f[a]
+            )
+            for a in range(f.shape[0])
+        )
+
+    return jnp.stack([head(f) for f in freqs], axis=-2)
+
+
+def rotate_by_turns(x, turns, *, attention: float = 1.0, layout: str = "interleaved"):
+    """x's first R features rotated, given the angle of each in turns.
+
+    Shared by `apply_rope` and `apply_rope_nd` (the same operations, so the same speed and
+    bits for the same angles).
+
+    Args:
+      x: array of shape [..., H].
+      turns: the angle of each feature in turns (each pair's at both of its features, in
+        `layout`'s order), float32 or float64: shape [..., R], broadcasting against
+        x[..., :R] (e.g. [..., L, 1, R] for every head alike, [..., L, N, R] per head).
+      attention: cos and sin multiplied by it, as HF does for scaled RoPE.
+      layout: "interleaved" or "half".
+
+    Returns:
+      Array of x's shape and dtype; features past R pass through.
+    """
+    rotary_dim, dtype = turns.shape[-1], turns.dtype
+    cos, sin = _cos_sin(turns, attention, layout)  # [..., R]
+    # The rotation: (a, b) -> (a cos - b sin, b cos + a sin) = x·cos + partners(x)·[-sin, +sin],
+    # partners(x) putting b at a's place and a at b's, in at least float32.
+    rotated = rotate(widen(x[..., :rotary_dim], dtype), cos, sin, layout)
+    out = narrow(rotated, x.dtype)  # back to x's dtype
+    if rotary_dim == x.shape[-1]:
+        return out
+    return jnp.concatenate([out, x[..., rotary_dim:]], axis=-1)  # features past R pass through
+
+
+def _cos_sin(turns, attention, layout):
+    """cos and sin of a phase in turns [..., R]; the sin signed -sin at a, +sin at b.
+
+    One fused element-wise pass over the features in their own order then rotates x
+    (interleaving per-pair tables would not vectorize); on the CPU the tables are computed
+    once, not per element of x (`materialize`).
+    """
+    dtype = turns.dtype
+    cos, sin = cos_sin_turns(turns)
+    if attention != 1.0:  # HF scales cos and sin, so q·k gains attention² (YaRN eq. 22)
+        cos, sin = cos * dtype.type(attention), sin * dtype.type(attention)
+    ones = np.ones(turns.shape[-1] // 2, dtype)
+    sin = sin * rope_layouts.merge_pairs(-ones, ones, layout)  # -sin at a, +sin at b
+    return materialize((cos, sin))
+
 
 # --- sin and cos as polynomials ------------------------------------------------------------
 
@@ -56,7 +169,7 @@ def cos_sin_turns(turns):
     t - round(t) and a further quarter turn n/4 come off exactly in floating point, which
     leaves s in [-1/8, 1/8]; Taylor polynomials in s, to the dtype's precision, and the
     quadrant n do the rest. Errors stay within one ulp, below those of rounding 2πt to an
-    angle first (tests/rope_test.py). Only multiplies, adds and selects: XLA's CPU backend
+    angle first (tests/rope_exact_test.py). Only multiplies, adds and selects: XLA's CPU backend
     vectorizes them, where jnp.cos and jnp.sin are a scalar libm call per element, which at
     B = 1 made RoPE's tables cost more than the rotation itself.
 
