@@ -6,12 +6,15 @@ RoPE reads x once and writes it once, so a jitted element-wise pass over the sam
 (negation: one read, one write) bounds it from above. The references compute their cos and
 sin tables on the host (exact angles in Decimal, see rope_reference.py), and their rows
 include that. Each row gives GB/s as (bytes read + bytes written) / median time, and the
-ratio to that bound in the same run.
+ratio to that bound in the same run. "element-wise" is apply_rope's default, exact path;
+"formula (exact=False)" its plain form, jnp.cos and jnp.sin of float32 angles.
 
 The "nd" rows are `apply_rope_nd` on the same x: A = 1 with RoPE's frequencies (its row must
 match "element-wise": the same code), M-RoPE's 3 axes (Qwen2-VL's sections), and learned
 frequencies per head (RoPE-Mixed, 2 axes, a jax array: float32 angles, [L, N, H] tables).
 """
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +30,7 @@ _REPEATS = flags.DEFINE_integer("repeats", 10, "Timed calls per case (at least).
 
 FORMS = {
     "element-wise": rope.apply_rope,
+    "formula (exact=False)": functools.partial(rope.apply_rope, exact=False),
     "dense matrix": rope_reference.apply_rope_dense,
     "complex": rope_reference.apply_rope_complex,
 }
