@@ -1,8 +1,9 @@
 """Tests for roformer_jax/training/finetune.py: end to end on a 1-layer RoFormer saved in
-HF's format with a tiny vocab (tiny_tasks.py): records, resume, the best checkpoint, and a
-task the model must learn."""
+HF's format with a tiny vocab (tiny_tasks.py): records, resume, the best checkpoint, a stop on
+a non-finite loss, and a task the model must learn."""
 
 import functools
+import itertools
 import json
 import os
 import shutil
@@ -112,6 +113,34 @@ class EndToEndTest(absltest.TestCase):
         _, final, seen = _classification_run()
         self.assertEqual(set(seen), {6, 12, 18})  # 48 / 8 steps per epoch
         self.assertEqual(seen[-1], final["best_step"])
+
+    def test_non_finite_loss_stops_and_names_the_last_good_checkpoint(self):
+        # As pre-training's (loop_test.py): the run stops at the first record after the NaN,
+        # before any save, and says where to restart from and what to change.
+        real = ft._step_functions
+
+        def nan_at_step_7(*args):  # the compiled pair, its train step's 7th loss a NaN
+            train_step, predict = real(*args)
+            calls = itertools.count(1)
+
+            def step(*step_args):
+                state, metrics = train_step(*step_args)
+                if next(calls) == 7:
+                    metrics = {**metrics, "loss": metrics["loss"] * np.nan}
+                return state, metrics
+
+            return step, predict
+
+        workdir = os.path.join(_TMP, "nan")
+        with mock.patch.object(ft, "_step_functions", nan_at_step_7):
+            with self.assertRaisesRegex(
+                FloatingPointError,
+                r"at step 7\. The last good checkpoint is step 6 in .*checkpoints\. Lower the "
+                "learning rate",
+            ):
+                ft.finetune(tiny_tasks.config(), workdir)
+        self.assertEqual(os.listdir(os.path.join(workdir, "checkpoints")), ["6"])
+        self.assertEqual([r["step"] for r in metrics_lib.read_metrics(workdir)], [2, 4, 6])
 
 
 class LearningTest(absltest.TestCase):
