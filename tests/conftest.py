@@ -15,7 +15,7 @@ pytest-xdist's workers, so that the workers and every subprocess a test starts i
   'highest' precision (JAX_DEFAULT_MATMUL_PRECISION; the GPU default rounds their inputs to
   TF32, and on an H200 108 of the 118 tests that failed at the default passed at 'highest') and
   `--xla_gpu_deterministic_ops=true` (without it a resumed run's metrics differed from an
-  uninterrupted run's in their last digits there; tests/loop_test.py, tests/finetuning_test.py).
+  uninterrupted run's in their last digits there; tests/loop_test.py, tests/finetune_test.py).
   On a CPU, 'highest' left float32 and bfloat16 matmuls bit-identical, and XLA's CPU backend
   does not read an `xla_gpu_*` flag.
 - One persistent compilation cache for the whole session, in a temporary folder removed at the

@@ -1,4 +1,5 @@
-"""Tests for roformer_jax/training/loop.py (with checkpoints.py, metrics.py): end to end on `tiny`.
+"""Tests for roformer_jax/training/loop.py (with train_loop.py, checkpoints.py, metrics.py): end
+to end on `tiny`.
 
 Every run trains configs/tiny.py on a small generated corpus with the byte tokenizer.
 """

@@ -19,7 +19,7 @@ from roformer_jax.nn import model_config as model_config_lib
 from roformer_jax.training.config import ExperimentConfig, experiment_config_from_dict
 
 # A vocabulary small enough that a byte model learns it in a few hundred steps, and that a
-# word-level vocab.txt holds whole (finetuning_test).
+# word-level vocab.txt holds whole (tiny_tasks.py).
 WORDS = "the a cat dog sat on mat and ran to see big small red blue sun moon".split()
 
 

@@ -9,7 +9,8 @@ gives the head, the encoding, the loss and the metrics; task_model.py the encode
 optimizer. What pre-training provides is reused: `runs.load_run` (or `hf.load_hf_roformer`)
 for the encoder, `step.make_sums_train_step` for the update (per-row dropout keys, sums over
 devices), `optim` for AdamW with warm-up, `runtime.Devices` for jit on one device and pmap
-on several, `runtime.Clock` and `runtime.Speed`, `Checkpoints` and `MetricsWriter`.
+on several, and the loop pre-training runs, `train_loop.TrainLoop` (records, the NaN stop
+with its advice, checkpoints, signals), given fine-tuning's validation and keep-best save.
 
 Workdir: config.json, metrics.jsonl, tensorboard/, checkpoints/ (the latest epoch, for
 resume), best/ (the epoch with the best validation metric), data/ (a builtin task's files),
@@ -24,9 +25,9 @@ Single host only: validation gathers every prediction on the one host.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
+import itertools
 import json
 import os
 import shutil
@@ -47,6 +48,7 @@ from roformer_jax.training.finetune_config import FinetuneExperiment, TaskConfig
 from roformer_jax.training.step import make_sums_train_step
 from roformer_jax.training.task_kinds import TASK_KINDS, TaskKind, apply_model, read_examples
 from roformer_jax.training.task_model import load_encoder, model_and_optimizer
+from roformer_jax.training.train_loop import Due, TrainLoop
 
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 # The latest epoch's state, for resume, and the best epoch's.
@@ -106,8 +108,11 @@ def task_files(task: TaskConfig, workdir: str) -> dict[str, str | None]:
         built = builtin_tasks.split_paths(directory)
         if not all(os.path.exists(p) for p in built.values()):
             known[name](directory)
-        files = {"train": built["train"], "valid": files["valid"] or built["valid"],
-                 "test": files["test"] or built["test"]}  # fmt: skip
+        files = {
+            "train": built["train"],
+            "valid": files["valid"] or built["valid"],
+            "test": files["test"] or built["test"],
+        }
     return files
 
 
@@ -119,16 +124,22 @@ def load_data(cfg: FinetuneExperiment, tok, workdir: str) -> TaskData:
     labels = ()
     if kind.label_list is not None:
         labels = task.labels or kind.label_list(examples["train"])
-    splits = {s: Split(ex, kind.encode(ex, tok, labels, task, files[s]))
-              for s, ex in examples.items()}  # fmt: skip
+    splits = {
+        s: Split(ex, kind.encode(ex, tok, labels, task, files[s])) for s, ex in examples.items()
+    }
     n_train, batch_size = len(examples["train"]), cfg.finetune.batch_size
     steps_per_epoch = n_train // batch_size
     if steps_per_epoch == 0:
         raise ValueError(f"{n_train} training examples make no batch of {batch_size}")
-    logging.info("%d training examples, %d steps per epoch; labels %s", n_train,
-                 steps_per_epoch, list(labels))  # fmt: skip
-    return TaskData(kind, splits, labels, tok, steps_per_epoch,
-                    cfg.finetune.epochs * steps_per_epoch)  # fmt: skip
+    logging.info(
+        "%d training examples, %d steps per epoch; labels %s",
+        n_train,
+        steps_per_epoch,
+        list(labels),
+    )
+    return TaskData(
+        kind, splits, labels, tok, steps_per_epoch, cfg.finetune.epochs * steps_per_epoch
+    )
 
 
 def _train_batch(rows, targets, step: int, steps_per_epoch: int, batch_size: int, seed: int):
@@ -189,16 +200,22 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
 
     # --- Model and optimizer; the encoder's parameters replace the fresh ones. Shapes first.
     model, schedule, tx, init = model_and_optimizer(
-        cfg, model_cfg, encoder_params, head=data.kind.head,
-        num_labels=max(len(data.labels), 1), row_shape=data.row_shape, steps=data.total,
-    )  # fmt: skip
+        cfg,
+        model_cfg,
+        encoder_params,
+        head=data.kind.head,
+        num_labels=max(len(data.labels), 1),
+        row_shape=data.row_shape,
+        steps=data.total,
+    )
     init_rng, step_rng = jax.random.split(jax.random.key(cfg.seed))
     abstract_state = jax.eval_shape(init, init_rng)
 
     # --- Restore, or initialize.
     state, progress = _restore(workdir, abstract_state, model_cfg, init, init_rng)
-    logging.info("%s at step %d of %d", "resuming" if state.step else "starting",
-                 int(state.step), data.total)  # fmt: skip
+    logging.info(
+        "%s at step %d of %d", "resuming" if state.step else "starting", int(state.step), data.total
+    )
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
         json.dump(dataclasses.asdict(cfg), f, indent=2)
@@ -231,14 +248,16 @@ def _step_functions(model, tx, kind: TaskKind):
     return devices.compile(make_sums_train_step(sums, tx, axis_name=devices.axis), predict)
 
 
-def _evaluate(predict, devices, batch_size: int, data: TaskData, params, steps_done,
-              split: Split, prefix: str) -> tuple[dict, Any]:  # fmt: skip
+def _evaluate(
+    predict, devices, batch_size: int, data: TaskData, params, steps_done, split: Split, prefix: str
+) -> tuple[dict, Any]:
     """({prefix/metric: value}, the head's outputs on every row); steps_done: the updates
     `params` have had (replicated like them), for random attention features."""
     outputs = _predict(
         lambda b: devices.unshard(predict(params, devices.shard(b), steps_done)),
-        split.rows, batch_size,
-    )  # fmt: skip
+        split.rows,
+        batch_size,
+    )
     scores = data.kind.scores(outputs, split.rows, split.examples, data.labels, data.tok)
     return {f"{prefix}/{k}": v for k, v in scores.items()}, outputs
 
@@ -256,78 +275,59 @@ def _predict(predict_fn, rows, batch_size: int):
 
 def _train(run: _Run, state, progress: dict, train_step, step_rng) -> None:
     """The updates from the state's step to the last; a record every log_every steps and
-    at each epoch's end, where the epoch is validated and the latest checkpoint saved."""
-    fcfg, data, devices = run.cfg.finetune, run.data, run.devices
-    start, window = int(state.step), progress["window"]
-    state = devices.replicate(state)
-    elapsed = runtime.Clock(progress.get("elapsed_s", 0.0))
-    # Every row is padded to the task's length, so an update reads the same tokens each time.
-    speed = runtime.Speed([(data.total, int(np.prod(data.row_shape)), fcfg.batch_size)], start)
+    at each epoch's end, where the epoch is validated, the best kept and the latest saved."""
+    fcfg, data = run.cfg.finetune, run.data
+    start, per_epoch = int(state.step), data.steps_per_epoch
     latest, best = (Checkpoints(os.path.join(run.workdir, d), keep=1) for d in _CHECKPOINTS)
-    config = {**dataclasses.asdict(run.cfg), "model": dataclasses.asdict(run.model_cfg)}
 
-    def save(checkpoints, step):
-        if checkpoints.latest_step() == step:  # a rerun after a crash between an epoch's
-            return  # two saves: the same state is there already
-        meta = {"config": config, "window": window, "best": progress["best"],
-                "elapsed_s": elapsed()}  # fmt: skip
-        checkpoints.save(step, devices.first(state), meta)
+    def due(done: int) -> Due:
+        is_epoch = done % per_epoch == 0
+        return Due(log=done % fcfg.log_every == 0 or is_epoch, evaluate=is_epoch, save=is_epoch)
 
-    rows, pending = data.splits["train"].rows, []
-    writer = metrics_lib.MetricsWriter(run.workdir, resume_step=start)
-    with runtime.stop_requests() as stop_requested, contextlib.closing(writer):
-        try:
-            for done in range(start + 1, data.total + 1):
-                batch = _train_batch(rows, data.kind.targets, done - 1, data.steps_per_epoch,
-                                     fcfg.batch_size, run.cfg.seed)  # fmt: skip
-                state, step_metrics = train_step(state, devices.shard(batch), step_rng)
-                pending.append(step_metrics)
-                speed.stepped(done, step_metrics)
-                if len(pending) > 2:  # at most 2 steps in flight, as in pre-training
-                    jax.block_until_ready(pending[-3])
-                is_epoch, stop = done % data.steps_per_epoch == 0, stop_requested()
-                if not (is_epoch or stop or done % fcfg.log_every == 0):
-                    continue
-                metrics_lib.accumulate(window, [devices.first(m) for m in pending],
-                                       done - len(pending) + 1)  # fmt: skip
-                pending.clear()
-                record = {"step": done, "epoch": done / data.steps_per_epoch}
-                is_log = done % fcfg.log_every == 0 or is_epoch
-                if is_log:
-                    lr = float(run.schedule(done - 1))
-                    record.update(metrics_lib.window_record(window, lr=lr,
-                                                            tokens_per_s=speed.rate()))  # fmt: skip
-                    window.update(metrics_lib.empty_window())
-                if is_epoch:
-                    save_best = functools.partial(save, best, done)
-                    record.update(_validate(run, state, done, progress, save_best))
-                if is_log:
-                    record["elapsed_s"] = elapsed()
-                    writer.write(record)
-                    eta = speed.eta_s(done, record.get("train/tokens_per_s"))
-                    metrics_lib.log_progress(record, total_steps=data.total, eta_s=eta)
-                if is_epoch or stop:
-                    save(latest, done)
-                speed.restart()  # evaluations and saves are not training time
-                if stop:
-                    raise runtime.TrainingInterrupted(f"stopped at step {done} on request; "
-                        f"checkpoint saved in {latest.directory}. Rerun with the same workdir "
-                        "to resume.")  # fmt: skip
-        finally:
-            latest.close()
-            best.close()
+    def save(step: int, host_state, meta: dict) -> None:
+        is_best = meta["best"] is not None and meta["best"]["step"] == step
+        for checkpoints in (best, latest) if is_best else (latest,):
+            if checkpoints.latest_step() == step:  # a rerun after a crash between an epoch's
+                continue  # two saves: the same state is there already
+            checkpoints.save(step, host_state, meta)
+
+    loop = TrainLoop(
+        run.workdir,
+        run.devices,
+        latest,
+        # Every row is padded to the task's length, so an update reads the same tokens each time.
+        stages=[(data.total, int(np.prod(data.row_shape)), fcfg.batch_size)],
+        schedule=run.schedule,
+        config={**dataclasses.asdict(run.cfg), "model": dataclasses.asdict(run.model_cfg)},
+        due=due,
+        evaluate=functools.partial(_validate, run, progress),
+        save=save,
+        entries=lambda done: {"epoch": done / per_epoch},
+    )
+    rows, targets = data.splits["train"].rows, data.kind.targets
+    batches = (
+        _train_batch(rows, targets, t, per_epoch, fcfg.batch_size, run.cfg.seed)
+        for t in itertools.count(start)
+    )
+    state = run.devices.replicate(state)
+    try:
+        loop.run(train_step, state, step_rng, batches, progress, start=start, end=data.total)
+    finally:
+        best.close()
 
 
-def _validate(run: _Run, state, done: int, progress: dict, save_best) -> dict:
+def _validate(run: _Run, progress: dict, state, done: int) -> dict:
     """valid/* of the replicated `state` after update `done`, an epoch's last; a better
-    metric than progress["best"]'s makes it the best, saved by save_best()."""
+    metric than progress["best"]'s makes it the best (saved with the latest checkpoint)."""
     record = run.evaluate(state.params, state.step, run.data.splits["valid"], "valid")[0]
     key = f"valid/{run.cfg.task.metric}"
     if progress["best"] is None or record[key] > progress["best"][key]:
         progress["best"] = {"step": done, key: record[key]}
-        save_best()
-    logging.info("epoch %d: %s", done // run.data.steps_per_epoch,
-                 ", ".join(f"{k} {v:.4f}" for k, v in record.items()))  # fmt: skip
+    logging.info(
+        "epoch %d: %s",
+        done // run.data.steps_per_epoch,
+        ", ".join(f"{k} {v:.4f}" for k, v in record.items()),
+    )
     return record
 
 
@@ -348,8 +348,10 @@ def _final_metrics(run: _Run) -> dict:
             final.update(scores)
             if kind.predictions is not None:  # per example, for paired tests between runs
                 labels = splits[name].rows[kind.targets[0]]
-                predictions[name] = {"prediction": kind.predictions(outputs).tolist(),
-                                     "label": labels.tolist()}  # fmt: skip
+                predictions[name] = {
+                    "prediction": kind.predictions(outputs).tolist(),
+                    "label": labels.tolist(),
+                }
     if predictions:
         with open(os.path.join(run.workdir, PREDICTIONS_FILE), "w", encoding="utf-8") as f:
             json.dump(predictions, f)
