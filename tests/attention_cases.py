@@ -27,7 +27,7 @@ KINDS = (
             attention.linear_attention,
             {"feature_map": "favor", "projection": FAVOR_W},
         )
-    ]  # fmt: skip
+    ]
     + [("cosine", attention.cosine_attention, {})]
 )
 

@@ -15,9 +15,12 @@ class FusedSoftmaxTest(parameterized.TestCase):
     """The form other backends run (jax.nn.dot_product_attention) against the CPU's einsums."""
 
     @parameterized.named_parameters(
-        ("plain", False, False), ("causal", True, False), ("bias", False, True),
-        ("causal_bias", True, True), ("one_key_value_head", True, True, 1),
-    )  # fmt: skip
+        ("plain", False, False),
+        ("causal", True, False),
+        ("bias", False, True),
+        ("causal_bias", True, True),
+        ("one_key_value_head", True, True, 1),
+    )
     def test_equals_the_einsum_form(self, causal, with_bias, kv_heads=N):
         q, k, v = _qkv(8)
         k, v = k[:, :, :kv_heads], v[:, :, :kv_heads]
@@ -67,8 +70,10 @@ class OtherBackendsTest(parameterized.TestCase):
         q, k, v = _qkv(9)
         later = (jnp.arange(L) >= 4)[None, :, None, None]
         q2, k2, v2 = (jnp.where(later, 7.0 - 3 * x, x) for x in (q, k, v))
-        before, after = (attention.linear_attention(*x, causal=True, chunk_size=3)
-                         for x in ((q, k, v), (q2, k2, v2)))  # fmt: skip
+        before, after = (
+            attention.linear_attention(*x, causal=True, chunk_size=3)
+            for x in ((q, k, v), (q2, k2, v2))
+        )
         np.testing.assert_array_equal(before[:, :4], after[:, :4])
 
 

@@ -45,18 +45,27 @@ class WindowTest(absltest.TestCase):
         @jax.jit
         def forms(q, k, v):
             want = attention.softmax_attention(
-                q, k, v, causal=True, window=window, rotation=rope_rotation(positions),
+                q,
+                k,
+                v,
+                causal=True,
+                window=window,
+                rotation=rope_rotation(positions),
                 bias=bias(positions, positions),
-            )  # fmt: skip
+            )
             got = {}
             for blocks in ((4, 1, 2), (5, 2)):
                 cache, outs, start = None, [], 0
                 for size in blocks:
                     part = positions[:, start : start + size]
                     out, cache = attention_step.softmax_attention_step(
-                        cache, *(x[:, start : start + size] for x in (q, k, v)),
-                        positions=part, rotation=rope_rotation(part), bias=bias, window=window,
-                    )  # fmt: skip
+                        cache,
+                        *(x[:, start : start + size] for x in (q, k, v)),
+                        positions=part,
+                        rotation=rope_rotation(part),
+                        bias=bias,
+                        window=window,
+                    )
                     outs.append(out)
                     start += size
                 got[blocks] = jnp.concatenate(outs, axis=1), cache
@@ -116,9 +125,10 @@ class DecodeStepsTest(parameterized.TestCase):
         self._check("linear", attention.linear_attention, kw, jnp.float32, 1e-5, (4, 1, 2))
 
     @parameterized.named_parameters(
-        (name, name, fn, kw) for name, fn, kw in KINDS
+        (name, name, fn, kw)
+        for name, fn, kw in KINDS
         if name in ("softmax", "linear_numerator")  # cosine's step is linear's
-    )  # fmt: skip
+    )
     def test_one_key_value_head(self, name, fn, kw):
         self._check(name, fn, kw, jnp.float32, 1e-5, (4, 1, 2), kv_heads=1)
 
@@ -126,11 +136,19 @@ class DecodeStepsTest(parameterized.TestCase):
         q, k, v = _qkv(6)
         k, v = k[:, :, :1], v[:, :, :1]  # MQA: caches N = 2 times smaller
         cache, state = (
-            jax.eval_shape(lambda q, k, v, name=name, options=options: ATTENTION_KINDS[name].step(
-                None, q, k, v, **options)[1], q, k, v)
-            for name, options in (("softmax", dict(positions=jnp.arange(L), capacity=L)),
-                                  ("cosine", {}))
-        )  # fmt: skip
+            jax.eval_shape(
+                lambda q, k, v, name=name, options=options: ATTENTION_KINDS[name].step(
+                    None, q, k, v, **options
+                )[1],
+                q,
+                k,
+                v,
+            )
+            for name, options in (
+                ("softmax", dict(positions=jnp.arange(L), capacity=L)),
+                ("cosine", {}),
+            )
+        )
         chex.assert_shape((cache.keys, cache.values), (B, 1, L, H))
         chex.assert_shape(state.numerator, (B, 1, H + 1, H + 1))  # Σ_j [1, b_j][v_j, 1]ᵀ
 

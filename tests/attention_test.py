@@ -46,8 +46,19 @@ PHI = {
 }
 
 
-def _call(fn, q, k, v, *, rope="no placement", q_positions=None, k_positions=None,
-          layout="interleaved", rotary_dim=None, **kw):  # fmt: skip
+def _call(
+    fn,
+    q,
+    k,
+    v,
+    *,
+    rope="no placement",
+    q_positions=None,
+    k_positions=None,
+    layout="interleaved",
+    rotary_dim=None,
+    **kw,
+):
     """fn called with the `_reference` keywords: positions become a RoPE rotation."""
     if q_positions is not None:
         kw["rotation"] = rope_rotation(
@@ -130,8 +141,16 @@ class LinearKindsTest(parameterized.TestCase):
         drawn = {"projection": FAVOR_W} if feature_map == "favor" else {}
         # chunk 3 does not divide L = 7; chunk 64 > L is a single chunk.
         for causal, chunk_size in ((False, 64), (True, 3), (True, 64)):
-            got = _call(attention.linear_attention, q, k, v, causal=causal,
-                        chunk_size=chunk_size, **kw, **drawn)  # fmt: skip
+            got = _call(
+                attention.linear_attention,
+                q,
+                k,
+                v,
+                causal=causal,
+                chunk_size=chunk_size,
+                **kw,
+                **drawn,
+            )
             want = _reference(q, k, v, kind="linear", causal=causal, **kw)
             chex.assert_trees_all_close(got, want, atol=2e-5)
 
@@ -140,8 +159,9 @@ class LinearKindsTest(parameterized.TestCase):
         q, k, v = _qkv(1)
         kw = dict(mask=_mask(1), q_positions=_positions(3, L, batched=True) if positions else None)
         for causal, chunk_size in ((False, 64), (True, 3), (True, 64)):
-            got = _call(attention.cosine_attention, q, k, v, causal=causal,
-                        chunk_size=chunk_size, **kw)  # fmt: skip
+            got = _call(
+                attention.cosine_attention, q, k, v, causal=causal, chunk_size=chunk_size, **kw
+            )
             want = _reference(q, k, v, kind="cosine", causal=causal, **kw)
             chex.assert_trees_all_close(got, want, atol=2e-5)
 
@@ -370,9 +390,16 @@ class FavorTest(parameterized.TestCase):
         for num_features in (8, 128, 2048):
             w = feature_maps.orthogonal_gaussian(jax.random.key(0), num_features, H)
             got = attention.linear_attention(
-                q, k, v, mask=mask, causal=causal, rotation=rotation,
-                placement=placement or "numerator", feature_map="favor", projection=w,
-            )  # fmt: skip
+                q,
+                k,
+                v,
+                mask=mask,
+                causal=causal,
+                rotation=rotation,
+                placement=placement or "numerator",
+                feature_map="favor",
+                projection=w,
+            )
             errors.append(float(jnp.abs(got - want).max()))
         self.assertEqual(errors, sorted(errors, reverse=True), errors)
         self.assertLess(errors[-1], 0.03)
@@ -495,10 +522,17 @@ class WindowTest(absltest.TestCase):
                 visible = jnp.asarray(same & near)[:, None] & mask[:, None, None, :]
                 repeated = (jnp.repeat(x[:, :, :1], N, axis=2) for x in (k, v))
                 out[causal] = (
-                    attention.softmax_attention(q, k[:, :, :1], v[:, :, :1], mask=mask,
-                                                causal=causal, segment_ids=ids, window=3),
+                    attention.softmax_attention(
+                        q,
+                        k[:, :, :1],
+                        v[:, :, :1],
+                        mask=mask,
+                        causal=causal,
+                        segment_ids=ids,
+                        window=3,
+                    ),
                     nn.dot_product_attention(q, *repeated, mask=visible),
-                )  # fmt: skip
+                )
             return out
 
         for causal, (got, want) in forms(q, k, v).items():
