@@ -1,8 +1,6 @@
 """Tests for roformer_jax.nn.attention: every kind against its explicit O(L·M) formula."""
 
 import functools
-import inspect
-from unittest import mock
 
 import chex
 import flax.linen as nn
@@ -11,148 +9,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
-
-from roformer_jax.nn import _attention_cpu, attention, attention_core, attention_step, feature_maps
-from roformer_jax.nn import positions as positions_lib
-from roformer_jax.nn.attention_kinds import ATTENTION_KINDS
-from roformer_jax.nn.rope import rope_rotation
-from roformer_jax.nn.rope_reference import apply_rope_dense, rotation_matrices
-
-B, L, N, H = 2, 7, 2, 8
-EPS = 1e-6
-LINEAR_ROPES = (None, "numerator", "both", "before_feature_map")
-# FAVOR+'s random matrix [F, H] for the formula tests: any matrix serves there.
-FAVOR_W = np.random.default_rng(99).standard_normal((2 * H, H)).astype(np.float32)
-# Every kind under test as (name, function, keywords); a rotation is added unless the
-# keywords say rotation=None.
-KINDS = (
-    [("softmax", attention.softmax_attention, {})]
-    + [("linear_None", attention.linear_attention, {"rotation": None})]
-    + [(f"linear_{p}", attention.linear_attention, {"placement": p}) for p in LINEAR_ROPES[1:]]
-    + [
-        (
-            "linear_favor",
-            attention.linear_attention,
-            {"feature_map": "favor", "projection": FAVOR_W},
-        )
-    ]  # fmt: skip
-    + [("cosine", attention.cosine_attention, {})]
+from attention_cases import (
+    FAVOR_W,
+    KINDS,
+    LINEAR_ROPES,
+    PHI,
+    B,
+    H,
+    L,
+    N,
+    _call,
+    _mask,
+    _positions,
+    _qkv,
+    _reference,
+    _takes_positions,
+    _with_positions,
 )
 
-# Written out independently of feature_maps.FEATURE_MAPS. FAVOR+ without the stabilizer of
-# its queries: that it cancels is part of what is tested.
-PHI = {
-    "elu": lambda x: jnp.where(x > 0, x + 1.0, jnp.exp(x)),
-    "relu": lambda x: jnp.maximum(x, 0.0),
-    "softplus": lambda x: jnp.log1p(jnp.exp(x)),
-    "favor": lambda x: (
-        jnp.exp(
-            jnp.einsum("...H,FH->...F", x / H**0.25, FAVOR_W)
-            - jnp.sum(x**2, -1, keepdims=True) / (2 * H**0.5)
-        )
-        / jnp.sqrt(FAVOR_W.shape[0])
-    ),
-}
-
-
-def _qkv(seed, *, length=L, keys=L, dtype=jnp.float32):
-    # numpy draws: compiling jax.random.normal for each new shape costs seconds on CPU.
-    rng = np.random.default_rng(seed)
-    shapes = ((B, length, N, H), (B, keys, N, H), (B, keys, N, H))
-    return tuple(jnp.asarray(rng.standard_normal(shape), dtype) for shape in shapes)
-
-
-def _mask(seed, keys=L):
-    mask = np.random.default_rng(seed).random((B, keys)) < 0.6
-    mask[:, 0] = True  # every causal row keeps a real key
-    return jnp.asarray(mask)
-
-
-def _positions(seed, length, batched):
-    """Increasing positions with gaps and an offset: [B, length] or [length]."""
-    rng = np.random.default_rng(seed)
-    pos = 5 + np.cumsum(rng.integers(1, 4, size=(B, length)), axis=-1)
-    return jnp.asarray(pos if batched else pos[0])
-
-
-def _takes_positions(kw):
-    return "rotation" not in kw
-
-
-def _with_positions(kw, length=L, seed=1, shift=0):
-    if not _takes_positions(kw):
-        return kw
-    return {**kw, "rotation": rope_rotation(_positions(seed, length, batched=False) + shift)}
-
-
-def _call(fn, q, k, v, *, rope="no placement", q_positions=None, k_positions=None,
-          layout="interleaved", rotary_dim=None, **kw):  # fmt: skip
-    """fn called with the `_reference` keywords: positions become a RoPE rotation."""
-    if q_positions is not None:
-        kw["rotation"] = rope_rotation(
-            q_positions, k_positions, layout=layout, rotary_dim=rotary_dim
-        )
-        if rope != "no placement":
-            kw["placement"] = rope
-    return fn(q, k, v, **kw)
-
-
-def _reference(
-    q,
-    k,
-    v,
-    *,
-    kind,
-    mask=None,
-    causal=False,
-    feature_map="elu",
-    rope=None,
-    q_positions=None,
-    k_positions=None,
-    layout="interleaved",
-    rotary_dim=None,
-):
-    """Explicit O(L·M) formula: similarity matrices [B, N, L, M], then weights @ v."""
-    k_positions = q_positions if k_positions is None else k_positions
-    rope_kw = dict(layout=layout, rotary_dim=rotary_dim)
-
-    def rotate(x, pos):
-        return x if pos is None else apply_rope_dense(x, pos, **rope_kw)
-
-    def dot(a, b):
-        return jnp.einsum("BLNF,BMNF->BNLM", a, b)
-
-    if kind == "cosine":
-        a, b = rotate(q, q_positions), rotate(k, k_positions)
-        a = a / jnp.linalg.norm(a, axis=-1, keepdims=True)
-        b = b / jnp.linalg.norm(b, axis=-1, keepdims=True)
-        sim = den_sim = 1.0 + dot(a, b)
-    else:
-        phi = PHI[feature_map]
-        if rope == "before_feature_map":
-            sim = den_sim = dot(phi(rotate(q, q_positions)), phi(rotate(k, k_positions)))
-        else:
-            den_sim = dot(phi(q), phi(k))
-            sim = den_sim
-            if rope is not None:
-                # (R_i a)ᵀ(R_j b) = aᵀ R_{j-i} b: the relative form of eq. (16).
-                qp = jnp.broadcast_to(q_positions, q.shape[:2])
-                kp = jnp.broadcast_to(k_positions, k.shape[:2])
-                rel = kp[:, None, :] - qp[:, :, None]
-                features = phi(q).shape[-1]
-                rel = rotation_matrices(rel, features, dtype=q.dtype, **rope_kw)  # [B, L, M, F, F]
-                sim = jnp.einsum("BLNF,BLMFG,BMNG->BNLM", phi(q), rel, phi(k))
-                if rope == "both":
-                    den_sim = sim
-    valid = jnp.ones(sim.shape[-2:], bool)
-    if causal:
-        valid = jnp.tril(valid)
-    if mask is not None:
-        valid = valid & mask[:, None, None, :]
-    num = jnp.einsum("BNLM,BMNH->BLNH", jnp.where(valid, sim, 0.0), v)
-    den = jnp.where(valid, den_sim, 0.0).sum(-1).transpose(0, 2, 1)[..., None]
-    den = jnp.where(den < 0, jnp.minimum(den, -EPS), jnp.maximum(den, EPS))
-    return num / den
+from roformer_jax.nn import attention, attention_step, feature_maps
+from roformer_jax.nn.rope import rope_rotation
+from roformer_jax.nn.rope_reference import apply_rope_dense
 
 
 class LinearKindsTest(parameterized.TestCase):
@@ -169,8 +46,16 @@ class LinearKindsTest(parameterized.TestCase):
         drawn = {"projection": FAVOR_W} if feature_map == "favor" else {}
         # chunk 3 does not divide L = 7; chunk 64 > L is a single chunk.
         for causal, chunk_size in ((False, 64), (True, 3), (True, 64)):
-            got = _call(attention.linear_attention, q, k, v, causal=causal,
-                        chunk_size=chunk_size, **kw, **drawn)  # fmt: skip
+            got = _call(
+                attention.linear_attention,
+                q,
+                k,
+                v,
+                causal=causal,
+                chunk_size=chunk_size,
+                **kw,
+                **drawn,
+            )
             want = _reference(q, k, v, kind="linear", causal=causal, **kw)
             chex.assert_trees_all_close(got, want, atol=2e-5)
 
@@ -179,8 +64,9 @@ class LinearKindsTest(parameterized.TestCase):
         q, k, v = _qkv(1)
         kw = dict(mask=_mask(1), q_positions=_positions(3, L, batched=True) if positions else None)
         for causal, chunk_size in ((False, 64), (True, 3), (True, 64)):
-            got = _call(attention.cosine_attention, q, k, v, causal=causal,
-                        chunk_size=chunk_size, **kw)  # fmt: skip
+            got = _call(
+                attention.cosine_attention, q, k, v, causal=causal, chunk_size=chunk_size, **kw
+            )
             want = _reference(q, k, v, kind="cosine", causal=causal, **kw)
             chex.assert_trees_all_close(got, want, atol=2e-5)
 
@@ -409,9 +295,16 @@ class FavorTest(parameterized.TestCase):
         for num_features in (8, 128, 2048):
             w = feature_maps.orthogonal_gaussian(jax.random.key(0), num_features, H)
             got = attention.linear_attention(
-                q, k, v, mask=mask, causal=causal, rotation=rotation,
-                placement=placement or "numerator", feature_map="favor", projection=w,
-            )  # fmt: skip
+                q,
+                k,
+                v,
+                mask=mask,
+                causal=causal,
+                rotation=rotation,
+                placement=placement or "numerator",
+                feature_map="favor",
+                projection=w,
+            )
             errors.append(float(jnp.abs(got - want).max()))
         self.assertEqual(errors, sorted(errors, reverse=True), errors)
         self.assertLess(errors[-1], 0.03)
@@ -534,50 +427,21 @@ class WindowTest(absltest.TestCase):
                 visible = jnp.asarray(same & near)[:, None] & mask[:, None, None, :]
                 repeated = (jnp.repeat(x[:, :, :1], N, axis=2) for x in (k, v))
                 out[causal] = (
-                    attention.softmax_attention(q, k[:, :, :1], v[:, :, :1], mask=mask,
-                                                causal=causal, segment_ids=ids, window=3),
+                    attention.softmax_attention(
+                        q,
+                        k[:, :, :1],
+                        v[:, :, :1],
+                        mask=mask,
+                        causal=causal,
+                        segment_ids=ids,
+                        window=3,
+                    ),
                     nn.dot_product_attention(q, *repeated, mask=visible),
-                )  # fmt: skip
+                )
             return out
 
         for causal, (got, want) in forms(q, k, v).items():
             chex.assert_trees_all_close(got, want, atol=1e-6, custom_message=f"causal={causal}")
-
-    def test_decode_step_with_a_ring_of_window_slots(self):
-        # Prompt then tokens, and blocks longer than the window, with ALiBi on the positions
-        # kept in the ring and one key/value head: the windowed causal form on the whole.
-        q, k, v = _qkv(26)
-        k, v = k[:, :, :1], v[:, :, :1]
-        positions = jnp.asarray(np.arange(L)[None] + np.array([[0], [9]]))  # [B, L]
-        window = 3
-
-        def bias(q_positions, k_positions):
-            return positions_lib.alibi_bias(q_positions, k_positions, N)
-
-        @jax.jit
-        def forms(q, k, v):
-            want = attention.softmax_attention(
-                q, k, v, causal=True, window=window, rotation=rope_rotation(positions),
-                bias=bias(positions, positions),
-            )  # fmt: skip
-            got = {}
-            for blocks in ((4, 1, 2), (5, 2)):
-                cache, outs, start = None, [], 0
-                for size in blocks:
-                    part = positions[:, start : start + size]
-                    out, cache = attention_step.softmax_attention_step(
-                        cache, *(x[:, start : start + size] for x in (q, k, v)),
-                        positions=part, rotation=rope_rotation(part), bias=bias, window=window,
-                    )  # fmt: skip
-                    outs.append(out)
-                    start += size
-                got[blocks] = jnp.concatenate(outs, axis=1), cache
-            return want, got
-
-        want, got = forms(q, k, v)
-        for blocks, (out, cache) in got.items():
-            chex.assert_shape(cache.keys, (B, 1, window, H))
-            chex.assert_trees_all_close(out, want, atol=1e-5, custom_message=str(blocks))
 
     def test_window_below_one_is_refused(self):
         q, k, v = _qkv(0)
@@ -587,207 +451,7 @@ class WindowTest(absltest.TestCase):
             attention_step.softmax_attention_step(None, q, k, v, positions=jnp.arange(L), window=-2)
 
 
-def _decode_in_blocks(name, kw, q, k, v, mask, positions, blocks):
-    """The kind's step function over consecutive blocks of the sequence, outputs joined."""
-    step = ATTENTION_KINDS[name.split("_")[0]].step
-    outs, memory, start = [], None, 0
-    for size in blocks:
-        part = slice(start, start + size)
-        options = dict(kw, mask=mask[:, part])
-        if _takes_positions(kw):
-            options["rotation"] = rope_rotation(positions[:, part])
-        if step is attention_step.softmax_attention_step:
-            options.update(positions=positions[:, part], capacity=q.shape[1] + 2)
-        out, memory = step(memory, q[:, part], k[:, part], v[:, part], **options)
-        outs.append(out)
-        start += size
-    return jnp.concatenate(outs, axis=1)
-
-
-class FusedSoftmaxTest(parameterized.TestCase):
-    """The form other backends run (jax.nn.dot_product_attention) against the CPU's einsums."""
-
-    @parameterized.named_parameters(
-        ("plain", False, False), ("causal", True, False), ("bias", False, True),
-        ("causal_bias", True, True), ("one_key_value_head", True, True, 1),
-    )  # fmt: skip
-    def test_equals_the_einsum_form(self, causal, with_bias, kv_heads=N):
-        q, k, v = _qkv(8)
-        k, v = k[:, :, :kv_heads], v[:, :, :kv_heads]
-        mask = np.array(_mask(8))
-        mask[1] = False  # a row with no key at all: zeros
-        visible = jnp.asarray(mask)[:, None, None, :]
-        if causal:
-            visible = visible & jnp.tril(jnp.ones((L, L), bool))
-        bias = jnp.asarray(np.random.default_rng(9).normal(size=(1, N, L, L)), jnp.float32)
-        bias = bias if with_bias else None
-        want = attention_core.softmax_over_visible(q, k, v, visible, bias)
-        got = attention_core._fused_softmax(q, k, v, visible, bias)
-        np.testing.assert_allclose(got, want, atol=1e-6)
-        np.testing.assert_array_equal(got[1], 0.0)
-
-
-class OtherBackendsTest(parameterized.TestCase):
-    """The branches taken off CPU (the fused softmax, jnp.cumsum's prefix), run here on CPU.
-
-    Seen on a GPU: the bias check sat on the CPU branch only; float64 softmax went through the
-    fused form's float32 scores (errors ~2e-7); and the prefix as cumsum - states let later
-    chunks' keys into earlier outputs' rounding.
-    """
-
-    def setUp(self):
-        super().setUp()
-        self.enter_context(mock.patch.object(attention_core, "on_cpu", return_value=False))
-
-    def test_bias_shape_is_checked(self):
-        with self.assertRaisesRegex(ValueError, r"expected \[B or 1, N, L, M\]"):
-            attention.softmax_attention(*_qkv(0), bias=jnp.zeros((N, L, L)))
-
-    def test_float64_softmax_keeps_float64(self):
-        with jax.enable_x64(True):
-            q, k, v = _qkv(3, dtype=jnp.float64)
-            got = attention.softmax_attention(q, k, v, causal=True)
-        q, k, v = (np.asarray(x) for x in (q, k, v))
-        scores = np.einsum("BLNH,BMNH->BNLM", q, k) / np.sqrt(H)
-        scores = np.where(np.tril(np.ones((L, L), bool)), scores, -np.inf)
-        weights = np.exp(scores - scores.max(-1, keepdims=True))
-        weights /= weights.sum(-1, keepdims=True)
-        # float64 sums of at most 8 terms of size ~|v| (~3 here): ~1e-14 off, 1e-12 with room;
-        # the fused form's float32 scores were ~2e-7 off.
-        np.testing.assert_allclose(got, np.einsum("BNLM,BMNH->BLNH", weights, v), atol=1e-12)
-
-    def test_causal_linear_never_looks_ahead(self):
-        q, k, v = _qkv(9)
-        later = (jnp.arange(L) >= 4)[None, :, None, None]
-        q2, k2, v2 = (jnp.where(later, 7.0 - 3 * x, x) for x in (q, k, v))
-        before, after = (attention.linear_attention(*x, causal=True, chunk_size=3)
-                         for x in ((q, k, v), (q2, k2, v2)))  # fmt: skip
-        np.testing.assert_array_equal(before[:, :4], after[:, :4])
-
-
-class DecodeStepsTest(parameterized.TestCase):
-    """Each kind's step function, block after block, equals its causal form on the whole."""
-
-    def _check(self, name, fn, kw, dtype, atol, blocks, kv_heads=N):
-        q, k, v = _qkv(5, dtype=dtype)
-        k, v = k[:, :, :kv_heads], v[:, :, :kv_heads]
-        mask = np.ones((B, L), bool)
-        mask[0, :2] = False  # a left-padded prompt, as decoding.generate lays them out
-        mask = jnp.asarray(mask)
-        positions = jnp.asarray(np.maximum(np.arange(L)[None] - 2 * (1 - mask[:, :1]), 0))
-
-        # Both forms in one program, as decoding runs them: op by op, each block length and
-        # dtype compiled every primitive anew (~250 compiles, ~10 s a case); jitted, ~1 s.
-        @jax.jit
-        def forms(q, k, v, mask, positions):
-            full_kw = dict(kw)
-            if _takes_positions(kw):
-                full_kw["rotation"] = rope_rotation(positions)
-            want = fn(q, k, v, mask=mask, causal=True, **full_kw)
-            return want, _decode_in_blocks(name, kw, q, k, v, mask, positions, blocks)
-
-        want, got = forms(q, k, v, mask, positions)
-        chex.assert_type(got, dtype)
-        real = np.asarray(mask)[..., None, None]
-        np.testing.assert_allclose(np.where(real, got, 0), np.where(real, want, 0), atol=atol)
-
-    @parameterized.named_parameters(
-        (f"{name}_{split}", name, fn, kw, blocks)
-        for name, fn, kw in KINDS
-        for split, blocks in (("token_by_token", (1,) * L), ("prompt_then_tokens", (4, 1, 2)))
-        if split == "prompt_then_tokens" or name == "linear_numerator"
-    )
-    def test_float32(self, name, fn, kw, blocks):
-        self._check(name, fn, kw, jnp.float32, 1e-5, blocks)
-
-    @parameterized.named_parameters(*[(name, name, fn, kw) for name, fn, kw in KINDS])
-    def test_float64(self, name, fn, kw):
-        with jax.enable_x64(True):
-            self._check(name, fn, kw, jnp.float64, 1e-12, (3, 1, 1, 2))
-
-    # The default placement, "numerator", is KINDS' linear_favor in test_float32.
-    @parameterized.parameters(None, "both", "before_feature_map")
-    def test_favor_decodes_as_its_causal_form_in_every_placement(self, placement):
-        kw = {"feature_map": "favor", "projection": FAVOR_W}
-        kw.update({"rotation": None} if placement is None else {"placement": placement})
-        self._check("linear", attention.linear_attention, kw, jnp.float32, 1e-5, (4, 1, 2))
-
-    @parameterized.named_parameters(
-        (name, name, fn, kw) for name, fn, kw in KINDS
-        if name in ("softmax", "linear_numerator")  # cosine's step is linear's
-    )  # fmt: skip
-    def test_one_key_value_head(self, name, fn, kw):
-        self._check(name, fn, kw, jnp.float32, 1e-5, (4, 1, 2), kv_heads=1)
-
-    def test_memories_hold_the_key_value_heads(self):
-        q, k, v = _qkv(6)
-        k, v = k[:, :, :1], v[:, :, :1]  # MQA: caches N = 2 times smaller
-        cache, state = (
-            jax.eval_shape(lambda q, k, v, name=name, options=options: ATTENTION_KINDS[name].step(
-                None, q, k, v, **options)[1], q, k, v)
-            for name, options in (("softmax", dict(positions=jnp.arange(L), capacity=L)),
-                                  ("cosine", {}))
-        )  # fmt: skip
-        chex.assert_shape((cache.keys, cache.values), (B, 1, L, H))
-        chex.assert_shape(state.numerator, (B, 1, H + 1, H + 1))  # Σ_j [1, b_j][v_j, 1]ᵀ
-
-    def test_linear_state_is_constant_in_the_length(self):
-        q, k, v = _qkv(6)
-        _, state = attention_step.linear_attention_step(
-            None, q, k, v, rotation=rope_rotation(jnp.arange(L))
-        )
-        _, longer = attention_step.linear_attention_step(
-            state, q, k, v, rotation=rope_rotation(jnp.arange(L, 2 * L))
-        )
-        chex.assert_trees_all_equal_shapes(state, longer)
-        chex.assert_shape(state.numerator, (B, N, H, H))  # Σ R_j φ(k_j) v_jᵀ
-        chex.assert_shape(state.denominator, (B, N, H, 1))  # Σ φ(k_j)
-
-    def test_cache_too_small_for_the_prompt(self):
-        q, k, v = _qkv(7)
-        with self.assertRaisesRegex(ValueError, "capacity 5 cannot hold 7 tokens"):
-            attention_step.softmax_attention_step(
-                None, q, k, v, positions=jnp.arange(L), capacity=5
-            )
-
-
-# A value of each option that a form takes as **options (attention_core's dataclasses).
-SAMPLE_OPTIONS = dict(placement="both", feature_map="elu", projection=None, eps=1e-6, chunk_size=3)
-
-
-class KindsTableTest(parameterized.TestCase):
-    """attention_kinds.ATTENTION_KINDS: each record names what its forms take."""
-
-    @parameterized.parameters(*ATTENTION_KINDS)
-    def test_records_name_the_keywords_their_forms_take(self, name):
-        # A form declares its options as keywords, or takes them as **options (an options
-        # dataclass, which raises on a name it lacks): then each other recorded name is
-        # passed, at a value of SAMPLE_OPTIONS, and must be taken.
-        kind = ATTENTION_KINDS[name]
-        q, k, v = _qkv(0)
-        for form, names, common, memory in (
-            (kind.full, kind.options, {"mask", "causal", "rotation"}, ()),
-            (kind.step, kind.step_options, {"mask", "rotation"}, (None,)),
-        ):
-            parameters = inspect.signature(form).parameters.values()
-            declared = {p.name for p in parameters if p.kind is p.KEYWORD_ONLY} - common
-            if not any(p.kind is p.VAR_KEYWORD for p in parameters):
-                self.assertEqual(declared, names, form.__name__)
-                continue
-            self.assertLessEqual(declared, names, form.__name__)
-            form(*memory, q, k, v, **{n: SAMPLE_OPTIONS[n] for n in names - declared})
-
-    @parameterized.parameters(*ATTENTION_KINDS)
-    def test_an_option_no_record_names_is_refused(self, name):
-        kind = ATTENTION_KINDS[name]
-        with self.assertRaisesRegex(TypeError, "placment"):
-            kind.full(*_qkv(0), placment="both")
-
-
 class ErrorsTest(parameterized.TestCase):
-    def test_table_names_every_kind(self):
-        self.assertEqual(set(ATTENTION_KINDS), {"softmax", "linear", "cosine"})
-
     @parameterized.named_parameters(
         ("rank", dict(q=jnp.zeros((L, N, H))), "must be"),
         ("heads", dict(k=jnp.zeros((B, L, N + 1, H))), "do not agree"),
@@ -814,30 +478,6 @@ class ErrorsTest(parameterized.TestCase):
     def test_dropout_needs_rng(self):
         with self.assertRaisesRegex(ValueError, "dropout_rate=0.1 needs a dropout_rng"):
             attention.softmax_attention(*_qkv(0), dropout_rate=0.1)
-
-    def test_kinds_in_table_reject_mismatched_shapes(self):
-        q, k, _ = _qkv(0)
-        for kind in ATTENTION_KINDS.values():
-            with self.assertRaisesRegex(ValueError, "do not agree"):
-                kind.full(q, k, k[:, :-1])
-
-
-class CpuFormsTest(absltest.TestCase):
-    """_attention_cpu's forms against the plain formulas attention.py uses elsewhere."""
-
-    def test_feature_sums_is_the_plain_product(self):
-        rng = np.random.default_rng(20)
-        qf = jnp.asarray(rng.random((B, L, N, H)), jnp.float32)
-        key_sums = jnp.asarray(rng.random((B, N, H)), jnp.float32)
-        want = jnp.einsum("BLNF,BNF->BNL", qf, key_sums)[..., None]
-        chex.assert_trees_all_close(_attention_cpu.feature_sums(qf, key_sums), want, rtol=1e-6)
-
-    def test_exclusive_cumsum_is_cumsum_minus_self(self):
-        states = jnp.asarray(np.random.default_rng(21).random((5, 3, 2)), jnp.float32)
-        want = jnp.cumsum(states, axis=0) - states
-        got = _attention_cpu.exclusive_cumsum(states)
-        np.testing.assert_array_equal(got[0], 0.0)
-        chex.assert_trees_all_close(got, want, atol=1e-6)
 
 
 class BiasTest(absltest.TestCase):

@@ -1,9 +1,12 @@
-"""Tests for roformer_jax/corpora.py: the built-in corpus, files, HF datasets, bad input."""
+"""Tests for roformer_jax/data/corpora.py: the built-in corpus, files, HF datasets, bad input, the
+table of sources and their cache identities."""
 
 import itertools
+import json
 import os
 import shutil
 import sys
+import sysconfig
 import types
 import warnings
 from unittest import mock
@@ -12,7 +15,9 @@ import tiny
 from absl.testing import absltest, parameterized
 
 from roformer_jax.data import corpora
+from roformer_jax.data import corpus as corpus_lib
 from roformer_jax.data.corpora import read_documents
+from roformer_jax.data.data_config import DataConfig
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 SHAKESPEARE = os.path.join(DATA, "tinyshakespeare", "input.txt")
@@ -244,6 +249,75 @@ class HuggingFaceTest(parameterized.TestCase):
     def test_errors(self, rows, error, message):
         with self.assertRaisesRegex(error, message):
             self._with_fake(rows, "hf:some/data")
+
+
+# The cache keys main computed before SOURCES was a table (653e8f5), for a Python whose
+# version and stdlib are pinned: a corpus cached then is found by the same key now.
+PINNED_PYTHON = ("3.11.7 (pinned)", "/pinned/lib/python3.11")
+
+
+class CacheKeyTest(parameterized.TestCase):
+    @parameterized.named_parameters(
+        ("builtin", "builtin", {}, "1d20dd7061168267"),
+        ("builtin_blank", "builtin", dict(doc_separator="blank"), "1d20dd7061168267"),
+        ("builtin_article", "builtin", dict(doc_separator="article"), "13af440a2b9599e6"),
+        ("file", None, {}, "7d488320c14b56d0"),
+        (
+            "file_article",
+            None,
+            dict(doc_separator="article", min_doc_chars=100),
+            "6eeb482949346fab",
+        ),
+        ("file_bytes", None, dict(tokenizer="bytes", max_chars=10), "c3e2fc82a2ab3ee4"),
+        ("hf", "hf:wikitext:wikitext-2-raw-v1", {}, "1afce04d17f9af4f"),
+    )
+    def test_key_is_unchanged(self, source, fields, key):
+        directory = tiny.workdir()  # a file source's key holds its contents, not its path
+        self.addCleanup(shutil.rmtree, directory)
+        source = source or os.path.join(directory, "docs.txt")
+        with open(os.path.join(directory, "docs.txt"), "w") as f:
+            f.write(TEXT)
+        version, stdlib = PINNED_PYTHON
+        cfg = DataConfig(source=source, **fields)
+        with (
+            mock.patch.object(sys, "version", version),
+            mock.patch.object(sysconfig, "get_paths", return_value={"stdlib": stdlib}),
+        ):
+            self.assertEqual(corpus_lib._cache_key(cfg, corpora.resolve_files(source))[0], key)
+
+
+def _word_documents(source, doc_separator, files, bad_utf8):
+    """ "words:a,b,c": one document per word. The toy of docs/model.md, "Add a corpus source"."""
+    return source.removeprefix("words:").split(",")
+
+
+WORDS = corpora.CorpusSource(_word_documents, "'words:<word>,<word>,...'")
+
+
+class AddASourceTest(absltest.TestCase):
+    """docs/model.md's recipe: one definition (_word_documents) and one entry of SOURCES."""
+
+    def test_toy_source(self):
+        directory = tiny.workdir()
+        self.addCleanup(shutil.rmtree, directory)
+        source = "words:" + ",".join(tiny.WORDS)
+        with mock.patch.dict(corpora.SOURCES, {"words:": WORDS}):
+            self.assertEqual(read_documents(source), tiny.WORDS)
+            self.assertEqual(read_documents(source, max_chars=9), ["the", "a", "cat", "do"])
+            self.assertEqual(corpora.resolve_files(source), [])
+            cfg = DataConfig(source=source, tokenizer="bytes", seq_len=8, doc_separator="blank")
+            corpus = corpus_lib.load_corpus(cfg, directory)
+            self.assertEqual(corpus.stats["documents"], len(tiny.WORDS))
+            with open(os.path.join(corpus.path, "meta.json")) as f:
+                identity = json.load(f)["identity"]
+            self.assertEqual(identity["source"], source)  # the default identity: its name
+            self.assertEqual(identity["doc_separator"], "blank")
+            self.assertEqual(identity["files"], [])
+            with self.assertRaisesRegex(FileNotFoundError, r"glob, .*, or 'words:<word>,"):
+                read_documents(os.path.join(directory, "nope.txt"))
+        self.assertNotIn("words:", corpora.SOURCES)
+        with self.assertRaisesRegex(FileNotFoundError, "does not exist"):
+            read_documents(source)  # without the entry, a path
 
 
 if __name__ == "__main__":

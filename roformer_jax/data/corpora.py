@@ -3,7 +3,8 @@
     docs = read_documents("builtin")                          # list[str], fixed order
     docs = read_documents("books/*.txt", doc_separator="blank", max_chars=10**7)
 
-Sources:
+Sources, one entry each of SOURCES (`corpus_source` finds a source's entry by its name, else by
+its prefix up to ":", else it is a path; docs/model.md adds one):
   "builtin"   The docstrings of the Python standard library's modules and the language-reference
               help topics that ship with it (pydoc_data/topics.py), read with `ast` from the .py
               files under sysconfig's "stdlib" path (site-packages and test folders skipped; no
@@ -33,20 +34,45 @@ document holds out whole spans. max_chars is counted on the documents after join
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import glob
 import itertools
 import os
 import re
+import sys
 import sysconfig
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 _SKIPPED_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
 DOC_SEPARATORS = ("line", "blank", "article")
 # A WikiText heading, stripped: "= Title =" (group 1 is "=": an article's title), "= = Section
 # = =" (group 1 "= =") and deeper. Shared with long_doc_task, which splits articles the same way.
 WIKITEXT_HEADING = re.compile(r"^(=(?: =)*) (.+?) \1$")
+
+
+def _no_files(source: str) -> list[str]:
+    return []
+
+
+def _named(source: str, doc_separator: str) -> dict:
+    """A source's cache identity by default: its name and how it is cut into documents."""
+    return {"source": source, "doc_separator": doc_separator}
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusSource:
+    """One kind of corpus source: an entry of SOURCES."""
+
+    # (source, doc_separator, files, bad_utf8) -> its documents, stripped, in a fixed order;
+    # lazy, so that max_chars stops a stream early. files: what `files` gave; a reader of
+    # files appends "path (first at byte N)" to bad_utf8 for each one not valid UTF-8.
+    documents: Callable[[str, str, list[str], list[str]], Iterable[str]]
+    syntax: str  # how a config names it, in the error for a source that names nothing
+    files: Callable[[str], list[str]] = _no_files  # what it reads, sorted
+    # (source, doc_separator) -> its entries in the cache key, beside its files' digests
+    identity: Callable[[str, str], dict] = _named
 
 
 def read_documents(
@@ -69,15 +95,9 @@ def read_documents(
         raise ValueError(f"doc_separator {doc_separator!r} is not one of {DOC_SEPARATORS}")
     if min_doc_chars < 0:
         raise ValueError(f"min_doc_chars {min_doc_chars} must be >= 0 (0: documents as read)")
-    files, bad_utf8 = resolve_files(source), []
-    if source == "builtin" and doc_separator == "article":
-        docs = _stdlib_file_documents()
-    elif source == "builtin":
-        docs = stdlib_documents()
-    elif source.startswith("hf:"):
-        docs = _documents(_hf_lines(source), doc_separator)
-    else:
-        docs = _documents(_file_lines(files, bad_utf8), doc_separator)
+    entry = corpus_source(source)
+    files, bad_utf8 = entry.files(source), []
+    docs = entry.documents(source, doc_separator, files, bad_utf8)
     # Joined before the max_chars cut, so that max_chars counts the characters the caller gets.
     docs = join_documents(docs, min_doc_chars)
     out, chars = [], 0
@@ -122,9 +142,20 @@ def join_documents(docs: Iterable[str], min_chars: int) -> Iterator[str]:
 
 
 def resolve_files(source: str) -> list[str]:
-    """The files a path/directory/glob source names, sorted; [] for "builtin" and "hf:..."."""
-    if source == "builtin" or source.startswith("hf:"):
-        return []
+    """The files `source` reads, sorted ([] for "builtin" and "hf:..."): their contents, not
+    their paths, key its cache (data/corpus.py)."""
+    return corpus_source(source).files(source)
+
+
+def corpus_source(source: str) -> CorpusSource:
+    """The entry of SOURCES that reads `source`: the one named `source` ("builtin"), else the
+    one named by its prefix up to its first ":" ("hf:" for "hf:wikitext"), else "path"."""
+    scheme, colon, _ = source.partition(":")
+    return SOURCES.get(source) or SOURCES.get(scheme + colon) or SOURCES["path"]
+
+
+def _path_files(source: str) -> list[str]:
+    """The files a path/directory/glob source names, sorted."""
     if os.path.isfile(source):
         return [source]
     if os.path.isdir(source):
@@ -140,10 +171,33 @@ def resolve_files(source: str) -> list[str]:
         if not found:
             raise FileNotFoundError(f"glob {source!r} matches no files")
         return found
+    *others, last = (entry.syntax for entry in SOURCES.values())
     raise FileNotFoundError(
-        f"corpus source {source!r} does not exist; give an existing file, directory or glob, "
-        "'builtin', or 'hf:<dataset name>[:<config>]'"
+        f"corpus source {source!r} does not exist; give {', '.join(others)}, or {last}"
     )
+
+
+def _path_documents(source, doc_separator, files, bad_utf8) -> Iterator[str]:
+    return _documents(_file_lines(files, bad_utf8), doc_separator)
+
+
+def _path_identity(source: str, doc_separator: str) -> dict:
+    """A file source is its files' contents, wherever they lie: a moved corpus keeps its cache."""
+    return {"source": None, "doc_separator": doc_separator}
+
+
+def _builtin_documents(source, doc_separator, files, bad_utf8) -> Iterator[str]:
+    """One document per docstring or help topic; one per stdlib file with "article"."""
+    return _stdlib_file_documents() if doc_separator == "article" else stdlib_documents()
+
+
+def _builtin_identity(source: str, doc_separator: str) -> dict:
+    """The text is the running Python's stdlib. doc_separator enters only as "article": "line"
+    and "blank" read the same docstrings, and caches built before "article" keep their key."""
+    identity = {"source": source, "python": [sys.version, sysconfig.get_paths()["stdlib"]]}
+    if doc_separator == "article":
+        identity["doc_separator"] = doc_separator
+    return identity
 
 
 def stdlib_documents() -> Iterator[str]:
@@ -248,6 +302,10 @@ def _hf_lines(source: str) -> Iterator[str]:
         yield from row[column].split("\n")
 
 
+def _hf_documents(source, doc_separator, files, bad_utf8) -> Iterator[str]:
+    return _documents(_hf_lines(source), doc_separator)
+
+
 def _documents(lines: Iterable[str], separator: str) -> Iterator[str]:
     """Stripped lines grouped by `separator`: one per line, per blank-line run, or per article."""
     paragraph = []
@@ -270,3 +328,16 @@ def _documents(lines: Iterable[str], separator: str) -> Iterator[str]:
             paragraph = []
     if paragraph:
         yield "\n".join(paragraph)
+
+
+# Read by corpus_source; in the order that the error for a missing path names them.
+SOURCES: dict[str, CorpusSource] = {
+    "path": CorpusSource(
+        _path_documents,
+        "an existing file, directory or glob",
+        files=_path_files,
+        identity=_path_identity,
+    ),
+    "builtin": CorpusSource(_builtin_documents, "'builtin'", identity=_builtin_identity),
+    "hf:": CorpusSource(_hf_documents, "'hf:<dataset name>[:<config>]'"),
+}

@@ -16,8 +16,6 @@ import hashlib
 import itertools
 import json
 import os
-import sys
-import sysconfig
 import warnings
 
 import numpy as np
@@ -118,19 +116,14 @@ def load_corpus(cfg: DataConfig, cache_dir: str) -> Corpus:
 def _cache_key(cfg: DataConfig, files: list[str]) -> tuple[str, dict]:
     identity = {
         "format": _CACHE_FORMAT,
-        "source": None if files else cfg.source,  # a file source is its files' contents
+        **corpora.corpus_source(cfg.source).identity(cfg.source, cfg.doc_separator),
         "files": [_content_digest(p) for p in files],
         "max_chars": cfg.max_chars,
         "valid_fraction": cfg.valid_fraction,
         "tokenizer": cfg.tokenizer,
     }
-    if cfg.source == "builtin":
-        identity["python"] = [sys.version, sysconfig.get_paths()["stdlib"]]
-    # Keys that only appear away from their old behaviour ("builtin" ignored doc_separator
-    # before "article"; min_doc_chars 0 reads as before), so existing configs keep their key
-    # and their cache.
-    if cfg.source != "builtin" or cfg.doc_separator == "article":
-        identity["doc_separator"] = cfg.doc_separator
+    # min_doc_chars 0 reads as before it existed: its key only appears away from 0, so
+    # existing configs keep their key and their cache.
     if cfg.min_doc_chars:
         identity["min_doc_chars"] = cfg.min_doc_chars
     if cfg.tokenizer == "wordpiece":
