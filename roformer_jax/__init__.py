@@ -13,17 +13,35 @@ step, the trainer, fine-tuning), and `studies` (the lab; not imported here).
 
 from roformer_jax.hf import load_hf_roformer, save_hf_roformer
 from roformer_jax.nn.attention import cosine_attention, linear_attention, softmax_attention
+from roformer_jax.nn.attention_kinds import ATTENTION_KINDS, AttentionKind
 from roformer_jax.nn.decoding import generate
+from roformer_jax.nn.heads import TaskModel
 from roformer_jax.nn.model import RoFormer
 from roformer_jax.nn.model_config import ModelConfig, model_config
-from roformer_jax.nn.rope import apply_rope, rope_frequencies, rope_rotation
+from roformer_jax.nn.positions import ENCODINGS, PositionEncoding, alibi_bias
+from roformer_jax.nn.rope import (
+    Rotation,
+    apply_rope,
+    rope_frequencies,
+    rope_rotation,
+    xpos_rotation,
+)
 from roformer_jax.nn.rope_nd import apply_rope_nd, axial_frequencies, mrope_frequencies
 from roformer_jax.nn.rope_scaling import scaled_frequencies
 from roformer_jax.nn.segments import segment_positions
 
 __all__ = [
+    # The tables a new kind or encoding is one entry of, and their records.
+    "ATTENTION_KINDS",
+    "AttentionKind",
+    "ENCODINGS",
+    "PositionEncoding",
+    # Functions, modules and configs.
     "ModelConfig",
     "RoFormer",
+    "Rotation",
+    "TaskModel",
+    "alibi_bias",
     "apply_rope",
     "apply_rope_nd",
     "axial_frequencies",
@@ -39,4 +57,5 @@ __all__ = [
     "scaled_frequencies",
     "segment_positions",
     "softmax_attention",
+    "xpos_rotation",
 ]

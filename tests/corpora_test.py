@@ -287,7 +287,7 @@ class CacheKeyTest(parameterized.TestCase):
 
 
 def _word_documents(source, doc_separator, files, bad_utf8):
-    """ "words:a,b,c": one document per word. The toy of docs/model.md, "Add a corpus source"."""
+    """One document per word of "words:a,b,c". The toy of docs/model.md, "Add a corpus source"."""
     return source.removeprefix("words:").split(",")
 
 

@@ -65,8 +65,15 @@ class FloorsTest(parameterized.TestCase):
 
 class PublicApiTest(absltest.TestCase):
     def test_all_names_resolve(self):
+        tables = ("ATTENTION_KINDS", "ENCODINGS")  # name -> record, the rest are callables
         for name in rj.__all__:
-            self.assertTrue(callable(getattr(rj, name)), name)
+            value = getattr(rj, name)
+            self.assertTrue(isinstance(value, dict) if name in tables else callable(value), name)
+
+    def test_what_users_reach_for(self):
+        for name in ("TaskModel", "Rotation", "xpos_rotation", "alibi_bias", "ENCODINGS",
+                     "ATTENTION_KINDS", "apply_rope_nd", "segment_positions"):  # fmt: skip
+            self.assertIn(name, rj.__all__)
 
     def test_the_names_the_readme_tours(self):
         for name in ("apply_rope", "rope_rotation", "scaled_frequencies", "softmax_attention",
