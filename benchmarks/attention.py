@@ -228,8 +228,10 @@ def _full(records):
 
 def variant_ratios(records):
     """Each variant's fastest call over its kind's "full" one: a row per (malloc, kind, L, mode)."""
-    ms = {(_malloc(r), r["kind"], r["L"], r["mode"], r.get("variant", "full")): r.get("ms_min")
-          for r in records}  # fmt: skip
+    ms = {
+        (_malloc(r), r["kind"], r["L"], r["mode"], r.get("variant", "full")): r.get("ms_min")
+        for r in records
+    }
     rows = []
     for (malloc, kind, length, mode, variant), full in ms.items():
         if variant != "full" or not full:

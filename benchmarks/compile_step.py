@@ -52,9 +52,14 @@ def _measure(fields: dict) -> dict:
     params = jax.jit(model.init)(jax.random.key(0), ids)["params"]
     tx = {"adamw": optax.adamw, "sgd": optax.sgd}[_OPTIMIZER.value](1e-3)
     state = step_lib.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
-    batch = dict(input_ids=ids, attention_mask=jnp.ones((b, n), jnp.int32),
-                 token_type_ids=jnp.zeros((b, n), jnp.int32), targets=ids,
-                 weights=jnp.ones((b, n), jnp.float32), index=jnp.arange(b))  # fmt: skip
+    batch = dict(
+        input_ids=ids,
+        attention_mask=jnp.ones((b, n), jnp.int32),
+        token_type_ids=jnp.zeros((b, n), jnp.int32),
+        targets=ids,
+        weights=jnp.ones((b, n), jnp.float32),
+        index=jnp.arange(b),
+    )
     out, t = {}, time.perf_counter()
     traced = jax.jit(step_lib.make_train_step(model, tx)).trace(state, batch, jax.random.key(1))
     out["trace_s"], t = time.perf_counter() - t, time.perf_counter()
@@ -92,13 +97,21 @@ def main(argv):
     print("| setting | equations | trace s | lower s | compile s | 1st run s | 2nd run s |")
     print("|---|---|---|---|---|---|---|")
     for name, fields in SETTINGS.items():
-        command = [sys.executable, __file__, f"--child={json.dumps(fields)}",
-                   f"--vocab_size={_VOCAB.value}", f"--batch={_BATCH.value}",
-                   f"--seq_len={_SEQ_LEN.value}", f"--optimizer={_OPTIMIZER.value}"]  # fmt: skip
+        command = [
+            sys.executable,
+            __file__,
+            f"--child={json.dumps(fields)}",
+            f"--vocab_size={_VOCAB.value}",
+            f"--batch={_BATCH.value}",
+            f"--seq_len={_SEQ_LEN.value}",
+            f"--optimizer={_OPTIMIZER.value}",
+        ]
         result = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
         r = json.loads(result.stdout.strip().splitlines()[-1])
-        print(f"| {name} | {r['equations']:,} | {r['trace_s']:.2f} | {r['lower_s']:.2f} | "
-              f"{r['compile_s']:.2f} | {r['run1_s']:.3f} | {r['run2_s']:.3f} |")  # fmt: skip
+        print(
+            f"| {name} | {r['equations']:,} | {r['trace_s']:.2f} | {r['lower_s']:.2f} | "
+            f"{r['compile_s']:.2f} | {r['run1_s']:.3f} | {r['run2_s']:.3f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -159,7 +159,7 @@ def kv_cache_rows(kv_heads, capacity=1024):
             "bytes/token/layer": per_layer(heads),
             "bytes/token": per_layer(heads) * config.num_layers,
             "x full heads": per_layer(heads) / full,
-        }  # fmt: skip
+        }
         for heads in kv_heads
     ]
 
@@ -173,13 +173,18 @@ def make_steps(model, capacity, steps):
 
     def step(variables, cache, token, position):
         out, new = model.apply(
-            {**variables, **cache}, token, position_ids=position, decode_length=capacity,
+            {**variables, **cache},
+            token,
+            position_ids=position,
+            decode_length=capacity,
             mutable=["cache"],
-        )  # fmt: skip
+        )
         new = jax.tree.map(
             lambda n, o: n._replace(length=o.length) if isinstance(n, KVCache) else n,
-            new, cache, is_leaf=_is_memory,
-        )  # fmt: skip
+            new,
+            cache,
+            is_leaf=_is_memory,
+        )
         return out.logits, new
 
     def run(variables, cache, token, position):
@@ -214,9 +219,10 @@ def run_step(kind, model, variables, batch, length):
         raise RuntimeError(f"{kind} step at L={length}, B={batch}: non-finite logits")
     timing = time_call(call, repeats=_REPEATS.value, min_seconds=0.2 if _QUICK.value else 0.5)
     record |= {
-        "ms/token": timing["ms"] / steps, "ms_min": timing["ms_min"] / steps,
+        "ms/token": timing["ms"] / steps,
+        "ms_min": timing["ms_min"] / steps,
         "runs": timing["runs"] * steps,
-    }  # fmt: skip
+    }
     return record | {"temp MB": temp / 2**20}
 
 

@@ -138,14 +138,25 @@ def main(argv):
         groups[label] += ms
         rows.append((ms, name, label))
     total = sum(groups.values())
-    print(f"{size}, {FLAGS.batch} x {FLAGS.seq_len}, {attention}: "
-          f"{wall_ms:.0f} ms per step (wall), {total:.0f} ms of XLA operations")  # fmt: skip
-    report([{"group": label, "ms/step": round(ms, 1), "share": f"{100 * ms / total:.1f}%"}
-            for label, ms in groups.most_common()], ["group", "ms/step", "share"])  # fmt: skip
+    print(
+        f"{size}, {FLAGS.batch} x {FLAGS.seq_len}, {attention}: "
+        f"{wall_ms:.0f} ms per step (wall), {total:.0f} ms of XLA operations"
+    )
+    report(
+        [
+            {"group": label, "ms/step": round(ms, 1), "share": f"{100 * ms / total:.1f}%"}
+            for label, ms in groups.most_common()
+        ],
+        ["group", "ms/step", "share"],
+    )
     if _TOP.value:
-        report([{"ms/step": round(ms, 2), "operation": name, "group": label}
-                for ms, name, label in sorted(rows, reverse=True)[: _TOP.value]],
-               ["ms/step", "operation", "group"])  # fmt: skip
+        report(
+            [
+                {"ms/step": round(ms, 2), "operation": name, "group": label}
+                for ms, name, label in sorted(rows, reverse=True)[: _TOP.value]
+            ],
+            ["ms/step", "operation", "group"],
+        )
 
 
 if __name__ == "__main__":

@@ -116,8 +116,10 @@ def main():
     print("\n| test file | test s | one by one s | programs s |\n|---|---|---|---|")
     ranked = sorted(by_file.items(), key=lambda kv: -kv[1]["test"])
     for file, seconds in ranked[: args.top]:
-        print(f"| {file} | {seconds['test']:.1f} | {seconds['one by one']:.1f} | "
-              f"{seconds['program']:.1f} |")  # fmt: skip
+        print(
+            f"| {file} | {seconds['test']:.1f} | {seconds['one by one']:.1f} | "
+            f"{seconds['program']:.1f} |"
+        )
 
 
 if __name__ == "__main__":

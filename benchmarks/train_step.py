@@ -80,18 +80,21 @@ def _matmul(dtype, n: int = 4096):
     return lambda: matmul(a, a), 2 * n**3
 
 
-def _train_step(cfg: ModelConfig, batch: int, seq_len: int, mask_prob: float | None,
-                doc_len: int | None = None):  # fmt: skip
+def _train_step(
+    cfg: ModelConfig, batch: int, seq_len: int, mask_prob: float | None, doc_len: int | None = None
+):
     """The jitted train step (compiled, run once) as a thunk, and its compiled executable;
     with doc_len, rows of isolated documents of that mean length."""
     model = RoFormer(cfg)
     tx = optim.make_optimizer(optim.OptimConfig(warmup_steps=0), total_steps=10_000)
     rng = np.random.default_rng(0)
     ids = rng.integers(5, cfg.vocab_size, size=(batch, seq_len)).astype(np.int32)
-    data = masking.mask_tokens(ids, rng, vocab_size=cfg.vocab_size, mask_id=4,
-                               special_ids=range(5))  # fmt: skip
-    data.update(attention_mask=np.ones_like(ids), token_type_ids=np.zeros_like(ids),
-                index=np.arange(batch, dtype=np.int32))  # fmt: skip
+    data = masking.mask_tokens(ids, rng, vocab_size=cfg.vocab_size, mask_id=4, special_ids=range(5))
+    data.update(
+        attention_mask=np.ones_like(ids),
+        token_type_ids=np.zeros_like(ids),
+        index=np.arange(batch, dtype=np.int32),
+    )
     if doc_len is not None:
         starts = rng.random((batch, seq_len)) < 1.0 / doc_len  # [B, L]
         starts[:, 0] = False
@@ -170,11 +173,23 @@ def main(argv):
         r["peak TFLOP/s"] = max(q["matmul TFLOP/s"] for q in records if q["dtype"] == r["dtype"])
         r["MFU"] = r["TFLOP/s"] / r["peak TFLOP/s"]
         case = ("size", "attention", "dtype", "mlm_head")
-        open_ = [q for q in records if q["documents"] == "open" and
-                 all(q[k] == r[k] for k in case)]  # fmt: skip
+        open_ = [q for q in records if q["documents"] == "open" and all(q[k] == r[k] for k in case)]
         r["vs open"] = r["ms"] / open_[0]["ms"] if open_ else None
-    columns = ["size", "attention", "dtype", "mlm_head", "documents", "ms", "vs open",
-               "tokens/s", "GFLOP/step", "XLA GFLOP", "TFLOP/s", "peak TFLOP/s", "MFU"]  # fmt: skip
+    columns = [
+        "size",
+        "attention",
+        "dtype",
+        "mlm_head",
+        "documents",
+        "ms",
+        "vs open",
+        "tokens/s",
+        "GFLOP/step",
+        "XLA GFLOP",
+        "TFLOP/s",
+        "peak TFLOP/s",
+        "MFU",
+    ]
     report(records, columns, _OUTPUT.value)
 
 

@@ -245,8 +245,15 @@ def bench(size: str, batch: int, seq_len: int, *, rounds: int, steps: int, cores
     """One record: per variant the median over rounds of each round's median step time."""
     vocab = _VOCAB.value or VOCAB.get(size, VOCAB["small"])
     config = dict(vocab_size=vocab, max_len=max(512, seq_len))  # dropout 0.1: the default
-    spec = dict(size=size, config=config, batch=batch, seq_len=seq_len, steps=steps,
-                cores=cores, threads=len(cores))  # fmt: skip
+    spec = dict(
+        size=size,
+        config=config,
+        batch=batch,
+        seq_len=seq_len,
+        steps=steps,
+        cores=cores,
+        threads=len(cores),
+    )
     workers = {"ours": Worker({**spec, "framework": "jax"})}
     if with_hf:
         workers["hf"] = workers["hf_masked"] = Worker({**spec, "framework": "torch"})
@@ -284,21 +291,39 @@ def main(argv):
     cores = available[: _THREADS.value]
     with_hf = have_hf()
     if not with_hf:
-        print("torch and transformers are not installed: timing ours only "
-              "(pip install torch transformers for the HF columns)", flush=True)  # fmt: skip
+        print(
+            "torch and transformers are not installed: timing ours only "
+            "(pip install torch transformers for the HF columns)",
+            flush=True,
+        )
     shapes = _shapes()
     records = []
     for size in _SIZES.value:
         if size not in shapes:
             raise ValueError(f"no shape for size {size!r}: add --shapes={size}:BATCHxSEQ_LEN")
         batch, seq_len = shapes[size]
-        records.append(bench(size, batch, seq_len, rounds=_ROUNDS.value, steps=_STEPS.value,
-                             cores=cores, with_hf=with_hf))  # fmt: skip
+        records.append(
+            bench(
+                size,
+                batch,
+                seq_len,
+                rounds=_ROUNDS.value,
+                steps=_STEPS.value,
+                cores=cores,
+                with_hf=with_hf,
+            )
+        )
         print(records[-1], flush=True)
     columns = ["size", "batch", "seq_len", "vocab", "threads", "ours ms", "ours tokens/s"]
     if with_hf:
-        columns += ["hf ms", "hf tokens/s", "hf_masked ms", "hf_masked tokens/s", "vs hf",
-                    "vs hf_masked"]  # fmt: skip
+        columns += [
+            "hf ms",
+            "hf tokens/s",
+            "hf_masked ms",
+            "hf_masked tokens/s",
+            "vs hf",
+            "vs hf_masked",
+        ]
     report(records, columns, _OUTPUT.value)
 
 

@@ -96,9 +96,13 @@ def finish(config: ConfigDict, arg: str | None) -> ConfigDict:
     """
     if arg == "runlocal":
         config.train.update(
-            steps=20, batch_size=8, log_every=5, eval_every=10, checkpoint_every=10,
+            steps=20,
+            batch_size=8,
+            log_every=5,
+            eval_every=10,
+            checkpoint_every=10,
             eval_batches=2,
-        )  # fmt: skip
+        )
         config.optim.warmup_steps = 5
         config.data.max_chars = 200_000
     elif arg:

@@ -24,7 +24,11 @@ def get_config(arg=None):
     config.data.valid_lengths = (256,)
     config.optim.update(learning_rate=1e-3, warmup_steps=60)
     config.train.update(
-        steps=300, batch_size=16, log_every=25, eval_every=100, checkpoint_every=100,
+        steps=300,
+        batch_size=16,
+        log_every=25,
+        eval_every=100,
+        checkpoint_every=100,
         eval_batches=8,
-    )  # fmt: skip
+    )
     return base.finish(config, arg)

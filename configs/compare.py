@@ -22,9 +22,13 @@ def get_config(arg=None):
     config = ConfigDict()
     experiment = base.get_base_config("small")
     experiment.train.update(
-        steps=300, batch_size=16, log_every=10, eval_every=50, checkpoint_every=50,
+        steps=300,
+        batch_size=16,
+        log_every=10,
+        eval_every=50,
+        checkpoint_every=50,
         eval_batches=8,
-    )  # fmt: skip
+    )
     experiment.optim.update(learning_rate=1e-3, warmup_steps=60)
     experiment.data.valid_lengths = ()  # longer contexts: configs/study_length.py
     config.experiment = base.finish(experiment, arg)  # every run starts from this

@@ -24,7 +24,7 @@ LONG_DOCUMENTS = {
         doc_separator="blank",
         min_doc_chars=40_000,
         valid_fraction=0.25,
-    ),  # fmt: skip
+    ),
 }
 
 
@@ -43,8 +43,9 @@ def check_wiring(config: ConfigDict) -> ConfigDict:
     """A study's ":runlocal" that checks its wiring in seconds: one seed, one layer (compiling
     four took most of a minute a run), 4 steps of 4 rows, evaluated once."""
     experiment = config.experiment
-    experiment.train.update(steps=4, batch_size=4, log_every=2, eval_every=4,
-                            checkpoint_every=4, eval_batches=1)  # fmt: skip
+    experiment.train.update(
+        steps=4, batch_size=4, log_every=2, eval_every=4, checkpoint_every=4, eval_batches=1
+    )
     experiment.optim.warmup_steps = 1
     experiment.model.num_layers = 1
     config.seeds = (0,)
@@ -78,13 +79,17 @@ def get_long_config(arg: str | None, *, batch_scale: int = 1) -> ConfigDict:
     experiment = config.experiment
     experiment.data.update(data)
     if batch_scale < 1 or LONG_EVAL_EVERY % batch_scale:
-        raise ValueError(f"batch_scale {batch_scale} must divide {LONG_EVAL_EVERY}, the steps "
-                         "between evaluations")  # fmt: skip
+        raise ValueError(
+            f"batch_scale {batch_scale} must divide {LONG_EVAL_EVERY}, the steps "
+            "between evaluations"
+        )
     experiment.train.update(
-        steps=LONG_STEPS // batch_scale, log_every=max(1, 20 // batch_scale),
-        eval_every=LONG_EVAL_EVERY // batch_scale, checkpoint_every=500 // batch_scale,
+        steps=LONG_STEPS // batch_scale,
+        log_every=max(1, 20 // batch_scale),
+        eval_every=LONG_EVAL_EVERY // batch_scale,
+        checkpoint_every=500 // batch_scale,
         eval_batches=LONG_EVAL_BATCHES,
-    )  # fmt: skip
+    )
     if batch_scale > 1:  # (at 1, eval_batch_size stays None: the cached runs' config)
         rows = experiment.train.batch_size
         experiment.train.update(batch_size=rows * batch_scale, eval_batch_size=rows)

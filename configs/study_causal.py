@@ -48,6 +48,9 @@ def get_config(arg=None):
     config.title = "Causal LM: attention kinds and position encodings"
     config.plot_keys = ("train/loss", "valid/loss_128")
     config.table_keys = (
-        "train/loss", "valid/loss_128", "valid/perplexity_128", "valid/accuracy_128"
-    )  # fmt: skip
+        "train/loss",
+        "valid/loss_128",
+        "valid/perplexity_128",
+        "valid/accuracy_128",
+    )
     return config

@@ -32,11 +32,15 @@ def _fine_tune(scaling):
         "model": {"position": "rope", "rope_scaling": scaling},
         "data": {"seq_len": 512},
         "train": {
-            "steps": FINE_TUNE, "batch_size": 4, "init_from": "run:RoPE", "eval_every": FINE_TUNE,
-            "checkpoint_every": FINE_TUNE, "log_every": 5,
+            "steps": FINE_TUNE,
+            "batch_size": 4,
+            "init_from": "run:RoPE",
+            "eval_every": FINE_TUNE,
+            "checkpoint_every": FINE_TUNE,
+            "log_every": 5,
         },
         "optim": {"warmup_steps": 5},
-    }  # fmt: skip
+    }
 
 
 def get_config(arg=None):
@@ -54,7 +58,7 @@ def get_config(arg=None):
                 "model": {"position": "rope"},
                 "data": {"seq_len": 512},
                 "train": {"batch_size": 4},
-            },  # fmt: skip
+            },
             "RoPE tuned at 512": _fine_tune(None),
             "PI tuned at 512": _fine_tune('{"rope_type": "linear", "factor": 4.0}'),
             "YaRN tuned at 512": _fine_tune(

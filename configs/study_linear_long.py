@@ -42,10 +42,12 @@ from configs import studies
 def _linear(position, placement="numerator", feature_map="elu"):
     return {
         "model": {
-            "attention": "linear", "position": position, "linear_rope": placement,
+            "attention": "linear",
+            "position": position,
+            "linear_rope": placement,
             "feature_map": feature_map,
         }
-    }  # fmt: skip
+    }
 
 
 def get_config(arg=None):

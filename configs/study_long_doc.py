@@ -72,8 +72,10 @@ def get_config(arg=None):
     config.lengths = (512, 1024, 1536)  # fine-tuning max lengths, [CLS] and [SEP]s included
     config.control_truncation = "head+tail"  # the control at the shortest length
     # Paired across encoders at every length both read (first minus second).
-    config.encoder_pairs = (("RoFormer multi-length", "RoFormer 512 only"),
-                            ("RoFormer 512 only", "BERT"))  # fmt: skip
+    config.encoder_pairs = (
+        ("RoFormer multi-length", "RoFormer 512 only"),
+        ("RoFormer 512 only", "BERT"),
+    )
     config.survival_edges = (0.0, 0.25, 0.5, 0.75, 1.0)  # bins of the fraction of B kept
     # The triplets: long_doc_task.build_from_sources's arguments (splits: "sources" puts
     # source file i in split i, so the valid and test articles were never pre-trained on).
@@ -96,10 +98,16 @@ def get_config(arg=None):
     # way, show what B's length alone does, so a bin's 512 - 1536 gap is truncation's.
     # A minimum below 255 would let a short A hand its room to B and mix A's cut into the bins.
     config.task = ConfigDict(
-        dict(sources=tuple(f"{WIKITEXT2}/{s}.txt" for s in ("train", "valid", "test")),
-             format="wikitext", splits="sources", min_window_tokens=256, window_tokens=760,
-             tokenizer="wordpiece", seed=0)
-    )  # fmt: skip
+        dict(
+            sources=tuple(f"{WIKITEXT2}/{s}.txt" for s in ("train", "valid", "test")),
+            format="wikitext",
+            splits="sources",
+            min_window_tokens=256,
+            window_tokens=760,
+            tokenizer="wordpiece",
+            seed=0,
+        )
+    )
     # Fine-tuning (training/finetune_config.py); the task's files, format, max length and
     # truncation are set per cell by the study.
     config.finetune = base.get_finetune_base_config()
@@ -112,8 +120,9 @@ def get_config(arg=None):
     config.title = "Long-document triplets: accuracy by maximum length and pre-training"
     if arg == "runlocal":
         config.pretrain_steps = 12
-        config.schedules = {k: tuple((s, n // 4, b) for s, n, b in v)
-                            for k, v in config.schedules.items()}  # fmt: skip
+        config.schedules = {
+            k: tuple((s, n // 4, b) for s, n, b in v) for k, v in config.schedules.items()
+        }
         experiment.data.update(seq_len=128, max_chars=400_000)
         experiment.train.eval_batches = 2
         config.runs.BERT.model.max_len = 128

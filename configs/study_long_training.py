@@ -44,9 +44,12 @@ def get_config(arg=None):
     )
     config.seeds = (0,)
     config.experiment.train.update(
-        steps=STEPS, eval_every=EVAL_EVERY, checkpoint_every=EVAL_EVERY,
-        keep_checkpoints=STEPS // EVAL_EVERY + 1, log_every=100,
-    )  # fmt: skip
+        steps=STEPS,
+        eval_every=EVAL_EVERY,
+        checkpoint_every=EVAL_EVERY,
+        keep_checkpoints=STEPS // EVAL_EVERY + 1,
+        log_every=100,
+    )
     config.title = f"MLM, softmax attention: position encodings, {STEPS:,} steps"
     config.eval_lengths = study_length.EVAL_LENGTHS
     config.eval_tokens = 68 * (study_length.EVAL_LENGTHS[-1] - 2)

@@ -28,8 +28,14 @@ from ml_collections import ConfigDict
 from configs import studies, study_length
 
 # (steps, seq_len, batch_size) in the blog's order.
-STAGES = ((800, 256, 16), (50, 768, 16), (480, 128, 16), (320, 64, 32), (40, 768, 16),
-          (120, 256, 32))  # fmt: skip
+STAGES = (
+    (800, 256, 16),
+    (50, 768, 16),
+    (480, 128, 16),
+    (320, 64, 32),
+    (40, 768, 16),
+    (120, 256, 32),
+)
 TOKENS = sum(steps * length * batch for steps, length, batch in STAGES)  # 7,004,160
 
 

@@ -37,8 +37,9 @@ def get_config(arg=None):
     names = [n for n in (arg or "").split(",") if n]
     unknown = sorted(set(names) - set(CORPORA) - {"runlocal"})
     if unknown:
-        raise ValueError(f"unknown config arguments {unknown}; give one of {sorted(CORPORA)} "
-                         "and/or 'runlocal'")  # fmt: skip
+        raise ValueError(
+            f"unknown config arguments {unknown}; give one of {sorted(CORPORA)} and/or 'runlocal'"
+        )
     runlocal = "runlocal" in names
     config = studies.get_config("runlocal" if runlocal else None)
     corpus = next((n for n in names if n in CORPORA), "builtin")

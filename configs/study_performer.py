@@ -29,9 +29,14 @@ REDRAW = 50
 
 def _favor(position, placement="numerator", redraw=REDRAW):
     return {
-        "model": {"attention": "linear", "feature_map": "favor", "position": position,
-                  "linear_rope": placement, "feature_redraw": redraw},
-    }  # fmt: skip
+        "model": {
+            "attention": "linear",
+            "feature_map": "favor",
+            "position": position,
+            "linear_rope": placement,
+            "feature_redraw": redraw,
+        },
+    }
 
 
 def get_config(arg=None):
@@ -40,8 +45,9 @@ def get_config(arg=None):
     config = studies.get_config("runlocal" if arg == "runlocal" else None)
     experiment = config.experiment
     experiment.model.update(causal=True, vocab_size=None)  # None: the byte tokenizer's
-    experiment.data.update(objective="clm", tokenizer="bytes", source=_WARPEACE,
-                           doc_separator="blank")  # fmt: skip
+    experiment.data.update(
+        objective="clm", tokenizer="bytes", source=_WARPEACE, doc_separator="blank"
+    )
     config.runs = ConfigDict(
         {
             "FAVOR+, no positions": _favor("none"),

@@ -31,8 +31,9 @@ BATCH_SCALE = 4
 def get_config(arg=None):
     config = studies.get_long_config(arg, batch_scale=BATCH_SCALE)
     runs = ("learned (BERT)", "RoPE (RoFormer)", "none")  # study 1's models, unchanged
-    config.runs = ConfigDict({name: study_positions_long.RUNS[name] for name in runs},
-                             sort_keys=False)  # fmt: skip
+    config.runs = ConfigDict(
+        {name: study_positions_long.RUNS[name] for name in runs}, sort_keys=False
+    )
     config.baseline = "learned (BERT)"
     config.title = "MLM, softmax attention: positions at 4x the batch (64 x 128), 500 steps"
     config.plot_keys = ("train/loss", "valid/loss_128")

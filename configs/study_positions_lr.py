@@ -40,8 +40,10 @@ MODELS = {  # short name: section 1's run
 FROM_SINUSOID = {"model": {"position": "learned_sinusoid", "max_len": 128}}
 # ALiBi's slopes with section 1's 2 heads are 1/16 and 1/256; with 8 heads (of 16 features)
 # they are the paper's 1/2 ... 1/256, a steep local bias among them.
-ALIBI = {"ALiBi, 2 heads": study_positions_long.RUNS["ALiBi"],
-         "ALiBi, 8 heads": {"model": {"position": "alibi", "num_heads": 8}}}  # fmt: skip
+ALIBI = {
+    "ALiBi, 2 heads": study_positions_long.RUNS["ALiBi"],
+    "ALiBi, 8 heads": {"model": {"position": "alibi", "num_heads": 8}},
+}
 
 
 def _at(model: str, rate: float, warmup: float | None = None) -> tuple[str, dict]:
@@ -73,9 +75,11 @@ def get_config(arg=None):
         runs = dict(_at(m, *map(float, best[m].split("/"))) for m in MODELS)
         baseline = next(iter(runs))
     else:
-        raise ValueError(f"config argument {arg!r}: 'sweep' or 'best,BERT=..,RoPE=..,"
-                         "sinusoidal=..' (a rate, '/500' after it for a warm-up of 500; "
-                         "then ',runlocal' for a smoke run)")  # fmt: skip
+        raise ValueError(
+            f"config argument {arg!r}: 'sweep' or 'best,BERT=..,RoPE=..,"
+            "sinusoidal=..' (a rate, '/500' after it for a warm-up of 500; "
+            "then ',runlocal' for a smoke run)"
+        )
     runs["BERT from the sinusoid"] = FROM_SINUSOID
     runs |= ALIBI
     config.runs = ConfigDict(runs, sort_keys=False)

@@ -44,8 +44,13 @@ def _read(run: str) -> dict | None:
         logging.info("%s reads at most %d tokens: skipped", run, model.max_length)
         return None
     corpus = load_corpus(cfg.data, cfg.train.data_cache_dir or os.path.join(_WORKDIR.value, "data"))
-    held_out = length_eval_set(corpus, [_LENGTH.value], batch_size=_ROWS.value,
-                               windows="documents", max_tokens=_TOKENS.value)  # fmt: skip
+    held_out = length_eval_set(
+        corpus,
+        [_LENGTH.value],
+        batch_size=_ROWS.value,
+        windows="documents",
+        max_tokens=_TOKENS.value,
+    )
     sums = np.zeros((model.num_layers, model.num_heads, _LENGTH.value))
     counts = np.zeros(_LENGTH.value)
     for batch in held_out.batches[_LENGTH.value]:
@@ -58,11 +63,14 @@ def _read(run: str) -> dict | None:
     with np.errstate(invalid="ignore", divide="ignore"):
         per_key = sums / counts
     return {
-        "step": step, "length": _LENGTH.value, "windows": held_out.num_pieces,
-        "tokens": held_out.num_tokens, "uniform": 1.0 / _LENGTH.value,
+        "step": step,
+        "length": _LENGTH.value,
+        "windows": held_out.num_pieces,
+        "tokens": held_out.num_tokens,
+        "uniform": 1.0 / _LENGTH.value,
         "pairs": counts.astype(int).tolist(),
         "weight": np.round(per_key, 9).tolist(),  # [layers][heads][r]; NaN: no pair at r
-    }  # fmt: skip
+    }
 
 
 def main(argv):
@@ -76,8 +84,11 @@ def main(argv):
             continue
         run_dirs.write_beside(run, _WORKDIR.value, _RAW_DIR.value, name, record)
         weight = np.nanmean(np.asarray(record["weight"])[:, :, [1, 16, 127]], axis=1)
-        logging.info("%s: weight on a key at r = 1, 16, 127 (x uniform), by layer: %s", run,
-                     np.round(weight / record["uniform"], 2).tolist())  # fmt: skip
+        logging.info(
+            "%s: weight on a key at r = 1, 16, 127 (x uniform), by layer: %s",
+            run,
+            np.round(weight / record["uniform"], 2).tolist(),
+        )
         found += 1
     if not found:
         raise FileNotFoundError(f"no softmax encoder under {_WORKDIR.value} reads {_LENGTH.value}")

@@ -79,12 +79,18 @@ def main(argv):
     del argv
     fractions = None if _SPLITS.value == ["sources"] else [float(f) for f in _SPLITS.value]
     splits, stats, measure = long_doc_task.build_from_sources(
-        _SOURCE.value, format=_FORMAT.value, tokenizer=_TOKENIZER.value,
-        window_tokens=_WINDOW_TOKENS.value, seed=_SEED.value, fractions=fractions,
-        span_words=_SPAN_WORDS.value, vocab_size=_VOCAB_SIZE.value,
-        min_window_tokens=_MIN_WINDOW_TOKENS.value, pairs_per_article=_PAIRS_PER_ARTICLE.value,
+        _SOURCE.value,
+        format=_FORMAT.value,
+        tokenizer=_TOKENIZER.value,
+        window_tokens=_WINDOW_TOKENS.value,
+        seed=_SEED.value,
+        fractions=fractions,
+        span_words=_SPAN_WORDS.value,
+        vocab_size=_VOCAB_SIZE.value,
+        min_window_tokens=_MIN_WINDOW_TOKENS.value,
+        pairs_per_article=_PAIRS_PER_ARTICLE.value,
         positive=_POSITIVE.value,
-    )  # fmt: skip
+    )
     print(json.dumps(stats, indent=1, sort_keys=True))
     print("wrote", *long_doc_task.write_task(_OUT.value, splits, stats))
     if _BOW_LENGTHS.value:
@@ -96,8 +102,10 @@ def main(argv):
         }
         for name, view in views.items():
             scores = long_doc_study.bow_scores(view)
-            print(f"bag of words, {name}: valid {scores['valid/accuracy']:.3f}, "
-                  f"test {scores['test/accuracy']:.3f}")  # fmt: skip
+            print(
+                f"bag of words, {name}: valid {scores['valid/accuracy']:.3f}, "
+                f"test {scores['test/accuracy']:.3f}"
+            )
 
 
 if __name__ == "__main__":

@@ -47,10 +47,16 @@ def main(argv):
     results = study.run_study(runs, _WORKDIR.value, raw_dir=_RAW_DIR.value)
     footnote = compare_report.footnote(exp, config.seeds, provenance.machine(), unigram)
     png, md = compare_report.write_report(
-        results, _WORKDIR.value, title=config.title, plot_keys=config.plot_keys,
-        table_keys=config.table_keys, footnote=footnote, baseline=config.get("baseline"),
-        paired_key=f"valid/loss_{exp.data.seq_len}", floor=unigram,
-    )  # fmt: skip
+        results,
+        _WORKDIR.value,
+        title=config.title,
+        plot_keys=config.plot_keys,
+        table_keys=config.table_keys,
+        footnote=footnote,
+        baseline=config.get("baseline"),
+        paired_key=f"valid/loss_{exp.data.seq_len}",
+        floor=unigram,
+    )
     with open(md, encoding="utf-8") as f:
         print(f.read())
     logging.info("wrote %s and %s", png, md)

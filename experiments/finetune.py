@@ -28,9 +28,11 @@ from roformer_jax.training.finetune import copy_raw_files, finetune  # noqa: E40
 from roformer_jax.training.finetune_config import finetune_experiment_from_dict  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Fine-tuning config file, e.g. configs/finetune_classification.py.",
+    "config",
+    None,
+    "Fine-tuning config file, e.g. configs/finetune_classification.py.",
     lock_config=True,
-)  # fmt: skip
+)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics and logs go here.")
 _RAW_DIR = flags.DEFINE_string(
     "raw_dir", None, "Optional: the finished run's small files are copied here."

@@ -55,13 +55,19 @@ def continuations(run, prompts: list[list[int]]) -> list[tuple[str, str, str]]:
     for row, prompt in enumerate(prompts):  # left-padded: [CLS] starts every training row
         ids[row, width - len(prompt) :], mask[row, width - len(prompt) :] = prompt, True
     variables = {"params": run.params}
-    common = dict(attention_mask=mask, max_new_tokens=_NEW.value, eos_id=tok.sep_id,
-                  steps_done=run.step)  # fmt: skip
+    common = dict(
+        attention_mask=mask, max_new_tokens=_NEW.value, eos_id=tok.sep_id, steps_done=run.step
+    )
     greedy = decoding.generate(run.model, variables, ids, **common)
     sampled = decoding.generate(
-        run.model, variables, ids, temperature=_TEMPERATURE.value, top_k=_TOP_K.value,
-        rng=jax.random.key(_RNG_SEED.value), **common,
-    )  # fmt: skip
+        run.model,
+        variables,
+        ids,
+        temperature=_TEMPERATURE.value,
+        top_k=_TOP_K.value,
+        rng=jax.random.key(_RNG_SEED.value),
+        **common,
+    )
 
     def text(tokens, stop=False):  # a continuation stops at its first [SEP] (then repeated)
         tokens = [int(t) for t in tokens if t not in (tok.pad_id, tok.cls_id)]

@@ -58,15 +58,19 @@ def main(argv):
 
     results = study.run_study(
         runs, workdir, raw_dir=raw, checkpoints_needed=needed, after_run=score
-    )  # fmt: skip
+    )
     scores = length_study.evaluate_runs(evaluations, runs, workdir, raw_dir=raw, **settings)
     targets = next(iter(scores.values()))[0][lengths[0]]["targets"]  # the same for every run
     footnote = length_study.footnote(exp, config.seeds, targets, provenance.machine(), unigram)
     png = plots.plot_lengths(
-        scores, os.path.join(workdir, "lengths.png"), title=config.title,
-        trained_length=length_study.trained_length(exp), floor=unigram, footnote=footnote,
+        scores,
+        os.path.join(workdir, "lengths.png"),
+        title=config.title,
+        trained_length=length_study.trained_length(exp),
+        floor=unigram,
+        footnote=footnote,
         reference=config.get("position_reference"),
-    )  # fmt: skip
+    )
     md = os.path.join(workdir, "lengths.md")
     with open(md, "w", encoding="utf-8") as f:
         f.write(length_study.report(config.to_dict(), runs, results, scores, footnote))

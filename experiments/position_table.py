@@ -36,8 +36,10 @@ _RAW_DIR = flags.DEFINE_string("raw_dir", None, "The study's raw folder: copy ea
 _EVERY = flags.DEFINE_bool(
     "every_checkpoint", False, f"Also read every checkpoint the run keeps, into {STEPS_FILE}."
 )
-_TABLES = {"position": ("embeddings", "position_embeddings", "embedding"),
-           "word": ("embeddings", "word_embeddings", "embedding")}  # fmt: skip
+_TABLES = {
+    "position": ("embeddings", "position_embeddings", "embedding"),
+    "word": ("embeddings", "word_embeddings", "embedding"),
+}
 
 
 def _table(params, path):
@@ -60,10 +62,13 @@ def _changes(run: str, every: bool) -> list[dict] | None:
     records = []
     for step in steps:
         params, step = runs.load_params(run, step)[1:]
-        records.append({"step": step} | {
-            name: table_change(_table(initial, path), _table(params, path))
-            for name, path in _TABLES.items()
-        })  # fmt: skip
+        records.append(
+            {"step": step}
+            | {
+                name: table_change(_table(initial, path), _table(params, path))
+                for name, path in _TABLES.items()
+            }
+        )
     return records
 
 
@@ -79,9 +84,15 @@ def main(argv):
         if _EVERY.value:
             run_dirs.write_beside(run, _WORKDIR.value, _RAW_DIR.value, STEPS_FILE, records)
         for r in records:
-            logging.info("%s at step %d: position table moved %.3f (neighbour cosine %+.3f), "
-                         "word table %.3f", run, r["step"], r["position"]["moved"],
-                         r["position"]["neighbor_cosine"], r["word"]["moved"])  # fmt: skip
+            logging.info(
+                "%s at step %d: position table moved %.3f (neighbour cosine %+.3f), "
+                "word table %.3f",
+                run,
+                r["step"],
+                r["position"]["moved"],
+                r["position"]["neighbor_cosine"],
+                r["word"]["moved"],
+            )
         found += 1
     if not found:
         raise FileNotFoundError(f"no run with a learned position table under {_WORKDIR.value}")

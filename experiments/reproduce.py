@@ -67,8 +67,10 @@ def main(argv):
     start = None
     if config["train"].get("init_from"):
         if not _INIT_FROM.value:
-            raise app.UsageError(f"{raw} starts from another run (train.init_from): reproduce "
-                                 "that one, then give its folder as --init_from")  # fmt: skip
+            raise app.UsageError(
+                f"{raw} starts from another run (train.init_from): reproduce "
+                "that one, then give its folder as --init_from"
+            )
         config["train"]["init_from"] = _INIT_FROM.value
         start = reproduction.trained_version(provenance.read(_INIT_FROM.value))
         _check_finished(_INIT_FROM.value)
@@ -87,8 +89,10 @@ def main(argv):
     # earlier sitting at another commit is no one commit's numbers, and is refused.
     version = reproduction.trained_version(provenance.read(workdir))
     if start is not None and start != version:
-        raise ValueError(f"the rerun ({version}) started from a run of another version "
-                         f"({start}): not one version's numbers")  # fmt: skip
+        raise ValueError(
+            f"the rerun ({version}) started from a run of another version "
+            f"({start}): not one version's numbers"
+        )
     record = (
         reproduction.compare_records(
             metrics.read_metrics(raw), metrics.read_metrics(workdir), until=_STEPS.value
@@ -97,8 +101,13 @@ def main(argv):
     )
     with open(os.path.join(raw, reproduction.FILE), "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1)
-    logging.info("%s seed %d at %s: %s", _RUN.value, _SEED.value, record["commit"],
-                 reproduction.summary(record))  # fmt: skip
+    logging.info(
+        "%s seed %d at %s: %s",
+        _RUN.value,
+        _SEED.value,
+        record["commit"],
+        reproduction.summary(record),
+    )
 
 
 def _check_finished(workdir: str) -> None:

@@ -23,9 +23,11 @@ _RAW = flags.DEFINE_string(
     "raw", os.path.join(_ROOT, "docs", "results", "raw"), "One folder per study (--raw_dir)."
 )
 _CHECK = flags.DEFINE_bool(
-    "check", False, "Write nothing, draw no figure; exit 1 and print a diff where the page "
+    "check",
+    False,
+    "Write nothing, draw no figure; exit 1 and print a diff where the page "
     "differs from what it would be (stale marks aside).",
-)  # fmt: skip
+)
 
 
 def main(argv):

@@ -23,16 +23,22 @@ def define(config_file: str, workdir: str, config_help: str):
     )
     workdir = flags.DEFINE_string("workdir", workdir, "Each run trains under <workdir>/<name>/.")
     raw_dir = flags.DEFINE_string(
-        "raw_dir", None, "Also copy each run's small outputs here (e.g. under "
+        "raw_dir",
+        None,
+        "Also copy each run's small outputs here (e.g. under "
         "docs/results/raw/), kilobytes per run, to commit beside the page they make, and write "
         "study.json (the command, config, commit and machine; roformer_jax/study_record.py).",
-    )  # fmt: skip
+    )
     return config, workdir, raw_dir
 
 
 def record(config: ConfigDict, *, wall_s: float | None, unigram, finished: bool = True) -> dict:
     """This command's study.json (study_record.make_record): its command line and --config."""
     return study_record.make_record(
-        argv=sys.argv, config_file=config_flags.get_config_filename(flags.FLAGS["config"]),
-        config=config, wall_s=wall_s, unigram=unigram, finished=finished,
-    )  # fmt: skip
+        argv=sys.argv,
+        config_file=config_flags.get_config_filename(flags.FLAGS["config"]),
+        config=config,
+        wall_s=wall_s,
+        unigram=unigram,
+        finished=finished,
+    )

@@ -25,16 +25,19 @@ from roformer_jax.training.config import experiment_config_from_dict  # noqa: E4
 from roformer_jax.training.loop import train_and_evaluate  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Experiment config file, e.g. configs/roformer_small.py[:runlocal].",
+    "config",
+    None,
+    "Experiment config file, e.g. configs/roformer_small.py[:runlocal].",
     lock_config=True,
-)  # fmt: skip
+)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics and logs go here.")
 _DISTRIBUTED = flags.DEFINE_bool(
-    "distributed", False,
+    "distributed",
+    False,
     "Call jax.distributed.initialize() before anything else: needed on several hosts. "
     "Without the three flags below JAX reads the cluster from the environment (TPU pods, "
     "SLURM, Open MPI, Kubernetes).",
-)  # fmt: skip
+)
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes (hosts).")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index, 0 ... n-1.")
@@ -51,8 +54,13 @@ def main(argv):
             process_id=_PROCESS_ID.value,
         )
     cfg = experiment_config_from_dict(_CONFIG.value.to_dict())
-    logging.info("process %d of %d, %d local devices: %s", jax.process_index(),
-                 jax.process_count(), jax.local_device_count(), jax.local_devices())  # fmt: skip
+    logging.info(
+        "process %d of %d, %d local devices: %s",
+        jax.process_index(),
+        jax.process_count(),
+        jax.local_device_count(),
+        jax.local_devices(),
+    )
     try:
         final = train_and_evaluate(cfg, _WORKDIR.value)
     except runtime.TrainingInterrupted as e:

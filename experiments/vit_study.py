@@ -35,8 +35,11 @@ def main(argv):
     results = vit_study.run_study(settings, workdir, raw_dir=raw, log=logging.info)
     footnote = vit_study.footnote(settings, provenance.machine())
     png = vit_study.figure(settings, results, os.path.join(workdir, "vit.png"), footnote=footnote)
-    print(vit_study.accuracy_table(settings, results), vit_study.paired_table(settings, results),
-          sep="\n\n")  # fmt: skip
+    print(
+        vit_study.accuracy_table(settings, results),
+        vit_study.paired_table(settings, results),
+        sep="\n\n",
+    )
     logging.info("wrote %s", png)
     if raw:
         record = study_flags.record(config, wall_s=time.time() - started, unigram=None)

@@ -15,8 +15,9 @@ LENGTH = 37  # not a multiple of the head size (16): the last one-hot block is p
 
 
 def _model(position):
-    cfg = tiny.model_config(position=position, vocab_size=50, **(
-        {"max_len": LENGTH} if position == "learned" else {}))  # fmt: skip
+    cfg = tiny.model_config(
+        position=position, vocab_size=50, **({"max_len": LENGTH} if position == "learned" else {})
+    )
     ids = jax.random.randint(jax.random.key(1), (2, LENGTH), 5, 50)
     mask = jnp.arange(LENGTH)[None, :] < jnp.array([[LENGTH], [LENGTH - 9]])  # row 1 padded
     params = RoFormer(cfg).init(jax.random.key(0), ids, attention_mask=mask)["params"]
@@ -30,23 +31,30 @@ class AttentionWeightsTest(parameterized.TestCase):
         weights = attention_distance.attention_weights(cfg, params, ids, mask)
         self.assertLen(weights, cfg.num_layers)
         _, state = RoFormer(cfg).apply(
-            {"params": params}, ids, attention_mask=mask,
+            {"params": params},
+            ids,
+            attention_mask=mask,
             capture_intermediates=lambda m, _: m.name in ("query", "key", "value", "output"),
-        )  # fmt: skip
+        )
         h = cfg.head_dim
         for layer, w in enumerate(weights):
             chex.assert_shape(w, (2, cfg.num_heads, LENGTH, LENGTH))
             captured = state["intermediates"]["encoder"][f"layer_{layer}"]["attention"]
-            q, k, v = (captured[name]["__call__"][0].reshape(2, LENGTH, -1, h)
-                       for name in ("query", "key", "value"))  # fmt: skip
+            q, k, v = (
+                captured[name]["__call__"][0].reshape(2, LENGTH, -1, h)
+                for name in ("query", "key", "value")
+            )
             # float32 bounds (tests/tolerance.py): a score is a dot of H terms, scaled, plus
             # the bias; its terms add up to at most |q| |k| / √H (Cauchy-Schwarz: rotations
             # keep norms) + |bias|. Softmax is shift-invariant, so a weight moves by at most
             # twice its scores' error, plus its sum of L terms and its division.
             norms = np.linalg.norm(q, axis=-1).max() * np.linalg.norm(k, axis=-1).max()
             bias = cfg.encoding.bias
-            largest_bias = 0.0 if bias is None else float(np.abs(bias(cfg, jnp.arange(
-                LENGTH), jnp.arange(LENGTH))).max())  # fmt: skip
+            largest_bias = (
+                0.0
+                if bias is None
+                else float(np.abs(bias(cfg, jnp.arange(LENGTH), jnp.arange(LENGTH))).max())
+            )
             score_error = tolerance.dot(n=h + 2, magnitude=norms * h**-0.5 + largest_bias)
             weight_error = 2 * score_error + tolerance.relative(depth=LENGTH + 3)
             row_error = weight_error + tolerance.gamma(LENGTH)  # and the L-term sum here
@@ -59,11 +67,14 @@ class AttentionWeightsTest(parameterized.TestCase):
             # project D features: twice the bound of one such computation.
             column = float(np.abs(dense["kernel"]).sum(0).max())  # Σ_d |W_dj|
             mixed_error = row_error * float(np.abs(v).max())
-            projection = tolerance.dot(n=mixed.shape[-1] + 1, magnitude=float(
-                np.abs(mixed).max()) * column + float(np.abs(dense["bias"]).max()))  # fmt: skip
+            projection = tolerance.dot(
+                n=mixed.shape[-1] + 1,
+                magnitude=float(np.abs(mixed).max()) * column + float(np.abs(dense["bias"]).max()),
+            )
             atol = 2 * (mixed_error * column + projection)
-            np.testing.assert_allclose(mixed @ dense["kernel"] + dense["bias"], expected,
-                                       atol=atol, rtol=0)  # fmt: skip
+            np.testing.assert_allclose(
+                mixed @ dense["kernel"] + dense["bias"], expected, atol=atol, rtol=0
+            )
 
     def test_a_kind_without_softmax_weights_is_an_error(self):
         cfg, params, ids, mask = _model("rope")

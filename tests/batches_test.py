@@ -93,9 +93,13 @@ class LoadTest(CorpusTestCase):
         self.assertBetween(expected, 1.0, np.log(real_vocab))
         # Nothing held out: NaN, and no numpy warning in a study's terminal.
         held_out = corpus_lib.Corpus(
-            corpus.config, corpus.tokenizer, corpus.train_tokens, corpus.valid_tokens[:0],
-            corpus.stats, corpus.path,
-        )  # fmt: skip
+            corpus.config,
+            corpus.tokenizer,
+            corpus.train_tokens,
+            corpus.valid_tokens[:0],
+            corpus.stats,
+            corpus.path,
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             self.assertTrue(np.isnan(held_out.unigram_cross_entropy()))
@@ -247,15 +251,14 @@ class BatchTest(CorpusTestCase):
                 np.concatenate([_original(h) for h in halves]), _original(whole)
             )
 
-    @parameterized.parameters(
-        (2, "mlm"), (4, "mlm"), (2, "mlm_same_doc"), (2, "clm", "isolated")
-    )  # fmt: skip
+    @parameterized.parameters((2, "mlm"), (4, "mlm"), (2, "mlm_same_doc"), (2, "clm", "isolated"))
     def test_masks_do_not_depend_on_the_number_of_hosts(self, hosts, objective, documents="open"):
         # Each row is masked (and paired) from (seed, step, global row): P hosts see the
         # batch of one.
         corpus = self.load(objective=objective, min_doc_chars=200, documents=documents)
-        one = train_batches(corpus, batch_size=8, seed=1, start_step=5, prefetch=0,
-                                   process_index=0, process_count=1)  # fmt: skip
+        one = train_batches(
+            corpus, batch_size=8, seed=1, start_step=5, prefetch=0, process_index=0, process_count=1
+        )
         parts = [
             train_batches(
                 corpus,
@@ -265,7 +268,7 @@ class BatchTest(CorpusTestCase):
                 prefetch=0,
                 process_index=i,
                 process_count=hosts,
-            )  # fmt: skip
+            )
             for i in range(hosts)
         ]
         for _ in range(2):
@@ -316,8 +319,10 @@ class BatchTest(CorpusTestCase):
     @parameterized.parameters("mlm", "clm")
     def test_isolated_rows_are_the_open_rows_with_their_documents(self, objective):
         open_, isolated = (self.load(objective=objective, documents=d) for d in DOCUMENTS)
-        a, b = (next(train_batches(c, batch_size=8, seed=2, start_step=3, prefetch=0))
-                for c in (open_, isolated))  # fmt: skip
+        a, b = (
+            next(train_batches(c, batch_size=8, seed=2, start_step=3, prefetch=0))
+            for c in (open_, isolated)
+        )
         segments, sep = b.pop("segment_ids"), isolated.tokenizer.sep_id
         ids = a["input_ids"] if objective == "clm" else _original(a)  # clm masks nothing
         # A new segment right after each [SEP] inside the text, and nowhere else.
@@ -373,8 +378,18 @@ class PairBatchTest(CorpusTestCase):
         batches = train_batches(corpus, batch_size=16, seed=0, prefetch=0)
         first = [next(batches) for _ in range(6)]
         batch = first[0]
-        self.assertEqual(set(batch), {"input_ids", "attention_mask", "token_type_ids", "targets",
-                                      "weights", "index", "pair_label"})  # fmt: skip
+        self.assertEqual(
+            set(batch),
+            {
+                "input_ids",
+                "attention_mask",
+                "token_type_ids",
+                "targets",
+                "weights",
+                "index",
+                "pair_label",
+            },
+        )
         ids = _original(batch)  # A: 6 tokens, B: 7 at seq_len 16
         np.testing.assert_array_equal(
             ids[:, [0, 7, 15]], [[tok.cls_id, tok.sep_id, tok.sep_id]] * 16
@@ -395,11 +410,22 @@ class PairBatchTest(CorpusTestCase):
         one = held_out_pairs(corpus, num_batches=2, batch_size=8)
         self.assertLen(one, 2)
         again = held_out_pairs(self.load_pairs(eval_pairs=64), num_batches=2, batch_size=8)
-        hosts = [held_out_pairs(corpus, num_batches=2, batch_size=8, process_index=i,
-                                       process_count=2) for i in range(2)]  # fmt: skip
+        hosts = [
+            held_out_pairs(corpus, num_batches=2, batch_size=8, process_index=i, process_count=2)
+            for i in range(2)
+        ]
         for i, batch in enumerate(one):
-            self.assertEqual(set(batch), {"input_ids", "attention_mask", "token_type_ids",
-                                          "targets", "weights", "pair_label"})  # fmt: skip
+            self.assertEqual(
+                set(batch),
+                {
+                    "input_ids",
+                    "attention_mask",
+                    "token_type_ids",
+                    "targets",
+                    "weights",
+                    "pair_label",
+                },
+            )
             _assert_batches_equal(self, batch, again[i])
             for key in batch:
                 np.testing.assert_array_equal(
@@ -412,8 +438,9 @@ class PairBatchTest(CorpusTestCase):
             self.assertTrue(hits.any())
 
     def test_too_few_long_documents(self):
-        with self.assertRaisesRegex(ValueError, "'mlm_same_doc', train split: .* documents "
-                                    "have the 188 tokens"):  # fmt: skip
+        with self.assertRaisesRegex(
+            ValueError, "'mlm_same_doc', train split: .* documents have the 188 tokens"
+        ):
             train_batches(self.load_pairs(seq_len=128, min_doc_chars=0), batch_size=8, seed=0)
 
 

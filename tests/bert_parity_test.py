@@ -159,9 +159,12 @@ class BertParityTest(parameterized.TestCase):
             self.assertLessEqual(float(difference), PARITY_TOLERANCE)
         # The positions matter: the same tokens shifted along the table give other logits.
         shifted = self.model.apply(
-            self.variables, ids, attention_mask=mask, token_type_ids=types,
+            self.variables,
+            ids,
+            attention_mask=mask,
+            token_type_ids=types,
             position_ids=np.arange(MAX_LEN)[::-1],
-        )  # fmt: skip
+        )
         self.assertGreater(float(np.abs(np.asarray(shifted.logits) - out.logits).max()), 0.1)
 
     def test_loss_and_gradients_equal_transformers(self):
@@ -181,9 +184,11 @@ class BertParityTest(parameterized.TestCase):
             name, transposed = self.names[path]
             expected = their_grads[name].grad.numpy()
             np.testing.assert_allclose(
-                np.asarray(grad).T if transposed else grad, expected, atol=PARITY_TOLERANCE,
+                np.asarray(grad).T if transposed else grad,
+                expected,
+                atol=PARITY_TOLERANCE,
                 err_msg=name,
-            )  # fmt: skip
+            )
 
 
 if __name__ == "__main__":

@@ -55,8 +55,10 @@ class BowBaselineTest(absltest.TestCase):
         jaccard_b = [len(a & b) / len(a | b) for a, b in a_b]
         # Column 1 is Jaccard(A, C) - Jaccard(A, B), each with the A its pair reads.
         np.testing.assert_allclose(bow_baseline.features(views)[:, 1], 1 - np.array(jaccard_b))
-        swapped = [{**v, "B": v["C"], "C": v["B"], "A_for_B": v["A_for_C"],
-                    "A_for_C": v["A_for_B"]} for v in views]  # fmt: skip
+        swapped = [
+            {**v, "B": v["C"], "C": v["B"], "A_for_B": v["A_for_C"], "A_for_C": v["A_for_B"]}
+            for v in views
+        ]
         np.testing.assert_allclose(
             bow_baseline.features(swapped), -bow_baseline.features(views), atol=1e-12
         )

@@ -73,8 +73,15 @@ class ConfigDiffTest(absltest.TestCase):
         saved = config_diff({}, cfg)  # every leaf is "added since"
         self.assertNotEmpty(saved)
         self.assertEqual(config_diff({}, cfg, defaults=cfg), {})
-        self.assertEqual(config_diff({"train": {"data_cache_dir": "/x"}}, cfg, defaults=cfg,
-                                     ignore=("train.data_cache_dir",)), {})  # fmt: skip
+        self.assertEqual(
+            config_diff(
+                {"train": {"data_cache_dir": "/x"}},
+                cfg,
+                defaults=cfg,
+                ignore=("train.data_cache_dir",),
+            ),
+            {},
+        )
 
     def test_dataclasses_and_dicts_compare_alike(self):
         model = ModelConfig(hidden_size=64, num_heads=4)

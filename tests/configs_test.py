@@ -86,13 +86,20 @@ class ConfigsTest(parameterized.TestCase):
             self.assertLessEqual(cfg.optim.warmup_steps, cfg.train.steps)
 
     @parameterized.parameters(
-        ("compare", "compare"), ("study_positions", "compare"), ("study_linear", "compare"),
-        ("study_causal", "compare"), ("study_length", "length_study"),
-        ("study_multilength", "length_study"), ("study_positions_long", "compare"),
-        ("study_linear_long", "compare"), ("study_positions_batch", "compare"),
-        ("long_doc_pilot", "compare"), ("study_packed", "compare"),
-        ("study_positions_lr", "compare"), ("study_long_training", "length_study"),
-    )  # fmt: skip
+        ("compare", "compare"),
+        ("study_positions", "compare"),
+        ("study_linear", "compare"),
+        ("study_causal", "compare"),
+        ("study_length", "length_study"),
+        ("study_multilength", "length_study"),
+        ("study_positions_long", "compare"),
+        ("study_linear_long", "compare"),
+        ("study_positions_batch", "compare"),
+        ("long_doc_pilot", "compare"),
+        ("study_packed", "compare"),
+        ("study_positions_lr", "compare"),
+        ("study_long_training", "length_study"),
+    )
     def test_study_config_builds_every_run(self, name, command):
         doc = importlib.import_module(f"configs.{name}").__doc__
         self.assertIn(f"python experiments/{command}.py --config=configs/{name}.py", doc)
@@ -149,8 +156,11 @@ class ConfigsTest(parameterized.TestCase):
         (pilot,) = study.study_runs(_load("long_doc_pilot"))["RoPE (RoFormer)"]
         section_1 = study.study_runs(_load("study_positions_long", "wikitext2"))
         same = dataclasses.replace(
-            pilot, train=dataclasses.replace(pilot.train, steps=2000, eval_every=100,
-                                             checkpoint_every=500))  # fmt: skip
+            pilot,
+            train=dataclasses.replace(
+                pilot.train, steps=2000, eval_every=100, checkpoint_every=500
+            ),
+        )
         self.assertEqual(same, section_1["RoPE (RoFormer)"][0])
         self.assertEqual(pilot.train.steps, 20_000)
 
@@ -163,8 +173,9 @@ class ConfigsTest(parameterized.TestCase):
         # Evaluations, warm-up and checkpoints at the same token counts.
         for field in ("eval_every", "checkpoint_every"):
             self.assertEqual(getattr(b, field) * b.batch_size, getattr(a, field) * a.batch_size)
-        self.assertEqual(four.optim.warmup_steps * b.batch_size,
-                         one.optim.warmup_steps * a.batch_size)  # fmt: skip
+        self.assertEqual(
+            four.optim.warmup_steps * b.batch_size, one.optim.warmup_steps * a.batch_size
+        )
         # The same held-out rows: eval_batches batches of the unscaled batch size.
         self.assertIsNone(a.eval_batch_size)  # the cached 2,000-step runs' config
         self.assertEqual((b.eval_batches, b.eval_batch_size), (a.eval_batches, a.batch_size))
@@ -248,8 +259,10 @@ class ConfigsTest(parameterized.TestCase):
             os.path.basename(p)[:-3] for p in glob.glob(os.path.join(_CONFIGS_DIR, "finetune_*.py"))
         ]
         # One config per task kind.
-        kinds = {finetune_config.finetune_experiment_from_dict(_load(n).to_dict()).task.format
-                 for n in names}  # fmt: skip
+        kinds = {
+            finetune_config.finetune_experiment_from_dict(_load(n).to_dict()).task.format
+            for n in names
+        }
         self.assertEqual(kinds, set(task_kinds.TASK_KINDS))
         for name in names:
             for arg in (None, "runlocal"):

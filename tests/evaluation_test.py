@@ -25,10 +25,13 @@ def _batch(rng, rows, length, targets_per_row):
     weights = np.ones(head.shape, np.float32)
     weights[0, -1] = 0.0  # padding of the head positions
     return {
-        "input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids),
-        "head_positions": head.astype(np.int32), "weights": weights,
+        "input_ids": ids,
+        "attention_mask": mask,
+        "token_type_ids": np.zeros_like(ids),
+        "head_positions": head.astype(np.int32),
+        "weights": weights,
         "targets": rng.integers(5, 50, head.shape).astype(np.int32),
-    }  # fmt: skip
+    }
 
 
 def _init(model: RoFormer) -> dict:
@@ -45,8 +48,11 @@ class ScoreLengthsTest(absltest.TestCase):
         cls.params = _init(cls.model)
         cls.held_out = LengthEvalSet(
             {12: [_batch(rng, 3, 12, 4), _batch(rng, 3, 12, 4)], 24: [_batch(rng, 2, 24, 5)]},
-            num_targets=0, num_tokens=0, num_pieces=1, target_offset=1,
-        )  # fmt: skip
+            num_targets=0,
+            num_tokens=0,
+            num_pieces=1,
+            target_offset=1,
+        )
 
     def test_loss_and_curve_against_the_full_head(self):
         scores = score_lengths(self.model, self.params, self.held_out, bin_width=4)
@@ -73,8 +79,9 @@ class ScoreLengthsTest(absltest.TestCase):
             for i, (loss, count) in enumerate(zip(got["position_loss"], got["position_targets"])):
                 self.assertEqual(count, int(np.sum(bins == i)))
                 if count:
-                    np.testing.assert_allclose(loss, np.mean(np.asarray(losses)[bins == i]),
-                                               rtol=1e-5)  # fmt: skip
+                    np.testing.assert_allclose(
+                        loss, np.mean(np.asarray(losses)[bins == i]), rtol=1e-5
+                    )
                 else:
                     self.assertTrue(np.isnan(loss))
 
@@ -105,8 +112,10 @@ class ScoreLengthsTest(absltest.TestCase):
         )
         model = RoFormer(config)
         params = _init(model)
-        loss = {s: score_lengths(model, params, self.held_out, steps_done=s)[24]["loss"]
-                for s in (None, 2, 3, 4)}  # fmt: skip
+        loss = {
+            s: score_lengths(model, params, self.held_out, steps_done=s)[24]["loss"]
+            for s in (None, 2, 3, 4)
+        }
         self.assertEqual(loss[3], loss[4])
         self.assertEqual(loss[2], loss[None])
         self.assertGreater(abs(loss[3] - loss[2]), 1e-4)

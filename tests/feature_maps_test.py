@@ -111,8 +111,9 @@ class FavorTest(parameterized.TestCase):
         factor = np.cos(np.asarray(distance)[:, None] * theta).mean(-1)
         kernel = np.exp(np.sum(np.asarray(q) * np.asarray(k), -1) / H**0.5)
         standard_error = estimates.std(0, ddof=1) / len(keys) ** 0.5
-        np.testing.assert_array_less(np.abs(estimates.mean(0) - kernel * factor),
-                                     4 * standard_error)  # fmt: skip
+        np.testing.assert_array_less(
+            np.abs(estimates.mean(0) - kernel * factor), 4 * standard_error
+        )
         qr, kr = rotation.q(q[None, :, None]), rotation.k(k[None, :, None])  # H-dim RoPE
         rope_kernel = np.exp(np.asarray(jnp.sum(qr * kr, -1))[0, :, 0] / H**0.5)
         self.assertGreater(np.max(np.abs(rope_kernel - kernel * factor) / standard_error), 20)

@@ -12,8 +12,9 @@ _AXES = dict(a=[1, 2, 3], b=["x", "y"], c=[None, 4])  # 12 cases
 class CoveringTest(absltest.TestCase):
     def test_each_value_of_each_axis_in_every_draw(self):
         for seed in range(20):
-            with mock.patch.dict(os.environ, {grid.SEED_VARIABLE: str(seed),
-                                              grid.FULL_VARIABLE: ""}):  # fmt: skip
+            with mock.patch.dict(
+                os.environ, {grid.SEED_VARIABLE: str(seed), grid.FULL_VARIABLE: ""}
+            ):
                 cases = grid.covering("covering_test", extra=1, **_AXES)
             for axis, values in _AXES.items():
                 self.assertEqual({c[axis] for c in cases}, set(values), (seed, axis))
@@ -21,8 +22,9 @@ class CoveringTest(absltest.TestCase):
 
     def test_the_full_flag_takes_every_case(self):
         with mock.patch.dict(os.environ, {grid.FULL_VARIABLE: "1"}):
-            self.assertEqual(grid.covering("covering_test", extra=1, **_AXES),
-                             grid.product(**_AXES))  # fmt: skip
+            self.assertEqual(
+                grid.covering("covering_test", extra=1, **_AXES), grid.product(**_AXES)
+            )
 
 
 if __name__ == "__main__":

@@ -202,10 +202,12 @@ class SaveLoadTest(parameterized.TestCase):
 
     def test_save_rejects_what_hf_cannot_express(self):
         for overrides, message in (
-            (dict(position="learned"), "position"), (dict(attention="linear"), "attention"),
-            (dict(pre_ln=True), "pre_ln"), (dict(num_kv_heads=2), "'num_kv_heads': 2"),
+            (dict(position="learned"), "position"),
+            (dict(attention="linear"), "attention"),
+            (dict(pre_ln=True), "pre_ln"),
+            (dict(num_kv_heads=2), "'num_kv_heads': 2"),
             (dict(window=4), "'window': 4"),
-        ):  # fmt: skip
+        ):
             config = _tiny_config(**overrides)
             _, variables = _random_variables(config)
             with tempfile.TemporaryDirectory() as d, self.assertRaisesRegex(ValueError, message):
@@ -343,9 +345,12 @@ class TransformersParityTest(parameterized.TestCase):
         ours = decoding.generate(model, variables, ids, attention_mask=mask, max_new_tokens=8)
         with torch.no_grad():
             expected = theirs.generate(
-                torch.tensor(ids), attention_mask=torch.tensor(mask), max_new_tokens=8,
-                do_sample=False, pad_token_id=0,
-            )  # fmt: skip
+                torch.tensor(ids),
+                attention_mask=torch.tensor(mask),
+                max_new_tokens=8,
+                do_sample=False,
+                pad_token_id=0,
+            )
         np.testing.assert_array_equal(np.asarray(ours)[:, 6:], expected.numpy()[:, 6:])
 
     def test_base_model_from_pytorch_bin(self):
@@ -413,7 +418,7 @@ TASKS = [
         cls="MultipleChoice",
         num_labels=2,
         summary_type="first",
-    ),  # fmt: skip
+    ),
 ]
 
 
@@ -438,25 +443,32 @@ def _task_diff(model, variables, theirs, batch):
 class TaskHeadParityTest(parameterized.TestCase):
     def test_every_head_has_an_hf_architecture(self):
         self.assertEqual(
-            {hf.config_to_hf(_tiny_config(), with_mlm_head=False, head=h)["architectures"][0]
-             for h in heads.HEADS},
+            {
+                hf.config_to_hf(_tiny_config(), with_mlm_head=False, head=h)["architectures"][0]
+                for h in heads.HEADS
+            },
             {f"RoFormerFor{t['cls']}" for t in TASKS},
-        )  # fmt: skip
+        )
         for architecture in hf._TASK_ARCHITECTURES:
             self.assertTrue(hasattr(transformers, architecture), architecture)
 
     @parameterized.named_parameters(TASKS)
     def test_load_equals_transformers(self, cls, num_labels, summary_type="last"):
-        theirs = _hf_model(getattr(transformers, f"RoFormerFor{cls}"), 5, num_labels=num_labels,
-                           summary_type=summary_type)  # fmt: skip
+        theirs = _hf_model(
+            getattr(transformers, f"RoFormerFor{cls}"),
+            5,
+            num_labels=num_labels,
+            summary_type=summary_type,
+        )
         with tempfile.TemporaryDirectory() as d:
             theirs.save_pretrained(d)
             model, variables = hf.load_hf_roformer(d)
         self.assertIsInstance(model, heads.TaskModel)
         self.assertEqual(model.summary_type, summary_type)
-        self.assertEqual(f"RoFormerFor{cls}", hf.config_to_hf(
-            model.config, with_mlm_head=False, head=model.head)["architectures"][0]
-        )  # fmt: skip
+        self.assertEqual(
+            f"RoFormerFor{cls}",
+            hf.config_to_hf(model.config, with_mlm_head=False, head=model.head)["architectures"][0],
+        )
         self.assertEqual(model.num_labels, num_labels)
         difference = _task_diff(model, variables, theirs, _task_batch(cls, seed=5))
         self.assertLessEqual(difference, PARITY_TOLERANCE)
@@ -494,8 +506,9 @@ class TaskHeadParityTest(parameterized.TestCase):
         theirs = _hf_model(transformers.RoFormerForMultipleChoice, 7, **summary)
         with tempfile.TemporaryDirectory() as d:
             theirs.save_pretrained(d)
-            with self.assertRaisesRegex(ValueError, f"'summary_type': '{summary['summary_type']}'"
-                                                    ".* not supported"):  # fmt: skip
+            with self.assertRaisesRegex(
+                ValueError, f"'summary_type': '{summary['summary_type']}'.* not supported"
+            ):
                 hf.load_hf_roformer(d)
 
 

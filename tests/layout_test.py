@@ -54,8 +54,11 @@ class FloorsTest(parameterized.TestCase):
         for name, at_top in _imports(ast.parse(path.read_text(encoding="utf-8"))):
             if name.startswith("roformer_jax"):
                 self.assertTrue(at_top, f"{relative} imports {name} inside a function")
-                self.assertIn(name.split(".")[1].removesuffix(".py"), MAY_IMPORT[floor],
-                              f"{relative} ({floor}) imports {name}")  # fmt: skip
+                self.assertIn(
+                    name.split(".")[1].removesuffix(".py"),
+                    MAY_IMPORT[floor],
+                    f"{relative} ({floor}) imports {name}",
+                )
             if name.split(".")[0] == "ml_collections":
                 self.assertIn(floor, MAY_IMPORT_ML_COLLECTIONS, f"{relative} imports {name}")
 
@@ -71,20 +74,39 @@ class PublicApiTest(absltest.TestCase):
             self.assertTrue(isinstance(value, dict) if name in tables else callable(value), name)
 
     def test_what_users_reach_for(self):
-        for name in ("TaskModel", "Rotation", "xpos_rotation", "alibi_bias", "ENCODINGS",
-                     "ATTENTION_KINDS", "apply_rope_nd", "segment_positions"):  # fmt: skip
+        for name in (
+            "TaskModel",
+            "Rotation",
+            "xpos_rotation",
+            "alibi_bias",
+            "ENCODINGS",
+            "ATTENTION_KINDS",
+            "apply_rope_nd",
+            "segment_positions",
+        ):
             self.assertIn(name, rj.__all__)
 
     def test_the_names_the_readme_tours(self):
-        for name in ("apply_rope", "rope_rotation", "scaled_frequencies", "softmax_attention",
-                     "linear_attention", "cosine_attention", "RoFormer", "ModelConfig",
-                     "generate", "load_hf_roformer", "save_hf_roformer"):  # fmt: skip
+        for name in (
+            "apply_rope",
+            "rope_rotation",
+            "scaled_frequencies",
+            "softmax_attention",
+            "linear_attention",
+            "cosine_attention",
+            "RoFormer",
+            "ModelConfig",
+            "generate",
+            "load_hf_roformer",
+            "save_hf_roformer",
+        ):
             self.assertIn(name, rj.__all__)
 
     def test_the_lab_is_not_imported_with_the_library(self):
         code = "import sys, roformer_jax; print(any('.studies' in m for m in sys.modules))"
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             check=True)  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        )
         self.assertEqual(out.stdout.strip(), "False")
 
 

@@ -107,8 +107,9 @@ class LengthEvalSetTest(parameterized.TestCase):
         self.assertEqual(_scored(a, 32)[1], _scored(again, 32)[1])
         self.assertNotEqual(_scored(a, 32)[1], _scored(other, 32)[1])
         seeded = _corpus(self, eval_seed=1)
-        self.assertEqual(_scored(length_eval_set(seeded, LENGTHS, batch_size=4), 32)[1],
-                         _scored(other, 32)[1])  # fmt: skip
+        self.assertEqual(
+            _scored(length_eval_set(seeded, LENGTHS, batch_size=4), 32)[1], _scored(other, 32)[1]
+        )
 
     def test_hosts_share_the_rows(self):
         corpus = _corpus(self)
@@ -124,8 +125,9 @@ class LengthEvalSetTest(parameterized.TestCase):
 
     def test_max_tokens_and_batch_sizes(self):
         corpus = _corpus(self)
-        held_out = length_eval_set(corpus, LENGTHS, batch_size={16: 8, 32: 4, 64: 2},
-                                   max_tokens=200)  # fmt: skip
+        held_out = length_eval_set(
+            corpus, LENGTHS, batch_size={16: 8, 32: 4, 64: 2}, max_tokens=200
+        )
         self.assertEqual(held_out.num_tokens, 248)  # the first multiple of 62 >= 200
         shapes = {n: b[0]["input_ids"].shape for n, b in held_out.batches.items()}
         self.assertEqual(shapes, {16: (8, 16), 32: (4, 32), 64: (2, 64)})

@@ -17,9 +17,11 @@ from roformer_jax.training.config import default_experiment_config
 def _config(seed=0, **model):
     cfg = default_experiment_config()
     return dataclasses.replace(
-        cfg, seed=seed, model=dataclasses.replace(cfg.model, **model),
+        cfg,
+        seed=seed,
+        model=dataclasses.replace(cfg.model, **model),
         train=dataclasses.replace(cfg.train, steps=10),
-    )  # fmt: skip
+    )
 
 
 def _scores(loss):
@@ -40,8 +42,9 @@ class ScalingAtTest(absltest.TestCase):
     def test_trained_length_counts_the_stages(self):
         cfg = _config()
         self.assertEqual(length_study.trained_length(cfg), cfg.data.seq_len)
-        staged = dataclasses.replace(cfg, train=dataclasses.replace(
-            cfg.train, steps=3, stages=((1, 64, 8), (2, 768, 4))))  # fmt: skip
+        staged = dataclasses.replace(
+            cfg, train=dataclasses.replace(cfg.train, steps=3, stages=((1, 64, 8), (2, 768, 4)))
+        )
         self.assertEqual(length_study.trained_length(staged), 768)
 
 
@@ -74,10 +77,15 @@ class EvaluateRunsTest(absltest.TestCase):
         for patch in (
             mock.patch.object(length_study, "load_params", side_effect=load_params),
             mock.patch.object(length_study, "load_corpus"),
-            mock.patch.object(length_study, "length_eval_set", side_effect=lambda corpus, lengths,
-                              **_: LengthEvalSet({n: [] for n in lengths}, 0, 0, 1, 0)),
+            mock.patch.object(
+                length_study,
+                "length_eval_set",
+                side_effect=lambda corpus, lengths, **_: LengthEvalSet(
+                    {n: [] for n in lengths}, 0, 0, 1, 0
+                ),
+            ),
             mock.patch.object(length_study.evaluation, "score_lengths", side_effect=score),
-        ):  # fmt: skip
+        ):
             patch.start()
             self.addCleanup(patch.stop)
 
@@ -108,15 +116,20 @@ class EvaluateRunsTest(absltest.TestCase):
         scores = length_study.evaluate_runs(_EVALUATIONS, self.runs, first, raw_dir=raw, **kwargs)
         self.assertLen(self.seen, 5)
         fresh = tiny.workdir()  # a machine that kept nothing but the raw folder
-        self.assertEqual(length_study.runs_to_score(_EVALUATIONS, self.runs, (fresh, None),
-                                                    **kwargs), {"rope", "bert"})  # fmt: skip
+        self.assertEqual(
+            length_study.runs_to_score(_EVALUATIONS, self.runs, (fresh, None), **kwargs),
+            {"rope", "bert"},
+        )
         self.assertEqual(
             length_study.runs_to_score(_EVALUATIONS, self.runs, (fresh, raw), **kwargs), set()
         )
         again = length_study.evaluate_runs(_EVALUATIONS, self.runs, fresh, raw_dir=raw, **kwargs)
         self.assertEqual((again, len(self.seen)), (scores, 5))
-        self.assertTrue(os.path.exists(length_study._cache_path(
-            run_dirs.run_dir(fresh, "rope", 1), "rope + PI")))  # fmt: skip
+        self.assertTrue(
+            os.path.exists(
+                length_study._cache_path(run_dirs.run_dir(fresh, "rope", 1), "rope + PI")
+            )
+        )
         # A score missing from the raw folder (the sitting ended before it): only its run's
         # checkpoints are needed, and only it is scored.
         os.remove(length_study._cache_path(run_dirs.run_dir(raw, "rope", 1), "rope + PI"))
@@ -145,15 +158,18 @@ class TablesTest(absltest.TestCase):
 
     def test_report_holds_every_table_under_its_heading(self):
         cfg = _config()
-        staged = dataclasses.replace(cfg, train=dataclasses.replace(
-            cfg.train, steps=4, stages=((2, 64, 8), (2, 128, 4))))  # fmt: skip
+        staged = dataclasses.replace(
+            cfg, train=dataclasses.replace(cfg.train, steps=4, stages=((2, 64, 8), (2, 128, 4)))
+        )
         runs = {"a": [cfg, cfg], "b": [staged, staged]}
         results = {name: [[{"step": 4, "train/loss": 1.0, "elapsed_s": 2.0}]] * 2 for name in runs}
         scores = {"a": [_scores(1.0), _scores(1.2)], "b": [_scores(1.5), _scores(1.5)]}
         config = {
-            "title": "T", "eval_lengths": [128, 256], "eval_baselines": ["a"],
+            "title": "T",
+            "eval_lengths": [128, 256],
+            "eval_baselines": ["a"],
             "table_keys": ["train/loss"],
-        }  # fmt: skip
+        }
         report = length_study.report(config, runs, results, scores, "note")
         self.assertTrue(report.startswith("# T\n\nnote\n\n## Held-out loss"))
         self.assertIn(length_study.length_table(scores, (128, 256), key="accuracy"), report)
@@ -171,8 +187,9 @@ class TablesTest(absltest.TestCase):
 
     def test_stage_table_reads_each_stages_last_steps(self):
         cfg = _config()
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(
-            cfg.train, steps=4, stages=((2, 64, 8), (2, 128, 4))))  # fmt: skip
+        cfg = dataclasses.replace(
+            cfg, train=dataclasses.replace(cfg.train, steps=4, stages=((2, 64, 8), (2, 128, 4)))
+        )
         seeds = [
             [{"step": s, "train/loss": 10.0 * s + k, "train/accuracy": 0.1} for s in range(1, 5)]
             for k in (0, 1)

@@ -30,8 +30,10 @@ class StagesAndCellsTest(parameterized.TestCase):
 
     def test_scaled_to_the_reference_steps_is_the_reference(self):
         steps = sum(s[0] for s in study_long_doc.MULTI_LENGTH)
-        self.assertEqual(long_doc_study.scale_stages(study_long_doc.MULTI_LENGTH, steps),
-                         study_long_doc.MULTI_LENGTH)  # fmt: skip
+        self.assertEqual(
+            long_doc_study.scale_stages(study_long_doc.MULTI_LENGTH, steps),
+            study_long_doc.MULTI_LENGTH,
+        )
         with self.assertRaisesRegex(ValueError, "cannot hold 6 stages"):
             long_doc_study.scale_stages(study_long_doc.MULTI_LENGTH, 5)
 
@@ -44,16 +46,23 @@ class StagesAndCellsTest(parameterized.TestCase):
         config = study_long_doc.get_config()
         cells = long_doc_study.cells(config)
         self.assertLen(cells, 3 * 4)  # 3 encoders x (3 lengths + the control)
-        self.assertEqual(cells[-4:-1], [long_doc_study.Cell("BERT", 512, "head"),
-                                        "n/a (learned table of 512)",
-                                        "n/a (learned table of 512)"])  # fmt: skip
+        self.assertEqual(
+            cells[-4:-1],
+            [
+                long_doc_study.Cell("BERT", 512, "head"),
+                "n/a (learned table of 512)",
+                "n/a (learned table of 512)",
+            ],
+        )
         self.assertEqual(cells[3].name, "RoFormer multi-length @ 512 head+tail")
         self.assertLen(long_doc_study.cell_names(config.to_dict()), 10)
 
     @parameterized.parameters(None, "runlocal")
     def test_config_builds_every_run_and_cell(self, arg):
-        self.assertIn("python experiments/long_doc_study.py --config=configs/study_long_doc.py",
-                      study_long_doc.__doc__)  # fmt: skip
+        self.assertIn(
+            "python experiments/long_doc_study.py --config=configs/study_long_doc.py",
+            study_long_doc.__doc__,
+        )
         config = study_long_doc.get_config(arg)
         task, lengths = config.task, config.lengths
         # The window range of the config's comment: lengths vary (or the survival bins are
@@ -71,16 +80,19 @@ class StagesAndCellsTest(parameterized.TestCase):
         for cell in long_doc_study.cells(config):
             if isinstance(cell, long_doc_study.Cell):
                 cfg = long_doc_study.finetune_config(config, cell, 0, "/encoder", "/task")
-                self.assertEqual((cfg.task.max_length, cfg.task.format),
-                                 (cell.max_length, "multiple_choice"))  # fmt: skip
+                self.assertEqual(
+                    (cfg.task.max_length, cfg.task.format), (cell.max_length, "multiple_choice")
+                )
 
 
 class FootnoteTest(absltest.TestCase):
     def test_footnote_says_the_window_range(self):
         machine = {"device_count": 1, "backend": "cpu", "cpus": 2, "architecture": "x86_64"}
         config = study_long_doc.get_config().to_dict()
-        self.assertIn("triplets of windows of 256 to 760 tokens (budgets drawn per article);",
-                      long_doc_report.footnote(config, machine))  # fmt: skip
+        self.assertIn(
+            "triplets of windows of 256 to 760 tokens (budgets drawn per article);",
+            long_doc_report.footnote(config, machine),
+        )
         config["task"]["min_window_tokens"] = 760
         self.assertIn("triplets of 760-token windows;", long_doc_report.footnote(config, machine))
         del config["task"]["min_window_tokens"]  # a study.json from before the range
@@ -103,29 +115,36 @@ class FinetuningTableTest(absltest.TestCase):
             labels = [i % 2 for i in range(n)]
             predictions = [y if i < right else 1 - y for i, y in enumerate(labels)]
             final = {"best_step": best_step, "valid/accuracy": max(valid)}
-            return long_doc_study.Finetuning(records, final, {"test": {
-                "prediction": predictions, "label": labels}})  # fmt: skip
+            return long_doc_study.Finetuning(
+                records, final, {"test": {"prediction": predictions, "label": labels}}
+            )
 
-        table = long_doc_report.finetuning_table({
-            "copy control": run([0.6, 0.9, 0.85], [0.7, 0.95, 0.99], 20, 17),
-            "far": run([0.5, 0.55], [0.6, 0.9], 20, 10),
-        })  # fmt: skip
+        table = long_doc_report.finetuning_table(
+            {
+                "copy control": run([0.6, 0.9, 0.85], [0.7, 0.95, 0.99], 20, 17),
+                "far": run([0.5, 0.55], [0.6, 0.9], 20, 10),
+            }
+        )
         rows = table.splitlines()
         self.assertLen(rows, 4)
         self.assertEqual(
-            rows[2], "| copy control | 0.600, 0.900, 0.850 | 0.700, 0.950, 0.990 | 2 | 0.900 | "
+            rows[2],
+            "| copy control | 0.600, 0.900, 0.850 | 0.700, 0.950, 0.990 | 2 | 0.900 | "
             f"0.850 (17 of 20) | p = {stats.sign_test(17, 20):.2g} |",
-        )  # fmt: skip
-        self.assertEqual(rows[3], "| far | 0.500, 0.550 | 0.600, 0.900 | 2 | 0.550 | "
-                                  "0.500 (10 of 20) | p = 1 |")  # fmt: skip
+        )
+        self.assertEqual(
+            rows[3], "| far | 0.500, 0.550 | 0.600, 0.900 | 2 | 0.550 | 0.500 (10 of 20) | p = 1 |"
+        )
 
     def test_paired_rows_count_the_examples_each_run_alone_gets_right(self):
         labels = [0, 1] * 10  # 20 examples
 
         def run(wrong_valid, wrong_test):
             def split(wrong):
-                return {"prediction": [1 - y if i in wrong else y for i, y in enumerate(labels)],
-                        "label": labels}  # fmt: skip
+                return {
+                    "prediction": [1 - y if i in wrong else y for i, y in enumerate(labels)],
+                    "label": labels,
+                }
 
             predictions = {"valid": split(wrong_valid), "test": split(wrong_test)}
             return long_doc_study.Finetuning([], {}, predictions)
@@ -137,12 +156,14 @@ class FinetuningTableTest(absltest.TestCase):
         rows = table.splitlines()
         self.assertLen(rows, 3)
         self.assertEqual(
-            rows[2], f"| pairs − MLM | +0.050 | 1 : 0, p = 1 | +0.100 | 5 : 3, p = "
+            rows[2],
+            f"| pairs − MLM | +0.050 | 1 : 0, p = 1 | +0.100 | 5 : 3, p = "
             f"{stats.sign_test(5, 8):.2g} |",
-        )  # fmt: skip
+        )
         with self.assertRaisesRegex(ValueError, "different examples"):
-            other = long_doc_study.Finetuning([], {}, {
-                s: {"prediction": [0], "label": [1]} for s in ("valid", "test")})  # fmt: skip
+            other = long_doc_study.Finetuning(
+                [], {}, {s: {"prediction": [0], "label": [1]} for s in ("valid", "test")}
+            )
             long_doc_report.finetuning_paired_table({"x": (first, other)})
 
 
@@ -237,8 +258,13 @@ class CommandTest(absltest.TestCase):
             f.write(_TEST_CONFIG.format(train=sources[0], sources=tuple(sources)))
         cls.workdir, cls.raw = os.path.join(cls.dir, "work"), os.path.join(cls.dir, "raw", "ld")
         script = os.path.join(_ROOT, "experiments", "long_doc_study.py")
-        command = [sys.executable, script, f"--config={config}", f"--workdir={cls.workdir}",
-                   f"--raw_dir={cls.raw}"]  # fmt: skip
+        command = [
+            sys.executable,
+            script,
+            f"--config={config}",
+            f"--workdir={cls.workdir}",
+            f"--raw_dir={cls.raw}",
+        ]
         # conftest.py's compilation cache: cells of one shape (every RoFormer at 32 tokens)
         # compile once. The repository root (configs/) goes before the user's PYTHONPATH, which
         # may be where the dependencies are.
@@ -255,8 +281,9 @@ class CommandTest(absltest.TestCase):
     ) -> subprocess.CompletedProcess:
         command = cls.command + [f"--workdir={workdir}"] * (workdir is not None)  # the last wins
         command += [f"--raw_dir={raw_dir}"] * (raw_dir is not None)
-        return subprocess.run(command, env=cls.env, capture_output=True, text=True,
-                              cwd=cls.dir, timeout=600)  # fmt: skip
+        return subprocess.run(
+            command, env=cls.env, capture_output=True, text=True, cwd=cls.dir, timeout=600
+        )
 
     @classmethod
     def tearDownClass(cls):
@@ -266,8 +293,12 @@ class CommandTest(absltest.TestCase):
     def test_report_has_every_table_and_na_cells(self):
         with open(os.path.join(self.workdir, "long_doc.md"), encoding="utf-8") as f:
             report = f.read()
-        for heading in ("## Accuracy", "## Paired by fine-tuning seed", "## Bag-of-words",
-                        "survives truncation at 32"):  # fmt: skip
+        for heading in (
+            "## Accuracy",
+            "## Paired by fine-tuning seed",
+            "## Bag-of-words",
+            "survives truncation at 32",
+        ):
             self.assertIn(heading, report)
         self.assertIn("| BERT | ", report)
         self.assertIn("n/a (learned table of 32)", report)
@@ -280,13 +311,16 @@ class CommandTest(absltest.TestCase):
         results = long_doc_study.read_results(self.raw, record["config"])
         self.assertLen(results.final, 5)
         workdir = long_doc_study.read_results(self.workdir, record["config"])
-        self.assertEqual(long_doc_report.paired_table(results),
-                         long_doc_report.paired_table(workdir))  # fmt: skip
-        page = ("<!-- generated: ld long_doc_table() --><!-- end generated -->\n"
-                "BoW: <!-- generated: ld long_doc_bow() --><!-- end generated -->\n"
-                "<!-- generated: ld long_doc_paired_table() --><!-- end generated -->\n"
-                "<!-- generated: ld long_doc_survival_table() --><!-- end generated -->\n"
-                "<!-- generated: ld long_doc_figure() --><!-- end generated -->\n")  # fmt: skip
+        self.assertEqual(
+            long_doc_report.paired_table(results), long_doc_report.paired_table(workdir)
+        )
+        page = (
+            "<!-- generated: ld long_doc_table() --><!-- end generated -->\n"
+            "BoW: <!-- generated: ld long_doc_bow() --><!-- end generated -->\n"
+            "<!-- generated: ld long_doc_paired_table() --><!-- end generated -->\n"
+            "<!-- generated: ld long_doc_survival_table() --><!-- end generated -->\n"
+            "<!-- generated: ld long_doc_figure() --><!-- end generated -->\n"
+        )
         text = results_page.render(page, os.path.dirname(self.raw))
         self.assertIn(long_doc_report.accuracy_table(results), text)
         self.assertIn("BoW: <!-- generated: ld long_doc_bow() -->valid ", text)

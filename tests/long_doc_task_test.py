@@ -163,9 +163,13 @@ class LongDocTaskTest(parameterized.TestCase):
             texts = [" ".join(a.words) for a in articles]
             measure = named_measure("wordpiece", texts, vocab_size=200)
             splits, stats = ldt.build_task(
-                articles, measure=measure, window_tokens=40, seed=seed,
-                fractions=(0.5, 0.25, 0.25), min_window_tokens=min_window_tokens,
-            )  # fmt: skip
+                articles,
+                measure=measure,
+                window_tokens=40,
+                seed=seed,
+                fractions=(0.5, 0.25, 0.25),
+                min_window_tokens=min_window_tokens,
+            )
             out = os.path.join(self.dir, f"out{len(outputs)}")
             outputs.append(
                 {
@@ -178,8 +182,12 @@ class LongDocTaskTest(parameterized.TestCase):
         row = json.loads(outputs[0]["train.jsonl"].splitlines()[0])
         self.assertEqual(list(row), ["id", "A", "B", "C", "label", "article", "negative_article"])
         choice = json.loads(outputs[0][os.path.join("choices", "train.jsonl")].splitlines()[0])
-        expected = {"id": row["id"], "context": row["A"], "choices": [row["B"], row["C"]],
-                    "label": "BC".index(row["label"])}  # fmt: skip
+        expected = {
+            "id": row["id"],
+            "context": row["A"],
+            "choices": [row["B"], row["C"]],
+            "label": "BC".index(row["label"]),
+        }
         self.assertEqual(choice, expected)
 
         def a_of(output):  # each article's A, wherever the seed's split put it
@@ -237,9 +245,12 @@ class LongDocTaskTest(parameterized.TestCase):
         # 8123ce0, window_tokens=150 only): min_window_tokens = window_tokens changes nothing.
         path = self.write("all.txt", wikitext(16))
         splits, stats = self.build(
-            [path], window_tokens=150, fractions=(0.5, 0.25, 0.25),
-            measure=word_measure(ByteTokenizer()), min_window_tokens=min_window_tokens,
-        )  # fmt: skip
+            [path],
+            window_tokens=150,
+            fractions=(0.5, 0.25, 0.25),
+            measure=word_measure(ByteTokenizer()),
+            min_window_tokens=min_window_tokens,
+        )
         text = "".join(
             json.dumps(r, ensure_ascii=False) + "\n" for s in ldt.SPLITS for r in splits[s]
         )
@@ -271,8 +282,16 @@ class LongDocTaskTest(parameterized.TestCase):
         row = {"A": words("a", 10), "B": words("b", 4), "C": words("c", 20), "label": "C"}
         (view,) = ldt.pair_views([row], word_measure(None), 3 + 12)  # room 12, 1 token/word
         # The longer side gives up tokens first: (A, B) keeps 8 + 4; (A, C) keeps 6 + 6.
-        self.assertEqual(view, {"label": "C", "A_for_B": words("a", 8), "B": words("b", 4),
-                                "A_for_C": words("a", 6), "C": words("c", 6)})  # fmt: skip
+        self.assertEqual(
+            view,
+            {
+                "label": "C",
+                "A_for_B": words("a", 8),
+                "B": words("b", 4),
+                "A_for_C": words("a", 6),
+                "C": words("c", 6),
+            },
+        )
         two = Measure(lambda ws: [2] * len(ws))  # 2 tokens a word: a word cut inside goes
         row = {"A": words("a", 5), "B": words("b", 5), "C": words("c", 5), "label": "B"}
         (view,) = ldt.pair_views([row], two, 3 + 15)  # 10 + 10 tokens cut to 7 + 8
@@ -305,14 +324,24 @@ class LongDocTaskTest(parameterized.TestCase):
         costs = {w: 1 for section in sections for w in section}
         pairs = window_pairs(Article("t", sections), costs, window_tokens=8)
         firsts = [(a[0], b[0]) for a, b in pairs]  # A's start, B's start: by A, then B from the end
-        expected = [("s0w0", "s3w0"), ("s0w0", "s2w0"), ("s0w0", "s1w0"),
-                    ("s1w0", "s3w0"), ("s1w0", "s2w0"), ("s2w0", "s3w0")]  # fmt: skip
+        expected = [
+            ("s0w0", "s3w0"),
+            ("s0w0", "s2w0"),
+            ("s0w0", "s1w0"),
+            ("s1w0", "s3w0"),
+            ("s1w0", "s2w0"),
+            ("s2w0", "s3w0"),
+        ]
         self.assertEqual(firsts, expected)
         self.assertTrue(all(len(a) == len(b) == 8 for a, b in pairs))
         self.assertEqual(pairs[0], far_windows(Article("t", sections), costs, window_tokens=8))
         # A of 12 spans two sections: B starts after A's last one.
-        firsts = [(a[0], b[0]) for a, b in window_pairs(
-            Article("t", sections), costs, window_tokens=12, far_window_tokens=8)]  # fmt: skip
+        firsts = [
+            (a[0], b[0])
+            for a, b in window_pairs(
+                Article("t", sections), costs, window_tokens=12, far_window_tokens=8
+            )
+        ]
         self.assertEqual(firsts, [("s0w0", "s3w0"), ("s0w0", "s2w0"), ("s1w0", "s3w0")])
 
     @parameterized.parameters(4, 10)

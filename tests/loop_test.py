@@ -45,12 +45,22 @@ def _config(**overrides) -> ExperimentConfig:
     overrides: section__field=value, e.g. train__steps=8, or a top-level field (seed=1).
     """
     short = dict(
-        data__source=tiny.corpus(_TMP), data__seq_len=32, data__valid_lengths=(64,),
-        data__max_chars=None, model__num_layers=1, model__hidden_dropout=0.0,
-        model__attention_dropout=0.0, optim__warmup_steps=1, train__steps=3, train__batch_size=8,
-        train__log_every=1, train__eval_every=2, train__checkpoint_every=2, train__eval_batches=2,
+        data__source=tiny.corpus(_TMP),
+        data__seq_len=32,
+        data__valid_lengths=(64,),
+        data__max_chars=None,
+        model__num_layers=1,
+        model__hidden_dropout=0.0,
+        model__attention_dropout=0.0,
+        optim__warmup_steps=1,
+        train__steps=3,
+        train__batch_size=8,
+        train__log_every=1,
+        train__eval_every=2,
+        train__checkpoint_every=2,
+        train__eval_batches=2,
         train__data_cache_dir=os.path.join(_TMP, "data"),
-    )  # fmt: skip
+    )
     return tiny.experiment_config(**{**short, **overrides})
 
 
@@ -75,9 +85,12 @@ def _traced_once():
 # whose random features are redrawn after 2 of the 3 steps.
 _CLM = {"data__objective": "clm", "model__causal": True}
 _FAVOR = {
-    "model__attention": "linear", "model__feature_map": "favor", "model__random_features": 16,
-    "model__feature_redraw": 2, "seed": 3,
-}  # fmt: skip
+    "model__attention": "linear",
+    "model__feature_map": "favor",
+    "model__random_features": 16,
+    "model__feature_redraw": 2,
+    "seed": 3,
+}
 _VARIANTS = {"mlm": {}, "clm": _CLM, "favor": _FAVOR}
 
 
@@ -191,8 +204,11 @@ class EndToEndTest(parameterized.TestCase):
     def test_resume_after_signal_and_crash_is_bitwise_identical(self):
         overrides = dict(
             model__hidden_dropout=0.1,  # dropout on: its keys must be redrawn identically
-            train__steps=8, train__log_every=2, train__eval_every=4, train__checkpoint_every=3,
-        )  # fmt: skip
+            train__steps=8,
+            train__log_every=2,
+            train__eval_every=4,
+            train__checkpoint_every=3,
+        )
         whole = os.path.join(_TMP, "whole")
         loop.train_and_evaluate(_config(**overrides), whole)
 
@@ -288,32 +304,44 @@ class DevicesAndHostsTest(absltest.TestCase):
     """
 
     _FLAGS = (
-        "--config.model.num_layers=1", "--config.data.seq_len=32",
+        "--config.model.num_layers=1",
+        "--config.data.seq_len=32",
         "--config.data.valid_lengths=(64,)",
-        "--config.model.hidden_dropout=0.1", "--config.model.attention=linear",
-        "--config.model.feature_map=favor", "--config.model.random_features=16",
+        "--config.model.hidden_dropout=0.1",
+        "--config.model.attention=linear",
+        "--config.model.feature_map=favor",
+        "--config.model.random_features=16",
         "--config.model.feature_redraw=2",
-        "--config.train.steps=3", "--config.train.log_every=1", "--config.train.eval_every=3",
-        "--config.train.checkpoint_every=3", "--config.train.eval_batches=2",
+        "--config.train.steps=3",
+        "--config.train.log_every=1",
+        "--config.train.eval_every=3",
+        "--config.train.checkpoint_every=3",
+        "--config.train.eval_batches=2",
         "--config.data.max_chars=100000",
-    )  # fmt: skip
+    )
 
     @classmethod
     def _run(cls, name: str, devices: int = 1, processes: int = 1) -> list[dict]:
         workdir = os.path.join(_TMP, "hosts", name)
         command = [
-            sys.executable, os.path.join(_ROOT, "experiments", "train_mlm.py"),
-            f"--config={os.path.join(_ROOT, 'configs', 'tiny.py')}", f"--workdir={workdir}",
-            f"--config.train.data_cache_dir={os.path.join(_TMP, 'hosts', 'data')}", *cls._FLAGS,
-        ]  # fmt: skip
+            sys.executable,
+            os.path.join(_ROOT, "experiments", "train_mlm.py"),
+            f"--config={os.path.join(_ROOT, 'configs', 'tiny.py')}",
+            f"--workdir={workdir}",
+            f"--config.train.data_cache_dir={os.path.join(_TMP, 'hosts', 'data')}",
+            *cls._FLAGS,
+        ]
         flags = (
             f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
         )
         env = dict(os.environ, XLA_FLAGS=flags)
         if processes > 1:
             port = _free_port()
-            command += ["--distributed", f"--coordinator_address=127.0.0.1:{port}",
-                        f"--num_processes={processes}"]  # fmt: skip
+            command += [
+                "--distributed",
+                f"--coordinator_address=127.0.0.1:{port}",
+                f"--num_processes={processes}",
+            ]
         runs = [
             subprocess.Popen(
                 command + ([f"--process_id={i}"] if processes > 1 else []),
@@ -377,9 +405,11 @@ class InitFromTest(absltest.TestCase):
         self.assertFalse(np.array_equal(_at(earlier, word), _at(final_params, word)))
         # Another length and a RoPE scaling (position interpolation): no other parameters.
         cfg = _config(
-            train__steps=2, train__init_from=source, data__seq_len=64,
+            train__steps=2,
+            train__init_from=source,
+            data__seq_len=64,
             model__rope_scaling='{"rope_type": "linear", "factor": 2.0}',
-        )  # fmt: skip
+        )
         workdir = os.path.join(_TMP, "init_from")
         state = _initial_state(cfg, workdir)
         self.assertEqual(int(state.step), 0)
@@ -416,9 +446,10 @@ class InitFromTest(absltest.TestCase):
         source, _ = _reference_run()
         wider = _config(train__init_from=source, model__hidden_size=32)
         with self.assertRaisesRegex(
-            ValueError, r"init_from='.*reference' .*\['embeddings'\]\['LayerNorm'\]\['bias'\] "
+            ValueError,
+            r"init_from='.*reference' .*\['embeddings'\]\['LayerNorm'\]\['bias'\] "
             r"is \(64,\) there and \(32,\) here",
-        ):  # fmt: skip
+        ):
             loop.train_and_evaluate(wider, os.path.join(_TMP, "init_from_wider"))
         learned = _config(train__init_from=source, model__position="learned")
         with self.assertRaisesRegex(ValueError, r"\['position_embeddings'\].* is absent there"):
@@ -447,8 +478,9 @@ class StagesTest(absltest.TestCase):
         self.assertTrue(np.isfinite(final["train/loss"]))
 
     def test_a_stage_past_the_models_max_length(self):
-        cfg = _config(model__position="learned", model__max_len=32,
-                      train__stages=((2, 32, 8), (1, 64, 4)))  # fmt: skip
+        cfg = _config(
+            model__position="learned", model__max_len=32, train__stages=((2, 32, 8), (1, 64, 4))
+        )
         with self.assertRaisesRegex(ValueError, "length 64, past the model's max_length 32"):
             loop.train_and_evaluate(cfg, os.path.join(_TMP, "too_long"))
 

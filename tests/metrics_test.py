@@ -53,8 +53,11 @@ class WindowTest(parameterized.TestCase):
         # has neither key.
         old = {"loss": 0.0, "correct": 0.0, "count": 0.0, "grad_norm": 0.0, "steps": 0}
         for window in (metrics.empty_window(), old):
-            metrics.accumulate(window, [{"loss": 1.0, "correct": 0.0, "count": 1.0,
-                                         "grad_norm": 2.0}], first_step=1)  # fmt: skip
+            metrics.accumulate(
+                window,
+                [{"loss": 1.0, "correct": 0.0, "count": 1.0, "grad_norm": 2.0}],
+                first_step=1,
+            )
             record = metrics.window_record(window, lr=0.1, tokens_per_s=None)
             self.assertNotIn("train/min_denominator", record)
             self.assertEqual(record["train/grad_norm_max"], 2.0)

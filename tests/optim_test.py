@@ -51,8 +51,9 @@ class ScheduleTest(parameterized.TestCase):
         np.testing.assert_allclose(
             [lr(t) for t in (0, 5, 10, 55, 99, 100)],
             [0.0, 5e-4, 1e-3, 5e-4, 1e-3 / 90, 0.0],
-            rtol=1e-5, atol=1e-12,
-        )  # fmt: skip
+            rtol=1e-5,
+            atol=1e-12,
+        )
 
     @parameterized.parameters(
         # (schedule, lr at the end of warm-up, midway, at the last update) for peak 1e-3 and

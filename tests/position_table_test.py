@@ -21,8 +21,9 @@ class TableChangeTest(absltest.TestCase):
         np.testing.assert_allclose(redrawn["moved"], np.sqrt(2), rtol=0.05)
         self.assertEqual(redrawn["row_norm_initial"], unchanged["row_norm"])
         # A smooth table (the sinusoid, as trained BERT tables become): neighbors alike.
-        smooth = position_table.table_change(random, np.asarray(positions.sinusoidal_embedding(
-            jnp.arange(128), 64)))  # fmt: skip
+        smooth = position_table.table_change(
+            random, np.asarray(positions.sinusoidal_embedding(jnp.arange(128), 64))
+        )
         self.assertGreater(smooth["neighbor_cosine"], 0.9)
 
 

@@ -140,8 +140,9 @@ class TableTest(parameterized.TestCase):
         # The same function's values, looked up or computed: the same floats.
         chex.assert_trees_all_equal(table, positions.sinusoidal_embedding(jnp.arange(16), 64))
         chex.assert_trees_all_equal(params, fixed_vars["params"])  # the same other weights
-        chex.assert_trees_all_equal(learned.apply(learned_vars, ids).logits,
-                                    fixed.apply(fixed_vars, ids).logits)  # fmt: skip
+        chex.assert_trees_all_equal(
+            learned.apply(learned_vars, ids).logits, fixed.apply(fixed_vars, ids).logits
+        )
 
         def loss(variables):
             return jnp.sum(learned.apply(variables, ids).logits ** 2)
@@ -206,8 +207,9 @@ class MultiAxisTest(parameterized.TestCase):
 
         @jax.jit
         def step(cache, ids, where):  # one token at a time: one compilation
-            return model.apply({**variables, **cache}, ids, position_ids=where, decode_length=L,
-                               mutable=["cache"])  # fmt: skip
+            return model.apply(
+                {**variables, **cache}, ids, position_ids=where, decode_length=L, mutable=["cache"]
+            )
 
         cache, logits = {}, []
         for i in range(L):

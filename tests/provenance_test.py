@@ -27,16 +27,18 @@ class ProvenanceTest(absltest.TestCase):
 
     def test_the_cpu_model_says_avx512_from_the_flags_of_proc_cpuinfo(self):
         info = "processor\t: 0\nmodel name\t: AMD EPYC 9654 \nflags\t\t: fpu sse2 avx2{}\n"
-        self.assertEqual(provenance.cpu_model(info.format(" avx512f avx512bw")),
-                         "AMD EPYC 9654, AVX-512")  # fmt: skip
+        self.assertEqual(
+            provenance.cpu_model(info.format(" avx512f avx512bw")), "AMD EPYC 9654, AVX-512"
+        )
         self.assertEqual(provenance.cpu_model(info.format(" avx512_vnni_only")), "AMD EPYC 9654")
         self.assertEqual(provenance.cpu_model(info.format("")), "AMD EPYC 9654")
         self.assertIsInstance(provenance.machine()["cpu"], str)
 
     @absltest.skipUnless(os.path.isdir(os.path.join(_ROOT, ".git")), "not a git checkout")
     def test_code_changed_asks_git(self):
-        head = subprocess.run(["git", "-C", _ROOT, "rev-parse", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()  # fmt: skip
+        head = subprocess.run(
+            ["git", "-C", _ROOT, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
         self.assertEqual(provenance.code_changed(head), [])
         first = subprocess.run(
             ["git", "-C", _ROOT, "rev-list", "--max-parents=0", "HEAD"],
@@ -49,8 +51,9 @@ class ProvenanceTest(absltest.TestCase):
 
     @absltest.skipUnless(os.path.isdir(os.path.join(_ROOT, ".git")), "not a git checkout")
     def test_commit_is_the_checkouts(self):
-        head = subprocess.run(["git", "-C", _ROOT, "rev-parse", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()  # fmt: skip
+        head = subprocess.run(
+            ["git", "-C", _ROOT, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
         self.assertEqual(provenance.code_version()["commit"], head)
 
     def test_dirty_means_code_not_docs(self):
@@ -62,8 +65,11 @@ class ProvenanceTest(absltest.TestCase):
                 f.write("one\n")
 
         def git(*args):
-            subprocess.run(["git", "-C", root, "-c", "user.name=t", "-c", "user.email=t@t",
-                            *args], capture_output=True, check=True)  # fmt: skip
+            subprocess.run(
+                ["git", "-C", root, "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                capture_output=True,
+                check=True,
+            )
 
         git("init", "-q")
         git("add", "-A")

@@ -25,11 +25,19 @@ def _records(loss=(2.0, 1.5), clock=(1.0, 2.0)):
 class CompareRecordsTest(absltest.TestCase):
     def test_the_same_numbers_on_other_clocks_are_identical(self):
         record = reproduction.compare_records(_records(), _records(clock=(5.0, 9.0)))
-        self.assertEqual(record, {"steps": 2, "metrics": 2, "identical": True, "largest": {},
-                                  "final": {"valid/loss_128": [1.4, 1.4]}, "only_record": [],
-                                  "only_rerun": []})  # fmt: skip
-        self.assertEqual(reproduction.summary(record),
-                         "bit-identical (2 logged steps, 2 metrics)")  # fmt: skip
+        self.assertEqual(
+            record,
+            {
+                "steps": 2,
+                "metrics": 2,
+                "identical": True,
+                "largest": {},
+                "final": {"valid/loss_128": [1.4, 1.4]},
+                "only_record": [],
+                "only_rerun": [],
+            },
+        )
+        self.assertEqual(reproduction.summary(record), "bit-identical (2 logged steps, 2 metrics)")
 
     def test_a_last_bit_is_a_difference(self):
         rerun = _records(loss=(2.0, 1.5 + 2**-52))
@@ -37,24 +45,29 @@ class CompareRecordsTest(absltest.TestCase):
         record = reproduction.compare_records(_records(), rerun)
         self.assertFalse(record["identical"])
         self.assertEqual(record["largest"]["train/loss"], 2**-52 / (1.5 + 2**-52))
-        self.assertEqual(reproduction.summary(record), "not bit-identical (2 logged steps, 2 "
-                         "metrics; 2 differ), the losses by at most 2.9e-05 relative (in "
-                         "valid/loss_128); "
-                         "final valid/loss_128 1.4000 then, 1.4000 now")  # fmt: skip
+        self.assertEqual(
+            reproduction.summary(record),
+            "not bit-identical (2 logged steps, 2 "
+            "metrics; 2 differ), the losses by at most 2.9e-05 relative (in "
+            "valid/loss_128); "
+            "final valid/loss_128 1.4000 then, 1.4000 now",
+        )
 
     def test_a_rerun_stopped_early_is_compared_to_its_last_step(self):
         rerun = _records()[:1]
         record = reproduction.compare_records(_records(), rerun, until=10)
         self.assertEqual((record["steps"], record["until"], record["of_steps"]), (1, 10, 20))
-        self.assertEqual(reproduction.summary(record),
-                         "bit-identical over its first 10 of 20 steps (1 logged steps, 1 "
-                         "metrics)")  # fmt: skip
+        self.assertEqual(
+            reproduction.summary(record),
+            "bit-identical over its first 10 of 20 steps (1 logged steps, 1 metrics)",
+        )
         rerun[0]["train/loss"] = 2.5
-        self.assertEqual(reproduction.summary(reproduction.compare_records(_records(), rerun,
-                                                                           until=19)),
-                         "not bit-identical over its first 19 of 20 steps (1 logged steps, 1 "
-                         "metrics; 1 differ), the losses by at most 2.0e-01 relative (in "
-                         "train/loss)")  # fmt: skip
+        self.assertEqual(
+            reproduction.summary(reproduction.compare_records(_records(), rerun, until=19)),
+            "not bit-identical over its first 19 of 20 steps (1 logged steps, 1 "
+            "metrics; 1 differ), the losses by at most 2.0e-01 relative (in "
+            "train/loss)",
+        )
         # Stopped at or past the record's end: the whole run, said as such.
         self.assertNotIn("until", reproduction.compare_records(_records(), _records(), until=20))
 
@@ -65,27 +78,41 @@ class CompareRecordsTest(absltest.TestCase):
         del other[1]["valid/loss_128"]
         other[0]["train/grad_norm_max"] = 1.0  # a metric the trainer logs since
         record = reproduction.compare_records(_records(), other)
-        self.assertEqual((record["only_record"], record["only_rerun"], record["metrics"]),
-                         (["valid/loss_128"], ["train/grad_norm_max"], 1))  # fmt: skip
-        self.assertEqual(reproduction.summary(record), "bit-identical (2 logged steps, 1 "
-                         "metrics); only the record logged valid/loss_128; only the rerun "
-                         "logged train/grad_norm_max")  # fmt: skip
+        self.assertEqual(
+            (record["only_record"], record["only_rerun"], record["metrics"]),
+            (["valid/loss_128"], ["train/grad_norm_max"], 1),
+        )
+        self.assertEqual(
+            reproduction.summary(record),
+            "bit-identical (2 logged steps, 1 "
+            "metrics); only the record logged valid/loss_128; only the rerun "
+            "logged train/grad_norm_max",
+        )
 
 
 class TrainedVersionTest(absltest.TestCase):
     def _session(self, commit="abc", cpus=2):
-        return {"commit": commit, "dirty": False, "start_step": 0, "started": "today",
-                "machine": {"cpus": cpus, "backend": "cpu"}}  # fmt: skip
+        return {
+            "commit": commit,
+            "dirty": False,
+            "start_step": 0,
+            "started": "today",
+            "machine": {"cpus": cpus, "backend": "cpu"},
+        }
 
     def test_one_version_over_its_sessions_is_the_reruns_fields(self):
         resumed = {**self._session(), "start_step": 500, "started": "tomorrow"}
         version = reproduction.trained_version({"sessions": [self._session(), resumed]})
-        self.assertEqual(version, {"commit": "abc", "dirty": False,
-                                   "machine": {"cpus": 2, "backend": "cpu"}})  # fmt: skip
+        self.assertEqual(
+            version, {"commit": "abc", "dirty": False, "machine": {"cpus": 2, "backend": "cpu"}}
+        )
 
     def test_another_commit_or_machine_or_none_is_an_error(self):
-        for sessions in ([self._session(), self._session(commit="def")],
-                         [self._session(), self._session(cpus=8)], []):  # fmt: skip
+        for sessions in (
+            [self._session(), self._session(commit="def")],
+            [self._session(), self._session(cpus=8)],
+            [],
+        ):
             with self.assertRaisesRegex(ValueError, "one code version"):
                 reproduction.trained_version({"sessions": sessions})
         with self.assertRaisesRegex(ValueError, "one code version"):
@@ -98,20 +125,35 @@ class CommandTest(absltest.TestCase):
     def _trained(self, tmp: str, name: str, **overrides) -> tuple[str, str]:
         """(its workdir, the raw root) of a 3-step tiny run `name` trained and exported."""
         cfg = tiny.experiment_config(
-            data__source=tiny.corpus(tmp), data__seq_len=32, data__valid_lengths=(32,),
-            data__max_chars=None, model__num_layers=1, optim__warmup_steps=1, train__steps=3,
-            train__batch_size=4, train__log_every=1, train__eval_every=3, train__eval_batches=1,
-            train__checkpoint_every=3, train__data_cache_dir=os.path.join(tmp, "data"),
+            data__source=tiny.corpus(tmp),
+            data__seq_len=32,
+            data__valid_lengths=(32,),
+            data__max_chars=None,
+            model__num_layers=1,
+            optim__warmup_steps=1,
+            train__steps=3,
+            train__batch_size=4,
+            train__log_every=1,
+            train__eval_every=3,
+            train__eval_batches=1,
+            train__checkpoint_every=3,
+            train__data_cache_dir=os.path.join(tmp, "data"),
             **overrides,
-        )  # fmt: skip
+        )
         workdir, raw_root = os.path.join(tmp, name), os.path.join(tmp, "raw")
         loop.train_and_evaluate(cfg, workdir)
         raw_files.export_run(workdir, run_dirs.run_dir(raw_root, name, cfg.seed))
         return workdir, raw_root
 
     def _reproduce(self, raw_root: str, run: str, *flags: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, os.path.join(_ROOT, "experiments", "reproduce.py"),
-                   f"--raw_dir={raw_root}", f"--run={run}", "--seed=0", *flags]  # fmt: skip
+        command = [
+            sys.executable,
+            os.path.join(_ROOT, "experiments", "reproduce.py"),
+            f"--raw_dir={raw_root}",
+            f"--run={run}",
+            "--seed=0",
+            *flags,
+        ]
         return subprocess.run(command, capture_output=True, text=True)
 
     def _record(self, raw_root: str, run: str) -> dict:
@@ -178,8 +220,9 @@ class CommandTest(absltest.TestCase):
         record = self._record(raw_root, "a")
         self.assertEqual((record["identical"], record["until"], record["of_steps"]), (True, 2, 3))
         self.assertEqual(metrics.read_metrics(os.path.join(early, "run"))[-1]["step"], 2)
-        done = self._reproduce(raw_root, "b", f"--workdir={again}_2",
-                               f"--init_from={os.path.join(early, 'run')}")  # fmt: skip
+        done = self._reproduce(
+            raw_root, "b", f"--workdir={again}_2", f"--init_from={os.path.join(early, 'run')}"
+        )
         self.assertNotEqual(done.returncode, 0)
         self.assertIn("has not finished its 3 steps", done.stderr)
 

@@ -168,8 +168,11 @@ class ResultsPageTest(parameterized.TestCase):
         self.assertRegex(rows[3], r"^\| causal_wikitext2 \| 18 \|")
         minutes, seconds = divmod(round(sum(elapsed)), 60)
         core_hours = 2 * sum(elapsed) / 3600  # the runs' provenance: 2 cores
-        self.assertEqual(rows[4], f"| running (in progress) | 2 so far | {minutes} min {seconds} s "
-                                  f"| n/a | {core_hours:.1f} | n/a |")  # fmt: skip
+        self.assertEqual(
+            rows[4],
+            f"| running (in progress) | 2 so far | {minutes} min {seconds} s "
+            f"| n/a | {core_hours:.1f} | n/a |",
+        )
         os.remove(f"{raw}/running/elu+1_none/seed1/provenance.json")  # cores unknown
         rows = results_page.render(text, raw).splitlines()
         self.assertTrue(rows[4].endswith("| n/a | n/a | n/a |"), rows[4])
@@ -211,9 +214,9 @@ class ResultsPageTest(parameterized.TestCase):
             " --><!-- end generated -->"
         )
         named, positional, below = [
-            part.split("-->")[1].split("<!--")[0] for part in results_page.render(
-                text, _RAW, changed=_unknown).split("|")
-        ]  # fmt: skip
+            part.split("-->")[1].split("<!--")[0]
+            for part in results_page.render(text, _RAW, changed=_unknown).split("|")
+        ]
         self.assertEqual(named, positional)
         # At step 100, not the final step 200 of the paired table (+0.076).
         self.assertEqual(named, "+0.059 [+0.054, +0.064]")
@@ -253,25 +256,34 @@ class ResultsPageTest(parameterized.TestCase):
         )
 
     def test_stage_change_pairs_each_seeds_stage_ends(self):
-        text = ('<!-- generated: multilength_wikitext2 stage_change("multi-length", 5, 4) -->'
-                "<!-- end generated -->")  # fmt: skip
+        text = (
+            '<!-- generated: multilength_wikitext2 stage_change("multi-length", 5, 4) -->'
+            "<!-- end generated -->"
+        )
         rendered = results_page.render(text, _RAW, changed=_unknown)
         raw = study_record.read_raw(os.path.join(_RAW, "multilength_wikitext2"))
         # Stage 4 is steps 148-182 of the 200 (88 + 6 + 53 + 35), stage 5 steps 183-186.
         ends = [
-            [np.mean([r["train/accuracy"] for r in seed if lo <= r["step"] <= hi][-5:])
-             for lo, hi in ((148, 182), (183, 186))]
+            [
+                np.mean([r["train/accuracy"] for r in seed if lo <= r["step"] <= hi][-5:])
+                for lo, hi in ((148, 182), (183, 186))
+            ]
             for seed in raw.results["multi-length"]
-        ]  # fmt: skip
+        ]
         expected = tables.interval_text([five - four for four, five in ends])
         self.assertEqual(rendered.split("-->")[1].split("<!--")[0], expected)
 
     def test_extremes_table_takes_a_dict_of_keys(self):
-        text = ('<!-- generated: causal_wikitext2 extremes_table({"train/grad_norm": "max", '
-                '"train/min_denominator": "min"}) --><!-- end generated -->')  # fmt: skip
+        text = (
+            '<!-- generated: causal_wikitext2 extremes_table({"train/grad_norm": "max", '
+            '"train/min_denominator": "min"}) --><!-- end generated -->'
+        )
         lines = results_page.render(text, _RAW, changed=_unknown).splitlines()
-        self.assertEqual(lines[1], "| run | seeds | max train/grad_norm (per seed) | "
-                                   "min train/min_denominator (per seed) |")  # fmt: skip
+        self.assertEqual(
+            lines[1],
+            "| run | seeds | max train/grad_norm (per seed) | "
+            "min train/min_denominator (per seed) |",
+        )
         self.assertRegex(lines[3], r"^\| \S.* \| 3 \| [\d.]+, [\d.]+, [\d.]+ \| –, –, – \|$")
 
     def test_targets_of_a_study_without_length_scores_are_its_validation_tokens(self):
@@ -285,13 +297,18 @@ class ResultsPageTest(parameterized.TestCase):
     def test_extremes_is_the_range_of_the_tables_per_seed_values(self):
         table = results_page.render(
             '<!-- generated: causal_wikitext2 extremes_table({"train/grad_norm": "max"}) -->'
-            "<!-- end generated -->", _RAW, changed=_unknown)  # fmt: skip
+            "<!-- end generated -->",
+            _RAW,
+            changed=_unknown,
+        )
         row = next(line for line in table.splitlines() if line.startswith("| softmax + RoPE |"))
         per_seed = sorted(row.strip(" |").split(" | ")[2].split(", "), key=float)
 
         def extremes(how, key="train/grad_norm"):
-            text = (f'<!-- generated: causal_wikitext2 extremes("softmax + RoPE", "{key}", '
-                    f'"{how}") --><!-- end generated -->')  # fmt: skip
+            text = (
+                f'<!-- generated: causal_wikitext2 extremes("softmax + RoPE", "{key}", '
+                f'"{how}") --><!-- end generated -->'
+            )
             return (
                 results_page.render(text, _RAW, changed=_unknown).split("-->")[1].split("<!--")[0]
             )
@@ -329,22 +346,28 @@ class ResultsPageTest(parameterized.TestCase):
             with open(path, "w", encoding="utf-8") as f:
                 json.dump(records, f)
         rows = results_page.render(steps, raw).splitlines()[3:9]
-        self.assertEqual([r.split(" | ")[:2] for r in rows[:3]], [["| 0", "100"], ["| 0", "200"],
-                                                                  ["| 1", "100"]])  # fmt: skip
+        self.assertEqual(
+            [r.split(" | ")[:2] for r in rows[:3]], [["| 0", "100"], ["| 0", "200"], ["| 1", "100"]]
+        )
 
     def test_attention_distance_table_and_figure(self):
         raw = tiny.workdir()
         shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
-        text = ("<!-- generated: causal_wikitext2 attention_distance_table(8, [2, 4]) -->"
-                "<!-- end generated -->\n<!-- generated: causal_wikitext2 "
-                "attention_distance_figure(8) --><!-- end generated -->")  # fmt: skip
+        text = (
+            "<!-- generated: causal_wikitext2 attention_distance_table(8, [2, 4]) -->"
+            "<!-- end generated -->\n<!-- generated: causal_wikitext2 "
+            "attention_distance_figure(8) --><!-- end generated -->"
+        )
         with self.assertRaisesRegex(ValueError, "run experiments/attention_distance.py"):
             results_page.render(text, raw)
         decay = 1.0 / (1.0 + np.arange(8))  # [L]: 1/(1 + r), two heads alike, two layers
         weight = np.stack([np.stack([decay, decay]) / 8, np.stack([decay, decay]) / 4])
         record = {"step": 200, "length": 8, "uniform": 1 / 8, "weight": weight.tolist()}
-        with open(f"{raw}/causal_wikitext2/softmax_+_RoPE/seed0/attention_distance_8.json", "w",
-                  encoding="utf-8") as f:  # fmt: skip
+        with open(
+            f"{raw}/causal_wikitext2/softmax_+_RoPE/seed0/attention_distance_8.json",
+            "w",
+            encoding="utf-8",
+        ) as f:
             json.dump(record, f)
         figures = tiny.workdir()
         rendered = results_page.render(text, raw, figures_dir=figures)
@@ -362,20 +385,30 @@ class ResultsPageTest(parameterized.TestCase):
             os.remove(found)  # the committed reruns: this test makes its own
         text = "<!-- generated: causal_wikitext2 reproduced() --><!-- end generated -->"
         self.assertIn("-->Not rerun at a later commit.<!--", results_page.render(text, raw))
-        record = {"steps": 21, "metrics": 9, "identical": True, "largest": {}, "commit": "abc" * 8,
-                  "dirty": False}  # fmt: skip
+        record = {
+            "steps": 21,
+            "metrics": 9,
+            "identical": True,
+            "largest": {},
+            "commit": "abc" * 8,
+            "dirty": False,
+        }
         path = f"{raw}/causal_wikitext2/softmax_+_RoPE/seed0/reproduced.json"
         with open(path, "w", encoding="utf-8") as f:
             json.dump(record, f)
-        self.assertIn("-->softmax + RoPE, seed 0, rerun at abcabca: bit-identical (21 logged "
-                      "steps, 9 metrics).<!--", results_page.render(text, raw))  # fmt: skip
+        self.assertIn(
+            "-->softmax + RoPE, seed 0, rerun at abcabca: bit-identical (21 logged "
+            "steps, 9 metrics).<!--",
+            results_page.render(text, raw),
+        )
         with open(path, "w", encoding="utf-8") as f:  # a rerun outside a git checkout
             json.dump(record | {"commit": None, "dirty": None}, f)
         self.assertIn("rerun at an unknown commit: bit-identical", results_page.render(text, raw))
         with open(path, "w", encoding="utf-8") as f:  # the machine names its kind of core
             json.dump(record | {"machine": {"cpu": "AMD EPYC, AVX-512"}}, f)
-        self.assertIn("rerun at abcabca on AMD EPYC, AVX-512: bit-identical",
-                      results_page.render(text, raw))  # fmt: skip
+        self.assertIn(
+            "rerun at abcabca on AMD EPYC, AVX-512: bit-identical", results_page.render(text, raw)
+        )
 
     @parameterized.named_parameters(
         ("unknown_kind", "causal_wikitext2 median() --><!-- end generated -->", "kind 'median'"),

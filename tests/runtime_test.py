@@ -25,8 +25,11 @@ def _record(pathname: str, level: int) -> pylogging.LogRecord:
 def _train_mlm(*flags: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, _TRAIN, f"--config={_TINY}", *flags],
-        cwd=_ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        cwd=_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 class DevicesTest(absltest.TestCase):
@@ -55,12 +58,17 @@ class QuietLogsTest(absltest.TestCase):
         workdir = tiny.workdir()
         run = _train_mlm(
             # One layer on rows of 32: what the terminal shows does not depend on the model.
-            f"--workdir={workdir}", "--config.model.num_layers=1", "--config.data.seq_len=32",
+            f"--workdir={workdir}",
+            "--config.model.num_layers=1",
+            "--config.data.seq_len=32",
             "--config.data.valid_lengths=(32,)",
-            "--config.train.steps=3", "--config.train.log_every=1",
-            "--config.train.eval_every=3", "--config.train.checkpoint_every=2",
-            "--config.train.eval_batches=1", "--config.data.max_chars=50000",
-        )  # fmt: skip
+            "--config.train.steps=3",
+            "--config.train.log_every=1",
+            "--config.train.eval_every=3",
+            "--config.train.checkpoint_every=2",
+            "--config.train.eval_batches=1",
+            "--config.data.max_chars=50000",
+        )
         self.assertEqual(run.returncode, 0, run.stderr[-3000:])
         lines = run.stderr.splitlines()
         self.assertEmpty([line for line in lines if "orbax" in line or "Options" in line])

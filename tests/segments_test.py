@@ -65,9 +65,14 @@ class PackedAttentionTest(parameterized.TestCase):
                 for chunk in (None,) if fn is attention.softmax_attention else CHUNKS[causal]:
                     extra = {} if chunk is None else {"chunk_size": chunk}
                     packed[causal, chunk] = fn(
-                        q, k, v, mask=mask, segment_ids=IDS, **extra,
+                        q,
+                        k,
+                        v,
+                        mask=mask,
+                        segment_ids=IDS,
+                        **extra,
                         **rotated(base, segments.segment_positions(IDS)),
-                    )  # fmt: skip
+                    )
             return packed, single
 
         packed, single = forms(q, k, v, mask)

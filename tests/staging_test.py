@@ -46,8 +46,9 @@ class ValidSetsTest(absltest.TestCase):
         corpus = _corpus()
         too_long = corpus.valid_tokens.size + 10
         with self.assertLogs(level="WARNING") as logs:
-            sets = staging.valid_sets(corpus, (32, too_long), batch_size=4, max_tokens=None,
-                                      max_length=None, **_HOST)  # fmt: skip
+            sets = staging.valid_sets(
+                corpus, (32, too_long), batch_size=4, max_tokens=None, max_length=None, **_HOST
+            )
         self.assertEqual(list(sets), [32])
         self.assertIn(f"valid length {too_long} skipped", logs.output[0])
 

@@ -41,13 +41,19 @@ def _setup(dropout: float, objective: str = "mlm", **model):
     if objective == "clm":
         batch = masking.next_token_targets(tokens, pad_id=0)
     else:
-        batch = masking.mask_tokens(tokens, rng, vocab_size=cfg.model.vocab_size, mask_id=4,
-                                    special_ids=range(5))  # fmt: skip
-    batch.update(attention_mask=tokens != 0, token_type_ids=np.zeros_like(tokens),
-                 index=np.arange(4, dtype=np.int32))  # fmt: skip
+        batch = masking.mask_tokens(
+            tokens, rng, vocab_size=cfg.model.vocab_size, mask_id=4, special_ids=range(5)
+        )
+    batch.update(
+        attention_mask=tokens != 0,
+        token_type_ids=np.zeros_like(tokens),
+        index=np.arange(4, dtype=np.int32),
+    )
     if cfg.data.pairs:
-        batch.update(token_type_ids=np.repeat([[0] * 32 + [1] * 32], 4, axis=0),
-                     pair_label=np.array([1, 0, 0, 1], np.int32))  # fmt: skip
+        batch.update(
+            token_type_ids=np.repeat([[0] * 32 + [1] * 32], 4, axis=0),
+            pair_label=np.array([1, 0, 0, 1], np.int32),
+        )
     params = jax.jit(model.init)(jax.random.key(0), tokens[:1])["params"]  # 1 compile, not ~80
     state = TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
     return model, tx, state, batch
@@ -113,8 +119,13 @@ class IsolatedDocumentsTest(absltest.TestCase):
         segments = np.repeat([[0] * 20 + [1] * 44], 4, axis=0).astype(np.int32)  # [B, L]
         step = jax.jit(make_eval_step(model))
         isolated = step(state.params, {**batch, "segment_ids": segments})
-        apply = jax.jit(lambda params, ids, mask, segments: model.apply(
-            {"params": params}, ids, attention_mask=mask, segment_ids=segments).logits)  # fmt: skip
+        apply = jax.jit(
+            lambda params, ids, mask, segments: (
+                model.apply(
+                    {"params": params}, ids, attention_mask=mask, segment_ids=segments
+                ).logits
+            )
+        )
         logits = apply(state.params, batch["input_ids"], batch["attention_mask"], segments)
         want = mlm_sums(logits, batch["targets"], batch["weights"])
         chex.assert_trees_all_close(isolated, want, rtol=1e-5)
@@ -153,8 +164,9 @@ class TrainingMetricsTest(parameterized.TestCase):
         ({"attention": "linear", "feature_map": "favor", "random_features": 16}, True, False, 0.0),
         ({"attention": "cosine"}, True, False, 0.0),
     )
-    def test_min_denominator_only_where_the_kind_has_one(self, model, reported, micro_batches,
-                                                         dropout):  # fmt: skip
+    def test_min_denominator_only_where_the_kind_has_one(
+        self, model, reported, micro_batches, dropout
+    ):
         step = _train_step(dropout=dropout, **model)
         model, tx, state, batch = _setup(dropout=dropout, **model)
         key = jax.random.key(1)
@@ -175,13 +187,17 @@ class TrainingMetricsTest(parameterized.TestCase):
 
     def test_favor_redraws_its_features_by_the_step(self):
         model, tx, state, batch = _setup(
-            dropout=0.0, attention="linear", feature_map="favor", random_features=16,
+            dropout=0.0,
+            attention="linear",
+            feature_map="favor",
+            random_features=16,
             feature_redraw=2,
-        )  # fmt: skip
+        )
         step = jax.jit(make_train_step(model, tx))
         key = jax.random.key(1)
-        losses = [float(step(state.replace(step=jnp.int32(t)), batch, key)[1]["loss"]) for t in
-                  (0, 1, 2)]  # fmt: skip
+        losses = [
+            float(step(state.replace(step=jnp.int32(t)), batch, key)[1]["loss"]) for t in (0, 1, 2)
+        ]
         self.assertEqual(losses[0], losses[1])  # one redraw period: the same features
         self.assertNotEqual(losses[0], losses[2])
 
@@ -192,9 +208,12 @@ class PairLossTest(absltest.TestCase):
     def test_sums_against_the_model_outputs(self):
         model, _, state, batch = _setup(dropout=0.0, objective="mlm_same_doc")
         sums = jax.jit(make_eval_step(model, mask_prob=0.15))(state.params, batch)
-        out = jax.jit(model.apply)({"params": state.params}, batch["input_ids"],
-                          attention_mask=batch["attention_mask"],
-                          token_type_ids=batch["token_type_ids"])  # fmt: skip
+        out = jax.jit(model.apply)(
+            {"params": state.params},
+            batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            token_type_ids=batch["token_type_ids"],
+        )
         log_p = log_softmax(np.asarray(out.logits, np.float64), axis=-1)  # [B, L, V]
         w = batch["weights"]
         token_xent = -np.take_along_axis(log_p, batch["targets"][..., None], -1)[..., 0]
@@ -202,8 +221,9 @@ class PairLossTest(absltest.TestCase):
         pair_xent = -pair_log_p[np.arange(4), batch["pair_label"]]
         n = w.sum(-1)
         self.assertGreater(n.max() - n.min(), 0)  # the padded row has fewer targets
-        np.testing.assert_allclose(sums["loss"], (token_xent * w).sum() + (n * pair_xent).sum(),
-                                   rtol=1e-5)  # fmt: skip
+        np.testing.assert_allclose(
+            sums["loss"], (token_xent * w).sum() + (n * pair_xent).sum(), rtol=1e-5
+        )
         np.testing.assert_allclose(sums["pair_loss"], pair_xent.sum(), rtol=1e-5)
         right = np.argmax(out.pair_logits, -1) == batch["pair_label"]
         self.assertEqual(sums["pair_correct"], right.sum())

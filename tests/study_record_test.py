@@ -38,9 +38,12 @@ class StudyRecordTest(absltest.TestCase):
             for cfg in configs:
                 _write_run(run_dirs.run_dir(workdir, name, cfg.seed), cfg)
         record = study_record.make_record(
-            argv=["experiments/compare.py", "--config=c.py:x"], config_file="c.py:x",
-            config=config, wall_s=12.5, unigram=6.0,
-        )  # fmt: skip
+            argv=["experiments/compare.py", "--config=c.py:x"],
+            config_file="c.py:x",
+            config=config,
+            wall_s=12.5,
+            unigram=6.0,
+        )
         copied = study_record.export(raw, runs, workdir, record)
         self.assertEqual(copied, 2 * 2 * 2 + 1)  # config.json and metrics.jsonl per run, study.json
         back = study_record.read_raw(raw)

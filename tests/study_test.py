@@ -86,8 +86,10 @@ class StudyTest(absltest.TestCase):
                 with open(os.path.join(directory, "provenance.json"), "w", encoding="utf-8") as f:
                     json.dump({"sessions": [{"commit": commit}]}, f)
         changed = {"old" * 8: ["roformer_jax/rope.py"], "new" * 8: []}
-        with (mock.patch.object(study.provenance, "code_changed", side_effect=changed.get),
-              self.assertLogs(level="WARNING") as logs):  # fmt: skip
+        with (
+            mock.patch.object(study.provenance, "code_changed", side_effect=changed.get),
+            self.assertLogs(level="WARNING") as logs,
+        ):
             study.run_study(runs, workdir)
         (warning,) = logs.output
         self.assertIn("2 cached run(s) were trained by code that differs", warning)
@@ -159,11 +161,14 @@ class StudyTest(absltest.TestCase):
         self.assertTrue(run_dirs.moved_with_workdir(f"{old}/a/seed0", f"{new}/a/seed0", new))
         moved = run_dirs.moved_with_workdir
         self.assertTrue(moved(f"{old}/task/x.jsonl", f"{new}/task/x.jsonl", new))
-        for saved, current in ((f"{old}/b/seed0", f"{new}/a/seed0"),  # another run
-                               (f"{old}/a/seed0", f"{new}/a/seed1"),  # another seed
-                               (f"{old}/a/seed0", "/elsewhere/a/seed0"),  # outside the workdir
-                               ("a/seed0", f"{new}/a/seed0"),  # not a resolved path
-                               (None, f"{new}/a/seed0"), (3, 4)):  # fmt: skip
+        for saved, current in (
+            (f"{old}/b/seed0", f"{new}/a/seed0"),  # another run
+            (f"{old}/a/seed0", f"{new}/a/seed1"),  # another seed
+            (f"{old}/a/seed0", "/elsewhere/a/seed0"),  # outside the workdir
+            ("a/seed0", f"{new}/a/seed0"),  # not a resolved path
+            (None, f"{new}/a/seed0"),
+            (3, 4),
+        ):
             self.assertFalse(run_dirs.moved_with_workdir(saved, current, new), (saved, current))
 
     def test_a_run_named_by_init_from_trains_first_whatever_the_order(self):
@@ -207,18 +212,23 @@ class StudyTest(absltest.TestCase):
         with mock.patch.object(study, "train_and_evaluate", side_effect=_fake_training) as fake:
             results = study.run_study(runs, first, raw_dir=raw)
             self.assertTrue(run_dirs.is_finished(run_dirs.run_dir(raw, "a", 1), 4))
-            self.assertEqual([c.args[1] for c in fake.mock_calls],
-                             [run_dirs.run_dir(first, "b", s) for s in (0, 1)])  # fmt: skip
+            self.assertEqual(
+                [c.args[1] for c in fake.mock_calls],
+                [run_dirs.run_dir(first, "b", s) for s in (0, 1)],
+            )
             fake.reset_mock()
             self.assertEqual(study.run_study(runs, fresh, raw_dir=raw), results)
             # "b" is restored; "a" is trained again: it holds the checkpoints "b" seed 0
             # starts from, which a raw folder has not.
-            self.assertEqual([c.args[1] for c in fake.mock_calls],
-                             [run_dirs.run_dir(fresh, "a", s) for s in (0, 1)])  # fmt: skip
+            self.assertEqual(
+                [c.args[1] for c in fake.mock_calls],
+                [run_dirs.run_dir(fresh, "a", s) for s in (0, 1)],
+            )
             # Runs whose checkpoints the caller needs after the study are trained, too.
             fake.reset_mock()
-            study.run_study(runs, os.path.join(root, "again"), raw_dir=raw,
-                            checkpoints_needed=["b"])  # fmt: skip
+            study.run_study(
+                runs, os.path.join(root, "again"), raw_dir=raw, checkpoints_needed=["b"]
+            )
             self.assertEqual(fake.call_count, 4)
         other = dataclasses.asdict(_config(1, 2))
         other["optim"]["warmup_steps"] = 2
@@ -257,10 +267,12 @@ class StudyTest(absltest.TestCase):
     def test_summary_and_report(self):
         workdir = self.enter_context(tempfile.TemporaryDirectory())
         results = {
-            "x": [[{"step": 1, "train/loss": 3.0, "elapsed_s": 1.0}],
-                  [{"step": 1, "train/loss": 5.0, "elapsed_s": 1.0}]],
+            "x": [
+                [{"step": 1, "train/loss": 3.0, "elapsed_s": 1.0}],
+                [{"step": 1, "train/loss": 5.0, "elapsed_s": 1.0}],
+            ],
             "y": [[{"step": 1, "train/loss": 2.0}]],
-        }  # fmt: skip
+        }
         table = tables.summary_table(results, ["train/loss", "valid/loss_128"])
         self.assertIn("| x | 2 | 4 ± 1.4 | n/a | 1 ± 0 |", table)  # sample std, ddof 1
         self.assertIn("| y | 1 | 2 | n/a | n/a |", table)
@@ -278,9 +290,15 @@ class StudyTest(absltest.TestCase):
         with self.assertRaisesRegex(ValueError, "baseline 'z' is not one of the runs"):
             tables.paired_table(results, "z", "train/loss")
         png, md = compare_report.write_report(
-            results, workdir, title="t", plot_keys=["train/loss"], table_keys=["train/loss"],
-            footnote="data: test", baseline="y", paired_key="train/loss",
-        )  # fmt: skip
+            results,
+            workdir,
+            title="t",
+            plot_keys=["train/loss"],
+            table_keys=["train/loss"],
+            footnote="data: test",
+            baseline="y",
+            paired_key="train/loss",
+        )
         self.assertGreater(os.path.getsize(png), 1000)
         with open(md, encoding="utf-8") as f:
             text = f.read()
@@ -289,8 +307,10 @@ class StudyTest(absltest.TestCase):
 
     def test_extremes_table_is_each_seeds_extreme_over_training(self):
         def run(denominators, grads):
-            return [{"step": i, "train/min_denominator": d, "train/grad_norm_max": g}
-                    for i, (d, g) in enumerate(zip(denominators, grads))]  # fmt: skip
+            return [
+                {"step": i, "train/min_denominator": d, "train/grad_norm_max": g}
+                for i, (d, g) in enumerate(zip(denominators, grads))
+            ]
 
         results = {
             "eq 18": [run((5.0, 0.002, 3.0), (1.0, 40.0, 2.0)), run((4.0, 2.0, 1.0), (1,) * 3)],
@@ -304,7 +324,7 @@ class StudyTest(absltest.TestCase):
             [
                 "| eq 18 | 2 | 0.002, 1 | 40, 1 |",  # the spike is the one record it is in
                 "| softmax | 1 | – | 0.5 |",
-            ],  # fmt: skip
+            ],
         )
 
     def test_paired_curves_through_training(self):
@@ -321,8 +341,9 @@ class StudyTest(absltest.TestCase):
         # step 10: differences -1, -2, 0 -> mean -1, sample std 1, t(0.975, 2) = 4.303.
         np.testing.assert_allclose(
             [curve["mean"][0], curve["low"][0], curve["high"][0]],
-            [-1.0, -1.0 - 4.303 / np.sqrt(3), -1.0 + 4.303 / np.sqrt(3)], atol=1e-3,
-        )  # fmt: skip
+            [-1.0, -1.0 - 4.303 / np.sqrt(3), -1.0 + 4.303 / np.sqrt(3)],
+            atol=1e-3,
+        )
         one = tables.paired_curves({"base": [run(5.0)], "new": [run(4.5)]}, "base", "valid/loss")
         self.assertEqual((one["new"]["mean"], one["new"]["low"]), ([-0.5], [-0.5]))
 
@@ -366,8 +387,9 @@ class StudyTest(absltest.TestCase):
             open(os.path.join(directory, "config.json"), "w").close()
         os.makedirs(os.path.join(workdir, "data", "seed0"))  # not a run: no config.json
         found = run_dirs.trained_runs(workdir)
-        self.assertEqual([os.path.relpath(d, workdir) for d in found],
-                         ["a/seed0", "b/seed0", "b/seed1"])  # fmt: skip
+        self.assertEqual(
+            [os.path.relpath(d, workdir) for d in found], ["a/seed0", "b/seed0", "b/seed1"]
+        )
         run_dirs.write_beside(found[2], workdir, raw, "reading.json", {"x": 1})
         for folder in (found[2], os.path.join(raw, "b", "seed1")):
             with open(os.path.join(folder, "reading.json"), encoding="utf-8") as f:

@@ -60,9 +60,19 @@ class PatchTest(absltest.TestCase):
 def _config(**overrides):
     # initializer_range 0.3, not BERT's 0.02: logits far from 0 and from each other, so that
     # what positions change shows above the rounding bound.
-    fields = dict(num_layers=1, hidden_size=16, num_heads=2, intermediate_size=32,
-                  hidden_dropout=0.0, attention_dropout=0.0, position_axes=2, rope_base=100.0,
-                  pre_ln=True, position="none", initializer_range=0.3)  # fmt: skip
+    fields = dict(
+        num_layers=1,
+        hidden_size=16,
+        num_heads=2,
+        intermediate_size=32,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        position_axes=2,
+        rope_base=100.0,
+        pre_ln=True,
+        position="none",
+        initializer_range=0.3,
+    )
     return ModelConfig(**{**fields, **overrides})
 
 

@@ -117,9 +117,12 @@ def _targets_of(corpus: Corpus) -> Callable[[np.ndarray, object], dict[str, np.n
     """The corpus config's objective as (rows [B, L], rngs) -> batch (objectives.row_targets)."""
     cfg = corpus.config
     return objectives.row_targets(
-        cfg.objective, corpus.tokenizer, mask_prob=cfg.mask_prob, whole_word=cfg.whole_word,
+        cfg.objective,
+        corpus.tokenizer,
+        mask_prob=cfg.mask_prob,
+        whole_word=cfg.whole_word,
         isolated=cfg.documents == "isolated",
-    )  # fmt: skip
+    )
 
 
 def _window_order(corpus: Corpus, seq_len: int, seed: int) -> Callable[[np.ndarray], np.ndarray]:
@@ -175,8 +178,7 @@ def _pair_spans(corpus: Corpus, split: str, seq_len: int) -> np.ndarray:
 def _pair_batch(corpus, tokens, spans, seq_len: int, rngs, targets) -> dict[str, np.ndarray]:
     """Rows of pairs (doc_pairs.pair_rows), one per generator, then their MLM targets."""
     tok = corpus.tokenizer
-    pairs = doc_pairs.pair_rows(tokens, spans, seq_len, rngs, cls_id=tok.cls_id,
-                                sep_id=tok.sep_id)  # fmt: skip
+    pairs = doc_pairs.pair_rows(tokens, spans, seq_len, rngs, cls_id=tok.cls_id, sep_id=tok.sep_id)
     batch = targets(pairs["ids"], rngs)
     batch["token_type_ids"] = pairs["token_type_ids"]
     batch["pair_label"] = pairs["pair_label"]

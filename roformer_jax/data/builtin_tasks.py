@@ -65,8 +65,13 @@ def write_next_sentence_task(directory: str, *, examples: int = 2400, seed: int 
             rows.append({"text": doc[k], "text_pair": doc[k + 1], "label": "next"})
         else:
             other = docs[(i + 1 + int(rng.integers(len(docs) - 1))) % len(docs)]
-            rows.append({"text": doc[k], "text_pair": other[int(rng.integers(len(other)))],
-                         "label": "random"})  # fmt: skip
+            rows.append(
+                {
+                    "text": doc[k],
+                    "text_pair": other[int(rng.integers(len(other)))],
+                    "label": "random",
+                }
+            )
     return _write_splits(directory, rows, rng)
 
 
@@ -139,8 +144,11 @@ def write_next_word_task(
             return None
         k = once[int(rng.integers(len(once)))]
         start = len(" ".join(ws[: k + 1])) + 1  # the character after w and its space
-        return {"question": f"What follows {ws[k]}?", "context": " ".join(ws),
-                "answers": {"text": [ws[k + 1]], "answer_start": [start]}}  # fmt: skip
+        return {
+            "question": f"What follows {ws[k]}?",
+            "context": " ".join(ws),
+            "answers": {"text": [ws[k + 1]], "answer_start": [start]},
+        }
 
     return _write_splits(directory, _documents(question, examples), rng)
 
@@ -162,8 +170,13 @@ def write_continuation_task(
         others = (i + 1 + rng.choice(len(docs) - 1, choices - 1, replace=False)) % len(docs)
         texts = [" ".join(ws[words:])] + [" ".join(docs[j][words:]) for j in others]
         order = rng.permutation(choices)  # texts[order[c]] is choice c
-        rows.append({"context": " ".join(ws[:words]), "choices": [texts[j] for j in order],
-                     "label": int(np.argmin(order))})  # fmt: skip
+        rows.append(
+            {
+                "context": " ".join(ws[:words]),
+                "choices": [texts[j] for j in order],
+                "label": int(np.argmin(order)),
+            }
+        )
     return _write_splits(directory, rows, rng)
 
 

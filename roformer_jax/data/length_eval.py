@@ -114,8 +114,9 @@ def length_eval_set(
             for piece in scored
             for s in range(0, piece[0].size, n - 2)
         ]
-        batches[n] = _batched(rows, sizes[n], index, count, pad_id=tok.pad_id,
-                              sep_id=tok.sep_id if isolated else None)  # fmt: skip
+        batches[n] = _batched(
+            rows, sizes[n], index, count, pad_id=tok.pad_id, sep_id=tok.sep_id if isolated else None
+        )
     num_targets = int(sum(np.count_nonzero(chosen) for _, _, chosen in scored))
     return LengthEvalSet(
         batches, num_targets, sum(p.size for p in pieces), len(pieces), int(causal)
@@ -126,10 +127,14 @@ def _too_little_text(span: int, windows: str) -> str:
     return (
         f"the held-out text has no {'document' if windows == 'documents' else 'stretch'} "
         f"of {span} tokens (the longest length {span + 2} minus [CLS] and [SEP]); "
-        + ("use a corpus of long documents (data.doc_separator='article', or "
-           "data.min_doc_chars for books), " if windows == "documents" else "")
+        + (
+            "use a corpus of long documents (data.doc_separator='article', or "
+            "data.min_doc_chars for books), "
+            if windows == "documents"
+            else ""
+        )
         + "more held-out text (data.valid_fraction) or shorter lengths"
-    )  # fmt: skip
+    )
 
 
 def _scored(piece, i: int, corpus: Corpus, *, seed: int, causal: bool):
@@ -138,8 +143,13 @@ def _scored(piece, i: int, corpus: Corpus, *, seed: int, causal: bool):
     if causal:
         return piece, piece, np.ones(piece.size, bool)
     cfg, rng = corpus.config, np.random.default_rng([_EVAL_MASK, seed, i])
-    masked = mlm_targets(piece[None], rng, tokenizer=corpus.tokenizer,
-                         mask_prob=cfg.mask_prob, whole_word=cfg.whole_word)  # fmt: skip
+    masked = mlm_targets(
+        piece[None],
+        rng,
+        tokenizer=corpus.tokenizer,
+        mask_prob=cfg.mask_prob,
+        whole_word=cfg.whole_word,
+    )
     return masked["input_ids"][0], masked["targets"][0], masked["weights"][0] > 0
 
 

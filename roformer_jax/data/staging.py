@@ -36,9 +36,14 @@ def staged_batches(
         if start_step < first + steps:
             begin = max(start_step, first)
             batches = batches_lib.train_batches(
-                corpus, batch_size=batch_size, seq_len=seq_len, seed=seed, start_step=begin,
-                process_index=process_index, process_count=process_count,
-            )  # fmt: skip
+                corpus,
+                batch_size=batch_size,
+                seq_len=seq_len,
+                seed=seed,
+                start_step=begin,
+                process_index=process_index,
+                process_count=process_count,
+            )
             with contextlib.closing(batches):
                 for _ in range(first + steps - begin):
                     yield next(batches)
@@ -65,16 +70,22 @@ def valid_sets(
     kept = []
     for length in dict.fromkeys(lengths):
         if max_length is not None and length > max_length:
-            logging.warning("valid length %d skipped: the model takes at most %d positions",
-                            length, max_length)  # fmt: skip
+            logging.warning(
+                "valid length %d skipped: the model takes at most %d positions", length, max_length
+            )
         else:
             kept.append(length)
     while kept:
         try:
             held_out = length_eval_set(
-                corpus, kept, batch_size=batch_size, windows=corpus.config.eval_windows,
-                max_tokens=max_tokens, process_index=process_index, process_count=process_count,
-            )  # fmt: skip
+                corpus,
+                kept,
+                batch_size=batch_size,
+                windows=corpus.config.eval_windows,
+                max_tokens=max_tokens,
+                process_index=process_index,
+                process_count=process_count,
+            )
         except TooLittleText as e:
             longest = max(kept)
             logging.warning("valid length %d skipped: %s", longest, e)
@@ -82,7 +93,10 @@ def valid_sets(
             continue
         logging.info(
             "validation: %d targets at each of the lengths %s (%d tokens, %d pieces)",
-            held_out.num_targets, sorted(kept), held_out.num_tokens, held_out.num_pieces,
-        )  # fmt: skip
+            held_out.num_targets,
+            sorted(kept),
+            held_out.num_tokens,
+            held_out.num_pieces,
+        )
         return held_out.batches
     return {}

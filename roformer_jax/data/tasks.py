@@ -131,11 +131,13 @@ def check_choices(row: dict, path: str, where: str) -> None:
     """row["choices"]: 2 or more texts, with a label that indexes them."""
     choices = _json_value(row["choices"])
     if not isinstance(choices, list) or len(choices) < 2:
-        raise ValueError(f"{path}, {where}: choices must be a list of 2 or more texts, got "
-                         f"{row['choices']!r}")  # fmt: skip
+        raise ValueError(
+            f"{path}, {where}: choices must be a list of 2 or more texts, got {row['choices']!r}"
+        )
     if str(row["label"]) not in {str(i) for i in range(len(choices))}:
-        raise ValueError(f"{path}, {where}: label {row['label']!r} is not a choice index 0.."
-                         f"{len(choices) - 1}")  # fmt: skip
+        raise ValueError(
+            f"{path}, {where}: label {row['label']!r} is not a choice index 0..{len(choices) - 1}"
+        )
     row["choices"] = [str(c) for c in choices]
 
 
@@ -143,8 +145,10 @@ def check_tags(row: dict, path: str, where: str) -> None:
     """row["words"], row["tags"]: lists of texts, one tag per word."""
     words, tags = _json_value(row["words"]), _json_value(row["tags"])
     if not isinstance(words, list) or not isinstance(tags, list) or len(words) != len(tags):
-        raise ValueError(f"{path}, {where}: words and tags must be lists of equal length, got "
-                         f"{row['words']!r} and {row['tags']!r}")  # fmt: skip
+        raise ValueError(
+            f"{path}, {where}: words and tags must be lists of equal length, got "
+            f"{row['words']!r} and {row['tags']!r}"
+        )
     row["words"], row["tags"] = [str(w) for w in words], [str(t) for t in tags]
 
 
@@ -209,9 +213,14 @@ def _rows(pieces: list[tuple[list[int], list[int]]], max_length: int, pad_id: in
 
 
 def encode_classification(
-    examples: list[dict], tok, labels: tuple[str, ...], *, max_length: int, truncation: str,
+    examples: list[dict],
+    tok,
+    labels: tuple[str, ...],
+    *,
+    max_length: int,
+    truncation: str,
     path: str = "<examples>",
-) -> dict[str, np.ndarray]:  # fmt: skip
+) -> dict[str, np.ndarray]:
     """[CLS] text [SEP] (text_pair [SEP]), token types 0 then 1, each text truncated by
     `truncation` to its share of max_length; "label" [N] indexes `labels`."""
     texts = tok.encode_batch([str(e["text"]) for e in examples])
@@ -311,9 +320,13 @@ def encode_qa(
         context = tok.encode(e["context"])
         room = max_length - len(question) - 3
         first, last = answer_span(
-            tok, e["context"], context, e["answers"]["text"][0],
-            int(e["answers"]["answer_start"][0]), where=f"{path}, example {n + 1}",
-        )  # fmt: skip
+            tok,
+            e["context"],
+            context,
+            e["answers"]["text"][0],
+            int(e["answers"]["answer_start"][0]),
+            where=f"{path}, example {n + 1}",
+        )
         offset = len(question) + 2
         if last < room:
             first, last = first + offset, last + offset

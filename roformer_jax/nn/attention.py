@@ -221,9 +221,15 @@ def linear_attention(
     else:
         qn, kn, den = linear_features(q, k, rotation=rotation, options=options)
         out, den, _ = kernel_attention(
-            qn, kn, heads(v), den_features=den, mask=mask, causal=causal, options=options,
+            qn,
+            kn,
+            heads(v),
+            den_features=den,
+            mask=mask,
+            causal=causal,
+            options=options,
             segments=_segment_index(segment_ids),
-        )  # fmt: skip
+        )
     out = heads(out).astype(out_dtype)
     return (out, _min_abs_denominator(den, mask)) if return_min_denominator else out
 
@@ -258,8 +264,13 @@ def cosine_attention(
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
     qf, kf = cosine_features(q, k, rotation)
     out, den, _ = kernel_attention(
-        qf, kf, heads(v), mask=mask, causal=causal, options=options,
+        qf,
+        kf,
+        heads(v),
+        mask=mask,
+        causal=causal,
+        options=options,
         segments=_segment_index(segment_ids),
-    )  # fmt: skip
+    )
     out = heads(out).astype(out_dtype)
     return (out, _min_abs_denominator(den, mask)) if return_min_denominator else out

@@ -86,8 +86,9 @@ def check_window(window) -> None:
         raise ValueError(f"window={window!r}; expected None or an int >= 1 (keys per query)")
 
 
-def softmax_over_visible(q, k, v, visible, bias, dropout_rate=0.0, dropout_rng=None,
-                         example_ids=None):  # fmt: skip
+def softmax_over_visible(
+    q, k, v, visible, bias, dropout_rate=0.0, dropout_rng=None, example_ids=None
+):
     """softmax(q kᵀ / √H + bias) v over the visible keys; q, k already rotated.
 
     q [B, L, N, H], k, v [B, M, K, H]; visible: bool, broadcastable to [B, N, L, M]; bias
@@ -278,8 +279,9 @@ def _carry_step(running, chunk):
     return state + jnp.where(whole, before, 0.0), before
 
 
-def kernel_attention(qn, kn, v, *, den_features=None, mask, causal, options: KernelOptions,
-                     state=None, segments=None):  # fmt: skip
+def kernel_attention(
+    qn, kn, v, *, den_features=None, mask, causal, options: KernelOptions, state=None, segments=None
+):
     """Σ_j (qn_i·kn_j) v_j / guard(Σ_j qd_i·kd_j), all heads-major: queries [B, N, L, F],
     keys and values [B, K, M, F] (query head n reads key/value head n // G).
 

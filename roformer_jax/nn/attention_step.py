@@ -188,9 +188,15 @@ def _kernel_step(state, qn, kn, v, *, den_features, mask, options: KernelOptions
         )
     carried = tuple(x for x in state if x is not None)
     out, _, after = kernel_attention(
-        qn, kn, v, den_features=den_features, mask=mask, causal=True, options=options,
+        qn,
+        kn,
+        v,
+        den_features=den_features,
+        mask=mask,
+        causal=True,
+        options=options,
         state=carried,
-    )  # fmt: skip
+    )
     return out, KernelState(*after)
 
 
@@ -210,8 +216,7 @@ def linear_attention_step(
     out_dtype, dtype = q.dtype, compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
     qn, kn, den = linear_features(q, k, rotation=rotation, options=options)
-    out, state = _kernel_step(state, qn, kn, heads(v), den_features=den, mask=mask,
-                              options=options)  # fmt: skip
+    out, state = _kernel_step(state, qn, kn, heads(v), den_features=den, mask=mask, options=options)
     return heads(out).astype(out_dtype), state
 
 
@@ -227,6 +232,7 @@ def cosine_attention_step(
     out_dtype, dtype = q.dtype, compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
     qf, kf = cosine_features(q, k, rotation)
-    out, state = _kernel_step(state, qf, kf, heads(v), den_features=None, mask=mask,
-                              options=options)  # fmt: skip
+    out, state = _kernel_step(
+        state, qf, kf, heads(v), den_features=None, mask=mask, options=options
+    )
     return heads(out).astype(out_dtype), state

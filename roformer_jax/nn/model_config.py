@@ -90,6 +90,38 @@ class ModelConfig:
     hidden_act: str = "gelu"  # a key of ACTIVATIONS
 
     def __post_init__(self):
+        self._check_fields()
+        if self.random_features < 2 or self.random_features % 2:
+            raise ValueError(
+                f"random_features={self.random_features} must be even and positive: RoPE "
+                "rotates features in pairs"
+            )
+        if self.feature_redraw < 0:
+            raise ValueError(f"feature_redraw={self.feature_redraw} must be >= 0 (0: never)")
+        if self.position_axes < 1:
+            raise ValueError(f"position_axes={self.position_axes} must be a positive integer")
+        self._canonical_json("rope_scaling", dict)
+        self._canonical_json("layer_types", list)
+        if self.rope_scaling is not None or self.layer_types is not None:
+            self._check_rope_scaling()
+        self.encoding.check(self)
+        if self.rotary_value and self.encoding.rotation is None:
+            raise ValueError(
+                f"rotary_value=True rotates v as q and k are rotated, but position="
+                f"{self.position!r} rotates nothing; use position='rope'"
+            )
+        if self.encoding.bias is not None and "bias" not in self.kind.options:
+            raise ValueError(
+                f"position={self.position!r} adds a bias to the attention scores, but "
+                f"{self.attention!r} attention never forms the L x M score matrix (that is "
+                "what makes it linear); RoPE rotates q and k instead, which linear attention "
+                "can use: set position='rope', or attention='softmax'"
+            )
+        if self.window is not None:
+            self._check_window()
+
+    def _check_fields(self):
+        """Each field alone: sizes, rates and names of table entries."""
         for name in (
             "vocab_size",
             "hidden_size",
@@ -128,34 +160,6 @@ class ModelConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}={getattr(self, name)!r} is not one of {allowed}")
-        if self.random_features < 2 or self.random_features % 2:
-            raise ValueError(
-                f"random_features={self.random_features} must be even and positive: RoPE "
-                "rotates features in pairs"
-            )
-        if self.feature_redraw < 0:
-            raise ValueError(f"feature_redraw={self.feature_redraw} must be >= 0 (0: never)")
-        if self.position_axes < 1:
-            raise ValueError(f"position_axes={self.position_axes} must be a positive integer")
-        self._canonical_json("rope_scaling", dict)
-        self._canonical_json("layer_types", list)
-        if self.rope_scaling is not None or self.layer_types is not None:
-            self._check_rope_scaling()
-        self.encoding.check(self)
-        if self.rotary_value and self.encoding.rotation is None:
-            raise ValueError(
-                f"rotary_value=True rotates v as q and k are rotated, but position="
-                f"{self.position!r} rotates nothing; use position='rope'"
-            )
-        if self.encoding.bias is not None and "bias" not in self.kind.options:
-            raise ValueError(
-                f"position={self.position!r} adds a bias to the attention scores, but "
-                f"{self.attention!r} attention never forms the L x M score matrix (that is "
-                "what makes it linear); RoPE rotates q and k instead, which linear attention "
-                "can use: set position='rope', or attention='softmax'"
-            )
-        if self.window is not None:
-            self._check_window()
 
     def _check_window(self):
         if self.window < 1:

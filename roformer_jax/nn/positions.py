@@ -91,8 +91,13 @@ def _learned_sinusoid(config, position_ids, dtype):
 
 
 def _table(config, position_ids, dtype, init):
-    table = nn.Embed(config.max_len, config.embed_dim, dtype=dtype, embedding_init=init,
-                     name="position_embeddings")  # fmt: skip
+    table = nn.Embed(
+        config.max_len,
+        config.embed_dim,
+        dtype=dtype,
+        embedding_init=init,
+        name="position_embeddings",
+    )
     return table(position_ids)  # [(B,) L, E]
 
 

@@ -69,8 +69,10 @@ def angles(positions, rotary_dim: int, *, base: float = 10000.0) -> np.ndarray:
     values, inverse = np.unique(positions, return_inverse=True)
     with decimal.localcontext() as ctx:
         ctx.prec = _DIGITS
-        theta = [decimal.Decimal(base) ** (decimal.Decimal(-2 * i) / rotary_dim)
-                 for i in range(rotary_dim // 2)]  # fmt: skip
+        theta = [
+            decimal.Decimal(base) ** (decimal.Decimal(-2 * i) / rotary_dim)
+            for i in range(rotary_dim // 2)
+        ]
         table = [
             [float(decimal.Decimal(m) * t % (2 * _PI)) for t in theta] for m in values.tolist()
         ]

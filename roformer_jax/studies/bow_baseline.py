@@ -45,8 +45,10 @@ def features(triplets: Sequence[dict]) -> np.ndarray:
     what an encoder of some length reads); else both pairs read "A".
     """
     n = len(triplets)
-    a_of = {side: [t[f"A_for_{side}"] if f"A_for_{side}" in t else t["A"] for t in triplets]
-            for side in ("B", "C")}  # fmt: skip
+    a_of = {
+        side: [t[f"A_for_{side}"] if f"A_for_{side}" in t else t["A"] for t in triplets]
+        for side in ("B", "C")
+    }
     one_a = a_of["C"] == a_of["B"]  # else the idf counts each view of A
     texts = a_of["B"] + [t[k] for k in ("B", "C") for t in triplets] + ([] if one_a else a_of["C"])
     x = tfidf_vectors(texts)

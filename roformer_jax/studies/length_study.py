@@ -88,8 +88,15 @@ def evaluate_runs(
             if _cached(path, identity):
                 scores[name].append(_int_keys(_read(path)["scores"]))
                 continue
-            result, seconds = _score(directory, workdir, scaling, lengths, max_tokens=max_tokens,
-                            held_out_sets=held_out_sets, same_model=same_model)  # fmt: skip
+            result, seconds = _score(
+                directory,
+                workdir,
+                scaling,
+                lengths,
+                max_tokens=max_tokens,
+                held_out_sets=held_out_sets,
+                same_model=same_model,
+            )
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path + ".tmp", "w", encoding="utf-8") as f:
                 record = {"identity": identity, "scores": result, "seconds": seconds}
@@ -122,24 +129,31 @@ def _score(
     key = (corpus.path, tuple(readable))
     if key not in held_out_sets:
         held_out_sets[key] = length_eval_set(
-            corpus, readable, batch_size={n: max(1, BATCH_TOKENS // n) for n in readable},
-            windows="documents", max_tokens=max_tokens,
-        )  # fmt: skip
+            corpus,
+            readable,
+            batch_size={n: max(1, BATCH_TOKENS // n) for n in readable},
+            windows="documents",
+            max_tokens=max_tokens,
+        )
     trained = trained_length(run_cfg)
-    models = {n: _model_config(run_cfg.model, scaling_at(scaling, n, trained))
-              for n in readable}  # fmt: skip
+    models = {n: _model_config(run_cfg.model, scaling_at(scaling, n, trained)) for n in readable}
     # A length where this evaluation reads the same model as an earlier one of the same run
     # (any scaling is the identity up to the trained length) is not scored twice.
-    result = {n: same_model[directory, n, models[n]] for n in readable
-              if (directory, n, models[n]) in same_model}  # fmt: skip
+    result = {
+        n: same_model[directory, n, models[n]]
+        for n in readable
+        if (directory, n, models[n]) in same_model
+    }
     held_out = held_out_sets[key]
     todo = {n: b for n, b in held_out.batches.items() if n not in result}
     start = time.time()
     if todo:
         result |= evaluation.score_lengths(
-            lambda n, models=models: RoFormer(models[n]), params,
-            dataclasses.replace(held_out, batches=todo), steps_done=steps_done,
-        )  # fmt: skip
+            lambda n, models=models: RoFormer(models[n]),
+            params,
+            dataclasses.replace(held_out, batches=todo),
+            steps_done=steps_done,
+        )
     result = {n: result[n] for n in readable}
     same_model.update({(directory, n, models[n]): result[n] for n in readable})
     return result, time.time() - start
@@ -210,10 +224,12 @@ def _check_run(name: str, spec: Mapping, runs: Mapping) -> None:
 def _identity(spec: Mapping, cfg: ExperimentConfig, lengths: Sequence[int], max_tokens) -> dict:
     """What a cached score must match to be reused: anything that changes the numbers."""
     return {
-        "lengths": sorted(lengths), "max_tokens": max_tokens,
+        "lengths": sorted(lengths),
+        "max_tokens": max_tokens,
         "scaling": dict(spec["scaling"]) if spec.get("scaling") else None,
-        "eval_seed": cfg.data.eval_seed, "steps": cfg.train.steps,
-    }  # fmt: skip
+        "eval_seed": cfg.data.eval_seed,
+        "steps": cfg.train.steps,
+    }
 
 
 def _cache_path(directory: str, name: str) -> str:
@@ -337,8 +353,10 @@ def stage_table(cfg: ExperimentConfig, seeds: Sequence[list[dict]], *, last: int
     )
     for i, (steps, length, batch) in enumerate(_stages(cfg)):
         cells = (mean_std_text(loss[i]), mean_std_text(accuracy[i]))
-        lines.append(f"| {i + 1} | {length} | {batch} | {steps} | {length * batch:,} | "
-                     f"{len(seeds)} | {cells[0]} | {cells[1]} |")  # fmt: skip
+        lines.append(
+            f"| {i + 1} | {length} | {batch} | {steps} | {length * batch:,} | "
+            f"{len(seeds)} | {cells[0]} | {cells[1]} |"
+        )
     return "\n".join(lines)
 
 

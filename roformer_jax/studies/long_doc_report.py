@@ -31,15 +31,19 @@ def accuracy_table(results: Results, key: str = "test/accuracy") -> str:
     config = results.config
     short = min(config["lengths"])
     header = [f"{n}" for n in config["lengths"]] + [f"{short} {config['control_truncation']}"]
-    lines = [f"| encoder ({key}) | " + " | ".join(header) + " | seeds |",
-             "|---|" + "---|" * (len(header) + 1)]  # fmt: skip
+    lines = [
+        f"| encoder ({key}) | " + " | ".join(header) + " | seeds |",
+        "|---|" + "---|" * (len(header) + 1),
+    ]
     per_encoder = len(header)
     all_cells = cells(config)
     for row in range(len(all_cells) // per_encoder):
         group = all_cells[row * per_encoder : (row + 1) * per_encoder]
         encoder = next(c.encoder for c in group if isinstance(c, Cell))
-        texts = [tables.mean_std_text(_values(results, c.name, key)) if isinstance(c, Cell)
-                 else c for c in group]  # fmt: skip
+        texts = [
+            tables.mean_std_text(_values(results, c.name, key)) if isinstance(c, Cell) else c
+            for c in group
+        ]
         seeds = len(config["finetune_seeds"])
         lines.append(f"| {encoder} | " + " | ".join(texts) + f" | {seeds} |")
     return "\n".join(lines)
@@ -55,8 +59,9 @@ def comparisons(config: Mapping) -> list[tuple[str, str, str]]:
         base = Cell(encoder, short, "head").name
         for length in config["lengths"][1:]:
             if Cell(encoder, length, "head").name in run:
-                out.append((f"{encoder}: {length} − {short}",
-                            Cell(encoder, length, "head").name, base))  # fmt: skip
+                out.append(
+                    (f"{encoder}: {length} − {short}", Cell(encoder, length, "head").name, base)
+                )
         control = Cell(encoder, short, config["control_truncation"]).name
         out.append((f"{encoder}: {short} {config['control_truncation']} − {short}", control, base))
     for a, b in config["encoder_pairs"]:
@@ -72,13 +77,18 @@ def paired_table(results: Results, split: str = "test") -> str:
     t-interval (n − 1 degrees of freedom), and each seed's exact McNemar test on the
     per-example predictions (examples only the first run gets right : only the baseline
     gets right, two-sided p)."""
-    lines = [f"| comparison ({split}) | accuracy difference: mean [95% interval] | per seed | "
-             "McNemar per seed (only first : only baseline, p) |", "|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"| comparison ({split}) | accuracy difference: mean [95% interval] | per seed | "
+        "McNemar per seed (only first : only baseline, p) |",
+        "|---|---|---|---|",
+    ]
     key = f"{split}/accuracy"
     for label, name, base in comparisons(results.config):
         diffs = [a - b for a, b in zip(_values(results, name, key), _values(results, base, key))]
-        tests = [_mcnemar(a[split], b[split])
-                 for a, b in zip(results.predictions[name], results.predictions[base])]  # fmt: skip
+        tests = [
+            _mcnemar(a[split], b[split])
+            for a, b in zip(results.predictions[name], results.predictions[base])
+        ]
         per_seed = ", ".join(f"{d:+.3f}" for d in diffs)
         mcnemar = ", ".join(f"{t.only_a}:{t.only_b} p={t.p:.2g}" for t in tests)
         lines.append(f"| {label} | {tables.interval_text(diffs)} | {per_seed} | {mcnemar} |")
@@ -101,16 +111,20 @@ def finetuning_table(runs: Mapping[str, Finetuning], split: str = "test") -> str
     after each epoch, its training accuracy logged last in each epoch (against which a gap
     shows memorizing), the best epoch, and that epoch's valid and `split` accuracy: how many
     right of how many, and the sign test's p against chance (two choices)."""
-    lines = ["| fine-tuning | valid accuracy after each epoch | training accuracy, end of each "
-             f"epoch | best epoch | valid | {split} | {split} against chance |",
-             "|---|---|---|---:|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        "| fine-tuning | valid accuracy after each epoch | training accuracy, end of each "
+        f"epoch | best epoch | valid | {split} | {split} against chance |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
     for name, run in runs.items():
         epochs = [r for r in run.records if "valid/accuracy" in r]
         best = next(int(r["epoch"]) for r in epochs if r["step"] == run.final["best_step"])
         correct = _correct(run.predictions[split])
         right, n = int(correct.sum()), len(correct)
-        valid, train = (", ".join(f"{r[key]:.3f}" for r in epochs)
-                        for key in ("valid/accuracy", "train/accuracy"))  # fmt: skip
+        valid, train = (
+            ", ".join(f"{r[key]:.3f}" for r in epochs)
+            for key in ("valid/accuracy", "train/accuracy")
+        )
         lines.append(
             f"| {name} | {valid} | {train} | {best} | "
             f"{run.final['valid/accuracy']:.3f} | {right / n:.3f} ({right} of {n}) | "
@@ -147,18 +161,27 @@ def survival_table(results: Results, split: str = "test") -> str:
     short = min(config["lengths"])
     kept = np.asarray(results.survival[str(short)][split])
     edges = config["survival_edges"]
-    bins = [f"[{lo:.2f}, {hi:.2f}{']' if i == len(edges) - 2 else ')'}"
-            for i, (lo, hi) in enumerate(zip(edges[:-1], edges[1:]))]  # fmt: skip
+    bins = [
+        f"[{lo:.2f}, {hi:.2f}{']' if i == len(edges) - 2 else ')'}"
+        for i, (lo, hi) in enumerate(zip(edges[:-1], edges[1:]))
+    ]
     counts = [b.count for b in stats.binned_accuracy(kept, np.ones(len(kept), bool), edges=edges)]
-    lines = [f"| cell ({split}; fraction of B kept at {short}) | "
-             + " | ".join(f"{b} (n = {c})" for b, c in zip(bins, counts)) + " |",
-             "|---|" + "---|" * len(bins)]  # fmt: skip
+    lines = [
+        f"| cell ({split}; fraction of B kept at {short}) | "
+        + " | ".join(f"{b} (n = {c})" for b, c in zip(bins, counts))
+        + " |",
+        "|---|" + "---|" * len(bins),
+    ]
     for name in (c.name for c in cells(config) if isinstance(c, Cell)):
         correct = np.concatenate([_correct(p[split]) for p in results.predictions[name]])
-        pooled = stats.binned_accuracy(np.tile(kept, len(results.predictions[name])), correct,
-                                       edges=edges)  # fmt: skip
-        lines.append(f"| {name} | " + " | ".join(
-            "–" if b.accuracy is None else f"{b.accuracy:.3f}" for b in pooled) + " |")  # fmt: skip
+        pooled = stats.binned_accuracy(
+            np.tile(kept, len(results.predictions[name])), correct, edges=edges
+        )
+        lines.append(
+            f"| {name} | "
+            + " | ".join("–" if b.accuracy is None else f"{b.accuracy:.3f}" for b in pooled)
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -178,8 +201,10 @@ def bow_text(results: Results) -> str:
     bow = results.bow
     right = _correct(bow["test"])
     p = stats.mcnemar_exact(right, ~right).p  # right vs wrong, each 1/2 under chance
-    views = "; ".join(f"{n}: valid {v['valid/accuracy']:.3f}, test {v['test/accuracy']:.3f}"
-                      for n, v in bow.get("views", {}).items())  # fmt: skip
+    views = "; ".join(
+        f"{n}: valid {v['valid/accuracy']:.3f}, test {v['test/accuracy']:.3f}"
+        for n, v in bow.get("views", {}).items()
+    )
     return (
         f"valid {bow['valid/accuracy']:.3f}, test {bow['test/accuracy']:.3f} (test against "
         f"chance: {int(right.sum())} of {len(right)} right, p = {p:.2g})"
@@ -200,9 +225,14 @@ def figure(results: Results, path: str, *, title: str, footnote: str = "") -> st
         else:
             controls[f"{cell.encoder} ({cell.truncation})"] = (cell.max_length, values)
     return plots.plot_accuracy_lengths(
-        lines, path, controls=controls, title=title, chance=CHANCE,
-        reference=("bag of words", results.bow["test/accuracy"]), footnote=footnote,
-    )  # fmt: skip
+        lines,
+        path,
+        controls=controls,
+        title=title,
+        chance=CHANCE,
+        reference=("bag of words", results.bow["test/accuracy"]),
+        footnote=footnote,
+    )
 
 
 def footnote(config: Mapping, machine: Mapping) -> str:

@@ -76,10 +76,11 @@ def pretraining_runs(config: ConfigDict) -> dict[str, list[ExperimentConfig]]:
     for name, seeds in runs.items():
         stages = scale_stages(config.schedules[config.schedule_of[name]], config.pretrain_steps)
         runs[name] = [
-            dataclasses.replace(c, train=dataclasses.replace(
-                c.train, steps=config.pretrain_steps, stages=stages))
+            dataclasses.replace(
+                c, train=dataclasses.replace(c.train, steps=config.pretrain_steps, stages=stages)
+            )
             for c in seeds
-        ]  # fmt: skip
+        ]
     return runs
 
 
@@ -127,10 +128,14 @@ def build_task(task: ConfigDict, workdir: str) -> str:
     if not os.path.exists(stats_path):
         fractions = None if task.splits == "sources" else [float(f) for f in task.splits]
         splits, stats, _ = long_doc_task.build_from_sources(
-            list(task.sources), format=task.format, tokenizer=task.tokenizer,
-            window_tokens=task.window_tokens, seed=task.seed, fractions=fractions,
+            list(task.sources),
+            format=task.format,
+            tokenizer=task.tokenizer,
+            window_tokens=task.window_tokens,
+            seed=task.seed,
+            fractions=fractions,
             min_window_tokens=task.min_window_tokens,
-        )  # fmt: skip
+        )
         long_doc_task.write_task(directory, splits, stats)  # stats.json last: the task is whole
     return directory
 
@@ -138,12 +143,17 @@ def build_task(task: ConfigDict, workdir: str) -> str:
 def finetune_config(config, cell: Cell, seed: int, encoder_dir: str, task_dir: str):
     """The FinetuneExperiment of one cell and fine-tuning seed."""
     d = config.finetune.to_dict()
-    files = {f"{split}_file": long_doc_task.choices_path(task_dir, split)
-             for split in long_doc_task.SPLITS}  # fmt: skip
+    files = {
+        f"{split}_file": long_doc_task.choices_path(task_dir, split)
+        for split in long_doc_task.SPLITS
+    }
     d["task"].update(
-        **files, format="multiple_choice", metric="accuracy", max_length=cell.max_length,
+        **files,
+        format="multiple_choice",
+        metric="accuracy",
+        max_length=cell.max_length,
         truncation=cell.truncation,
-    )  # fmt: skip
+    )
     return finetune_experiment_from_dict({**d, "init_from": encoder_dir, "seed": seed})
 
 
@@ -156,9 +166,12 @@ def finetunings(config) -> list[tuple[Cell, int, int]]:
     """(cell, fine-tuning seed, the pre-training seed it starts from) of every fine-tuning,
     in table order."""
     seeds = config["seeds"]
-    return [(cell, seed, seeds[i % len(seeds)])
-            for cell in cells(config) if isinstance(cell, Cell)
-            for i, seed in enumerate(config["finetune_seeds"])]  # fmt: skip
+    return [
+        (cell, seed, seeds[i % len(seeds)])
+        for cell in cells(config)
+        if isinstance(cell, Cell)
+        for i, seed in enumerate(config["finetune_seeds"])
+    ]
 
 
 def encoders_needed(config, workdir: str, raw_dir: str | None = None) -> set[str]:
@@ -167,9 +180,10 @@ def encoders_needed(config, workdir: str, raw_dir: str | None = None) -> set[str
     return {
         cell.encoder
         for cell, seed, _ in finetunings(config)
-        if not any(_is_finished(finetune_dir(root, cell.name, seed)) for root in (workdir, raw_dir)
-                   if root)
-    }  # fmt: skip
+        if not any(
+            _is_finished(finetune_dir(root, cell.name, seed)) for root in (workdir, raw_dir) if root
+        )
+    }
 
 
 def finetune_cells(
@@ -239,8 +253,10 @@ def write_survival(config, runs, workdir: str, task_dir: str) -> str:
         a = tok.encode_batch([t["A"] for t in triplets])
         b = tok.encode_batch([t["B"] for t in triplets])
         for length in config.lengths:
-            kept = [tasks.pair_budgets(len(x), len(y), length - 3)[1] / max(len(y), 1)
-                    for x, y in zip(a, b)]  # fmt: skip
+            kept = [
+                tasks.pair_budgets(len(x), len(y), length - 3)[1] / max(len(y), 1)
+                for x, y in zip(a, b)
+            ]
             survival[str(length)][split] = [round(k, 4) for k in kept]
     path = os.path.join(workdir, SURVIVAL_FILE)
     with open(path, "w", encoding="utf-8") as f:
@@ -321,11 +337,13 @@ def read_results(root: str, config: Mapping) -> Results:
     for name in cell_names(config):
         dirs = [finetune_dir(root, name, s) for s in config["finetune_seeds"]]
         final[name] = [_read_json(os.path.join(d, finetune_lib.FINAL_METRICS_FILE)) for d in dirs]
-        predictions[name] = [_read_json(os.path.join(d, finetune_lib.PREDICTIONS_FILE))
-                             for d in dirs]  # fmt: skip
+        predictions[name] = [
+            _read_json(os.path.join(d, finetune_lib.PREDICTIONS_FILE)) for d in dirs
+        ]
     survival = _read_json(os.path.join(root, SURVIVAL_FILE))
-    return Results(dict(config), final, predictions, survival,
-                   _read_json(os.path.join(root, BOW_FILE)))  # fmt: skip
+    return Results(
+        dict(config), final, predictions, survival, _read_json(os.path.join(root, BOW_FILE))
+    )
 
 
 def _read_json(path: str):
@@ -337,8 +355,11 @@ def export_raw(workdir: str, raw_dir: str) -> int:
     """Copies survival.json, bow.json and the task's stats.json (as task_stats.json) to
     raw_dir, beside the pre-training runs' (study_record.export) and the fine-tunings'
     (finetune_cells with raw_dir, as each finishes); returns the number of files copied."""
-    files = ((SURVIVAL_FILE, SURVIVAL_FILE), (BOW_FILE, BOW_FILE),
-             (os.path.join(TASK_DIR, "stats.json"), "task_stats.json"))  # fmt: skip
+    files = (
+        (SURVIVAL_FILE, SURVIVAL_FILE),
+        (BOW_FILE, BOW_FILE),
+        (os.path.join(TASK_DIR, "stats.json"), "task_stats.json"),
+    )
     for source, name in files:
         shutil.copyfile(os.path.join(workdir, source), os.path.join(raw_dir, name))
     return len(files)

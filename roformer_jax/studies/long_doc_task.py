@@ -116,19 +116,30 @@ def build_task(
         )
     vocab = sorted({w for a in articles for s in a.sections for w in s})
     costs = dict(zip(vocab, measure.cost(vocab)))
-    pairs = _article_pairs(articles, costs, budgets, measure.separator,
-                           pairs_per_article=pairs_per_article, seed=seed)  # fmt: skip
+    pairs = _article_pairs(
+        articles, costs, budgets, measure.separator, pairs_per_article=pairs_per_article, seed=seed
+    )
     fit = list(pairs)  # the articles that hold their two windows, in article order
-    splits = [[fit[j] for j in members]
-              for members in split_articles([articles[i] for i in fit], fractions=fractions,
-                                            seed=seed)]  # fmt: skip
-    sizes = (f"{window_tokens}" if min_window_tokens == window_tokens
-             else f"{min_window_tokens} to {window_tokens}")  # fmt: skip
+    splits = [
+        [fit[j] for j in members]
+        for members in split_articles([articles[i] for i in fit], fractions=fractions, seed=seed)
+    ]
+    sizes = (
+        f"{window_tokens}"
+        if min_window_tokens == window_tokens
+        else f"{min_window_tokens} to {window_tokens}"
+    )
     _check_splits(splits, articles, costs, skipped=len(articles) - len(fit), sizes=sizes)
-    stats = {"measure": measure.name, "window_tokens": window_tokens,
-             "min_window_tokens": min_window_tokens, "pairs_per_article": pairs_per_article,
-             "positive": positive, "seed": seed, "articles_read": len(articles),
-             "articles_too_short": len(articles) - len(fit)}  # fmt: skip
+    stats = {
+        "measure": measure.name,
+        "window_tokens": window_tokens,
+        "min_window_tokens": min_window_tokens,
+        "pairs_per_article": pairs_per_article,
+        "positive": positive,
+        "seed": seed,
+        "articles_read": len(articles),
+        "articles_too_short": len(articles) - len(fit),
+    }
     out = {}
     for s, (split, members) in enumerate(zip(SPLITS, splits)):
         out[split] = _triplets(split, s, members, articles, pairs, positive=positive, seed=seed)
@@ -162,16 +173,19 @@ def _article_pairs(
     pairs_per_article - 1 other `window_pairs` drawn without replacement, seeded by
     (seed, article)."""
     windows = [
-        far_windows(a, costs, window_tokens=int(na), far_window_tokens=int(nb),
-                    separator=separator)
+        far_windows(a, costs, window_tokens=int(na), far_window_tokens=int(nb), separator=separator)
         for a, (na, nb) in zip(articles, budgets)
-    ]  # fmt: skip
+    ]
     pairs = {i: [w] for i, w in enumerate(windows) if w is not None}
     if pairs_per_article > 1:
         for i in pairs:
-            others = window_pairs(articles[i], costs, window_tokens=int(budgets[i, 0]),
-                                  far_window_tokens=int(budgets[i, 1]),
-                                  separator=separator)[1:]  # fmt: skip
+            others = window_pairs(
+                articles[i],
+                costs,
+                window_tokens=int(budgets[i, 0]),
+                far_window_tokens=int(budgets[i, 1]),
+                separator=separator,
+            )[1:]
             n = min(pairs_per_article - 1, len(others))
             drawn = np.random.default_rng([seed, _PAIR_STREAM, i]).choice(
                 len(others), n, replace=False
@@ -269,12 +283,15 @@ def build_from_sources(
     `options` go to `build_task` (min_window_tokens, pairs_per_article, positive).
     What experiments/build_long_doc_task.py and the long-document study build."""
     articles = read_articles(sources, format=format, span_words=span_words)
-    measure = named_measure(tokenizer, [" ".join(a.words) for a in articles],
-                            vocab_size=vocab_size)  # fmt: skip
+    measure = named_measure(tokenizer, [" ".join(a.words) for a in articles], vocab_size=vocab_size)
     splits, stats = build_task(
-        articles, measure=measure, window_tokens=window_tokens, seed=seed, fractions=fractions,
+        articles,
+        measure=measure,
+        window_tokens=window_tokens,
+        seed=seed,
+        fractions=fractions,
         **options,
-    )  # fmt: skip
+    )
     return splits, {**stats, "sources": list(sources)}, measure
 
 
@@ -316,10 +333,14 @@ def multiple_choice_examples(triplets: Sequence[dict]) -> list[dict]:
     B and 1 for C. The model then scores [CLS] A [SEP] B [SEP] and [CLS] A [SEP] C [SEP], and
     is right when the true pair scores higher, as the blog's CAIL script scores them."""
     return [
-        {"id": t["id"], "context": t["A"], "choices": [t["B"], t["C"]],
-         "label": ("B", "C").index(t["label"])}
+        {
+            "id": t["id"],
+            "context": t["A"],
+            "choices": [t["B"], t["C"]],
+            "label": ("B", "C").index(t["label"]),
+        }
         for t in triplets
-    ]  # fmt: skip
+    ]
 
 
 def choices_path(directory: str, split: str) -> str:
@@ -351,8 +372,10 @@ def write_task(directory: str, splits: dict[str, list[dict]], stats: dict) -> li
     paths = []
     for split, rows in splits.items():
         choices = multiple_choice_examples(rows)
-        for path, lines in ((os.path.join(directory, f"{split}.jsonl"), rows),
-                            (choices_path(directory, split), choices)):  # fmt: skip
+        for path, lines in (
+            (os.path.join(directory, f"{split}.jsonl"), rows),
+            (choices_path(directory, split), choices),
+        ):
             with open(path, "w", encoding="utf-8", newline="\n") as f:
                 f.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
             paths.append(path)

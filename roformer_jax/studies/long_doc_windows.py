@@ -81,9 +81,14 @@ def far_windows(
     `costs` maps each word to its token count. A holds at most `window_tokens` tokens, B at most
     `far_window_tokens` (default: `window_tokens`).
     """
-    pairs = window_pairs(article, costs, window_tokens=window_tokens,
-                         far_window_tokens=far_window_tokens, separator=separator,
-                         first_only=True)  # fmt: skip
+    pairs = window_pairs(
+        article,
+        costs,
+        window_tokens=window_tokens,
+        far_window_tokens=far_window_tokens,
+        separator=separator,
+        first_only=True,
+    )
     return pairs[0] if pairs else None
 
 
@@ -105,8 +110,11 @@ def window_budgets(
     if min_window_tokens == window_tokens:
         return np.full((n_articles, 2), window_tokens, np.int64)
     return np.array(
-        [np.random.default_rng([seed, _BUDGET_STREAM, i]).integers(
-            min_window_tokens, window_tokens, size=2, endpoint=True)
-         for i in range(n_articles)],
+        [
+            np.random.default_rng([seed, _BUDGET_STREAM, i]).integers(
+                min_window_tokens, window_tokens, size=2, endpoint=True
+            )
+            for i in range(n_articles)
+        ],
         np.int64,
-    ).reshape(n_articles, 2)  # fmt: skip
+    ).reshape(n_articles, 2)

@@ -22,10 +22,11 @@ def long_doc_figure(raw: RawStudy, *, page: Page) -> str:
     """long_doc_report.figure, drawn into page.figures_dir when given, with its n."""
     if page.figures_dir is not None:
         long_doc_report.figure(
-            _long_doc(raw, page), os.path.join(page.figures_dir, f"{raw.name}.png"),
+            _long_doc(raw, page),
+            os.path.join(page.figures_dir, f"{raw.name}.png"),
             title=raw.config["title"],
             footnote=long_doc_report.footnote(raw.config, raw.record["machine"]),
-        )  # fmt: skip
+        )
     n = len(raw.config["finetune_seeds"])
     return f"![{raw.name}]({FIGURES}/{raw.name}.png)\n\n*n = {n} fine-tuning seeds per point" + (
         "; bars: 95% t-interval of the mean.*" if n > 1 else ".*"

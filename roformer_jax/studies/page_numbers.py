@@ -33,21 +33,29 @@ def figure(raw: RawStudy, curves: bool = False, *, page: Page) -> str:
             exp = raw.runs[config["evaluations"][config["eval_baselines"][0]]["run"]][0]
             note = length_study.footnote(exp, seeds, targets(raw), machine, unigram)
             plots.plot_lengths(
-                raw.scores, path, title=config["title"], floor=unigram, footnote=note,
+                raw.scores,
+                path,
+                title=config["title"],
+                floor=unigram,
+                footnote=note,
                 trained_length=length_study.trained_length(exp),
                 reference=_present(config.get("position_reference"), raw.scores),
-            )  # fmt: skip
+            )
         else:
             exp, baseline = next(iter(raw.runs.values()))[0], config.get("baseline")
             paired = None
             if baseline is not None:
                 paired = tables.paired_curves(raw.results, baseline, _paired_key(raw))
             plots.plot_curves(
-                tables.curves(raw.results, config["plot_keys"]), path, title=config["title"],
+                tables.curves(raw.results, config["plot_keys"]),
+                path,
+                title=config["title"],
                 metrics=config["plot_keys"],
-                footnote=compare_report.footnote(exp, seeds, machine, unigram), floor=unigram,
-                paired=paired, paired_label=f"{_paired_key(raw)} − {baseline}",
-            )  # fmt: skip
+                footnote=compare_report.footnote(exp, seeds, machine, unigram),
+                floor=unigram,
+                paired=paired,
+                paired_label=f"{_paired_key(raw)} − {baseline}",
+            )
     spread = (
         "bars: 95% t-interval of the mean"
         if by_length
@@ -197,8 +205,9 @@ def position_table_steps(raw: RawStudy, run: str, *, page: Page) -> str:
 
 
 def _position_files(raw: RawStudy, run: str, page: Page, every: bool) -> list:
-    name, flag = ((POSITION_TABLE_STEPS_FILE, " --every_checkpoint") if every
-                  else (POSITION_TABLE_FILE, ""))  # fmt: skip
+    name, flag = (
+        (POSITION_TABLE_STEPS_FILE, " --every_checkpoint") if every else (POSITION_TABLE_FILE, "")
+    )
     found = []
     for cfg in raw.runs[run]:
         path = _raw_file(raw, page, run, cfg.seed, name)
@@ -242,8 +251,9 @@ def reproduced(raw: RawStudy, *, page: Page) -> str:
                 commit += " (uncommitted changes)" if r["dirty"] else ""
                 cpu = r.get("machine", {}).get("cpu")  # recorded since 2026-11-28
                 commit += f" on {cpu}" if cpu else ""
-                sentences.append(f"{run}, seed {cfg.seed}, rerun at {commit}: "
-                                 f"{reproduction.summary(r)}.")  # fmt: skip
+                sentences.append(
+                    f"{run}, seed {cfg.seed}, rerun at {commit}: {reproduction.summary(r)}."
+                )
     return " ".join(sentences) or "Not rerun at a later commit."
 
 
@@ -255,10 +265,11 @@ def attention_distance_figure(raw: RawStudy, length: int, *, page: Page) -> str:
     if page.figures_dir is not None:
         plots.plot_attention_distance(
             {run: np.asarray(r["weight"]) * length for run, r in weights.items()},
-            _decay_bound(cfg, length), os.path.join(page.figures_dir, f"{name}.png"),
+            _decay_bound(cfg, length),
+            os.path.join(page.figures_dir, f"{name}.png"),
             title=f"{raw.config['title']}: attention by distance, read at {length} tokens",
             trained_length=length_study.trained_length(cfg),
-        )  # fmt: skip
+        )
     return f"![{name}]({FIGURES}/{name}.png)\n\n*Seed 0 of each run; heads averaged.*"
 
 
@@ -288,14 +299,17 @@ def _attention_distance(raw: RawStudy, length: int, page: Page) -> tuple[dict, o
         if os.path.exists(path):
             found[run], first = read_json(path), first or seeds[0]
     if not found:
-        raise ValueError(f"no attention_distance_{length}.json in {raw.name}: run "
-                         "experiments/attention_distance.py with --raw_dir")  # fmt: skip
+        raise ValueError(
+            f"no attention_distance_{length}.json in {raw.name}: run "
+            "experiments/attention_distance.py with --raw_dir"
+        )
     return found, first
 
 
 def _decay_bound(cfg, length: int) -> np.ndarray:
-    return rope_reference.long_range_decay(np.arange(length), dim=cfg.model.head_dim,
-                                           base=cfg.model.rope_base)  # fmt: skip
+    return rope_reference.long_range_decay(
+        np.arange(length), dim=cfg.model.head_dim, base=cfg.model.rope_base
+    )
 
 
 def unigram(raw: RawStudy) -> str:

@@ -32,8 +32,10 @@ def header(raw: RawStudy) -> str:
     if code.get("first_commit"):
         commit = f"commits {_short(code['first_commit'])}–{_short(code.get('commit'))}"
     if len(raw.commits) > 1:
-        commit = (f"commits {', '.join(map(_short, raw.commits))} (oldest first; each run's "
-                  "provenance.json says which)")  # fmt: skip
+        commit = (
+            f"commits {', '.join(map(_short, raw.commits))} (oldest first; each run's "
+            "provenance.json says which)"
+        )
     dirty = " with uncommitted changes" if code.get("dirty") or raw.dirty else ""
     wall = _command_wall_s(raw)
     if not raw.finished:
@@ -135,8 +137,10 @@ def _vit_row(page: Page, name: str) -> str:
     training = sum(result["train_s"] for seeds in results.values() for result in seeds)
     core_hours = record["machine"]["cpus"] * training / 3600
     runs = sum(len(seeds) for seeds in results.values())
-    return (f"| {name} | {runs} | {_minutes(training)} | n/a | {core_hours:.1f} | "
-            f"{_minutes(record['wall_s'])} |")  # fmt: skip
+    return (
+        f"| {name} | {runs} | {_minutes(training)} | n/a | {core_hours:.1f} | "
+        f"{_minutes(record['wall_s'])} |"
+    )
 
 
 def _in_progress_row(raw_dir: str) -> str:

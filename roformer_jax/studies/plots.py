@@ -116,8 +116,7 @@ def _draw_paired(ax, paired, colors: Mapping[str, str], label: str) -> None:
     for name, diff in paired.items():
         ax.plot(diff["step"], diff["mean"], color=colors[name], label=f"{name} (n={diff['n']})")
         if diff["n"] > 1:
-            ax.fill_between(diff["step"], diff["low"], diff["high"], color=colors[name],
-                            alpha=0.2)  # fmt: skip
+            ax.fill_between(diff["step"], diff["low"], diff["high"], color=colors[name], alpha=0.2)
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.set_xlabel("step")
     ax.set_ylabel(label)
@@ -137,9 +136,14 @@ def _draw_floor(ax, floor: float) -> None:
         return
     ax.set_ylim(low, high)
     above = floor > high
-    ax.annotate(f"unigram {floor:.3f} {'↑' if above else '↓'}", xy=(0.99, 0.98 if above else 0.02),
-                xycoords="axes fraction", ha="right", va="top" if above else "bottom",
-                fontsize=7)  # fmt: skip
+    ax.annotate(
+        f"unigram {floor:.3f} {'↑' if above else '↓'}",
+        xy=(0.99, 0.98 if above else 0.02),
+        xycoords="axes fraction",
+        ha="right",
+        va="top" if above else "bottom",
+        fontsize=7,
+    )
 
 
 def _aligned(seeds, metric):
@@ -254,16 +258,26 @@ def plot_accuracy_lengths(
     markers = "sDv^<>"
     for i, (name, (length, values)) in enumerate((controls or {}).items()):
         mean, error = _mean_error(values)
-        ax.errorbar([length], [mean], yerr=[error], marker=markers[i % len(markers)], capsize=3,
-                    linestyle="none", color=f"C{i}", mfc="white", label=name)  # fmt: skip
+        ax.errorbar(
+            [length],
+            [mean],
+            yerr=[error],
+            marker=markers[i % len(markers)],
+            capsize=3,
+            linestyle="none",
+            color=f"C{i}",
+            mfc="white",
+            label=name,
+        )
     if chance is not None:
         ax.axhline(chance, color="black", linestyle="--", linewidth=0.8, label="chance")
     if reference is not None:
         ax.axhline(reference[1], color="gray", linestyle=":", label=reference[0])
     ax.set_xticks(sorted({n for points in lines.values() for n in points}))
     ax.set_xlabel(xlabel)
-    ax.set_ylabel(f"test accuracy (n={max(len(p) for s in lines.values() for p in s.values())} "
-                  "seeds)")  # fmt: skip
+    ax.set_ylabel(
+        f"test accuracy (n={max(len(p) for s in lines.values() for p in s.values())} seeds)"
+    )
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -273,9 +287,14 @@ def plot_accuracy_lengths(
 
 
 def plot_attention_distance(
-    weights: Mapping[str, np.ndarray], bound: np.ndarray, path: str, *, title: str,
-    trained_length: int | None = None, footnote: str = "",
-) -> str:  # fmt: skip
+    weights: Mapping[str, np.ndarray],
+    bound: np.ndarray,
+    path: str,
+    *,
+    title: str,
+    trained_length: int | None = None,
+    footnote: str = "",
+) -> str:
     """Trained attention's weight on one key against its distance r = |m − n|, log-log: one
     panel per run, one line per layer (its heads averaged), as a multiple of uniform attention
     (1 = the weight of 1/L on every key); the decay bound's shape f(r)/f(1) (RoPE's, section
@@ -287,16 +306,23 @@ def plot_attention_distance(
       trained_length: drawn as a vertical line (the rows the runs were trained on).
     """
     names = list(weights)
-    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3.6), squeeze=False,
-                             sharey=True)  # fmt: skip
+    fig, axes = plt.subplots(
+        1, len(names), figsize=(3.2 * len(names), 3.6), squeeze=False, sharey=True
+    )
     for ax, name in zip(axes[0], names):
         per_layer = np.nanmean(weights[name], axis=1)  # [layers, L]
         r = np.arange(1, per_layer.shape[-1])
         for layer, line in enumerate(per_layer):
             ax.plot(r, line[1:], color=f"C{layer}", label=f"layer {layer}")
         start = np.nanmean(per_layer[:, 1])
-        ax.plot(r, start * bound[1:] / bound[1], color="black", linestyle="--", linewidth=0.9,
-                label="bound f(r)/f(1)")  # fmt: skip
+        ax.plot(
+            r,
+            start * bound[1:] / bound[1],
+            color="black",
+            linestyle="--",
+            linewidth=0.9,
+            label="bound f(r)/f(1)",
+        )
         ax.axhline(1.0, color="gray", linestyle=":", linewidth=0.8)
         if trained_length is not None:
             ax.axvline(trained_length, color="gray", linewidth=0.6)

@@ -50,8 +50,9 @@ def export_run(source: str, target: str, folders: Sequence[str] = ()) -> int:
             copied += 1
     for folder in folders:
         if os.path.isdir(os.path.join(source, folder)):
-            shutil.copytree(os.path.join(source, folder), os.path.join(target, folder),
-                            dirs_exist_ok=True)  # fmt: skip
+            shutil.copytree(
+                os.path.join(source, folder), os.path.join(target, folder), dirs_exist_ok=True
+            )
             copied += len(os.listdir(os.path.join(source, folder)))
     return copied
 

@@ -35,8 +35,10 @@ def compare_records(committed: list[dict], rerun: list[dict], *, until: int | No
         until = None
     by_step = {r["step"]: r for r in rerun}
     if [r["step"] for r in committed] != list(by_step):
-        raise ValueError(f"the rerun logged steps {list(by_step)[:5]}..., the record "
-                         f"{[r['step'] for r in committed][:5]}...")  # fmt: skip
+        raise ValueError(
+            f"the rerun logged steps {list(by_step)[:5]}..., the record "
+            f"{[r['step'] for r in committed][:5]}..."
+        )
     largest, shared, only_record, only_rerun = {}, set(), set(), set()
     for old in committed:
         new = by_step[old["step"]]
@@ -49,11 +51,20 @@ def compare_records(committed: list[dict], rerun: list[dict], *, until: int | No
                 change = abs(old[key] - new[key]) / max(abs(old[key]), abs(new[key]))
                 largest[key] = max(largest.get(key, 0.0), change)
     last = by_step[committed[-1]["step"]] if committed else {}
-    final = {k: [v, last[k]] for k, v in (committed[-1] if committed else {}).items()
-             if k.startswith("valid/loss") and k in last}  # fmt: skip
-    record = {"steps": len(committed), "metrics": len(shared), "identical": not largest,
-              "largest": largest, "final": final, "only_record": sorted(only_record),
-              "only_rerun": sorted(only_rerun)}  # fmt: skip
+    final = {
+        k: [v, last[k]]
+        for k, v in (committed[-1] if committed else {}).items()
+        if k.startswith("valid/loss") and k in last
+    }
+    record = {
+        "steps": len(committed),
+        "metrics": len(shared),
+        "identical": not largest,
+        "largest": largest,
+        "final": final,
+        "only_record": sorted(only_record),
+        "only_rerun": sorted(only_rerun),
+    }
     return record if until is None else record | {"until": until, "of_steps": whole}
 
 
@@ -74,13 +85,17 @@ def summary(record: dict) -> str:
         # changes that say little.
         losses = {k: v for k, v in record["largest"].items() if "loss" in k}
         key, value = max((losses or record["largest"]).items(), key=lambda kv: kv[1])
-        text = (f"not bit-identical{over} ({counted}; {len(record['largest'])} differ), the "
-                f"{'losses' if losses else 'metrics'} by at most {value:.1e} relative (in "
-                f"{key})")  # fmt: skip
+        text = (
+            f"not bit-identical{over} ({counted}; {len(record['largest'])} differ), the "
+            f"{'losses' if losses else 'metrics'} by at most {value:.1e} relative (in "
+            f"{key})"
+        )
         for name, (old, new) in record.get("final", {}).items():
             text += f"; {when} {name} {old:.4f} then, {new:.4f} now"
-    for which, keys in (("the record", record.get("only_record")),
-                        ("the rerun", record.get("only_rerun"))):  # fmt: skip
+    for which, keys in (
+        ("the record", record.get("only_record")),
+        ("the rerun", record.get("only_rerun")),
+    ):
         if keys:
             text += f"; only {which} logged {', '.join(keys)}"
     return text
@@ -95,6 +110,7 @@ def trained_version(provenance: dict | None) -> dict:
     sessions = (provenance or {}).get("sessions", [])
     versions = {json.dumps({k: s.get(k) for k in keys}, sort_keys=True) for s in sessions}
     if len(versions) != 1:
-        raise ValueError(f"a run trained in one code version has one, not {len(versions)}: "
-                         f"{sorted(versions)}")  # fmt: skip
+        raise ValueError(
+            f"a run trained in one code version has one, not {len(versions)}: {sorted(versions)}"
+        )
     return json.loads(versions.pop())

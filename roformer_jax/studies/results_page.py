@@ -137,11 +137,35 @@ KINDS = {
     "vit_paired_table": page_vit.vit_paired_table,
     "vit_verdict": page_vit.vit_verdict,
 }
-INLINE = {"stale", "mean", "diff", "length_change", "below_from", "reaches", "unigram", "targets",
-          "stage_change", "multiplicity", "reproduced", "long_doc_bow", "extremes",
-          "vit_verdict"}  # fmt: skip
-_USES_PAGE = {"stale", "figure", "position_table", "position_table_steps", "reproduced",
-              "attention_distance_figure", "attention_distance_table",
-              "long_doc_figure", "long_doc_table", "long_doc_paired_table",
-              "long_doc_survival_table", "long_doc_bow", "finetuning_table",
-              "finetuning_paired_table"}  # fmt: skip
+INLINE = {
+    "stale",
+    "mean",
+    "diff",
+    "length_change",
+    "below_from",
+    "reaches",
+    "unigram",
+    "targets",
+    "stage_change",
+    "multiplicity",
+    "reproduced",
+    "long_doc_bow",
+    "extremes",
+    "vit_verdict",
+}
+_USES_PAGE = {
+    "stale",
+    "figure",
+    "position_table",
+    "position_table_steps",
+    "reproduced",
+    "attention_distance_figure",
+    "attention_distance_table",
+    "long_doc_figure",
+    "long_doc_table",
+    "long_doc_paired_table",
+    "long_doc_survival_table",
+    "long_doc_bow",
+    "finetuning_table",
+    "finetuning_paired_table",
+}

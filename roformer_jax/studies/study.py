@@ -89,9 +89,13 @@ def run_study(
             cfg = _as_trained_in(cfg, workdir)
             check_same_config(directory, cfg, workdir)
             how = _train_or_reuse(
-                cfg, directory, name=name, workdir=workdir, progress=f"[{done}/{total}]",
+                cfg,
+                directory,
+                name=name,
+                workdir=workdir,
+                progress=f"[{done}/{total}]",
                 raw_dir=None if name in sources else raw_dir,
-            )  # fmt: skip
+            )
             if how != "trained":
                 cached.append(directory)
             if raw_dir and how != "restored":  # a restored run's files are the raw copy already
@@ -149,13 +153,15 @@ def _warn_if_older_code(directories: Sequence[str]) -> None:
         if changed:
             older.setdefault(commit, []).append(directory)
     if older:
-        where = "; ".join(f"{len(d)} at {c[:7]}: git diff --stat {c[:7]} HEAD"
-                          for c, d in older.items())  # fmt: skip
+        where = "; ".join(
+            f"{len(d)} at {c[:7]}: git diff --stat {c[:7]} HEAD" for c, d in older.items()
+        )
         logging.warning(
             "%d cached run(s) were trained by code that differs from HEAD in roformer_jax/ or "
             "configs/ (%s); their numbers are that code's: delete a run's directory to retrain it",
-            sum(map(len, older.values())), where,
-        )  # fmt: skip
+            sum(map(len, older.values())),
+            where,
+        )
 
 
 def resolve_init_from(cfg: ExperimentConfig, workdir: str) -> ExperimentConfig:

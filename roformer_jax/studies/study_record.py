@@ -153,9 +153,13 @@ def read_raw(raw_dir: str) -> RawStudy:
     scores = None
     if "evaluations" in config:
         scores = length_study.read_scores(
-            config["evaluations"], runs, raw_dir, lengths=config["eval_lengths"],
-            max_tokens=config["eval_tokens"], complete=finished,
-        )  # fmt: skip
+            config["evaluations"],
+            runs,
+            raw_dir,
+            lengths=config["eval_lengths"],
+            max_tokens=config["eval_tokens"],
+            complete=finished,
+        )
     name = os.path.basename(os.path.normpath(raw_dir))
     dirty = any(s.get("dirty") for s in sessions)
     return RawStudy(name, record, runs, results, scores, commits, dirty)

@@ -40,10 +40,12 @@ def paired_curves(
         if name == baseline:
             continue
         pairs = [
-            ({r["step"]: r[key] for r in run if r.get(key) is not None},
-             {r["step"]: r[key] for r in base if r.get(key) is not None})
+            (
+                {r["step"]: r[key] for r in run if r.get(key) is not None},
+                {r["step"]: r[key] for r in base if r.get(key) is not None},
+            )
             for run, base in zip(seeds, results[baseline])
-        ]  # fmt: skip
+        ]
         steps = sorted(set.intersection(*(set(a) & set(b) for a, b in pairs))) if pairs else []
         rows = []
         for step in steps:
@@ -85,12 +87,17 @@ def extremes_table(results: Mapping[str, Sequence[list[dict]]], extremes: Mappin
     no denominator to watch).
     """
     keys = list(extremes)
-    lines = ["| run | seeds | " + " | ".join(f"{extremes[k]} {k} (per seed)" for k in keys) + " |",
-             "|" + "---|" * (len(keys) + 2)]  # fmt: skip
+    lines = [
+        "| run | seeds | " + " | ".join(f"{extremes[k]} {k} (per seed)" for k in keys) + " |",
+        "|" + "---|" * (len(keys) + 2),
+    ]
     for name, seeds in results.items():
-        cells = [", ".join("–" if v is None else f"{v:.3g}"
-                           for v in seed_extremes(seeds, key, extremes[key]))
-                 for key in keys]  # fmt: skip
+        cells = [
+            ", ".join(
+                "–" if v is None else f"{v:.3g}" for v in seed_extremes(seeds, key, extremes[key])
+            )
+            for key in keys
+        ]
         lines.append(f"| {name} | {len(seeds)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -212,12 +219,15 @@ def holm_text(family: Mapping[str, list[float]], what: str, *, alpha: float = 0.
     def listed(labels):
         if not labels or len(labels) > 8:
             return ""
-        return ": " + "; ".join(f"{label} (p = {p[label]:.2g}, Holm {adjusted[label]:.2g})"
-                                for label in labels)  # fmt: skip
+        return ": " + "; ".join(
+            f"{label} (p = {p[label]:.2g}, Holm {adjusted[label]:.2g})" for label in labels
+        )
 
-    text = (f"*Multiplicity:* {m} paired intervals ({what}); {len(apart)} "
-            f"{_verb(apart, 'exclude')} 0 at 95%. "
-            f"Under Holm's correction for all {m} (family-wise {alpha:.0%}), ")  # fmt: skip
+    text = (
+        f"*Multiplicity:* {m} paired intervals ({what}); {len(apart)} "
+        f"{_verb(apart, 'exclude')} 0 at 95%. "
+        f"Under Holm's correction for all {m} (family-wise {alpha:.0%}), "
+    )
     seeds = {len(d) for d in tested.values()}
     if len(seeds) == 1:  # what the smallest p must reach: the strictest step of Holm's
         n = seeds.pop()
@@ -226,8 +236,9 @@ def holm_text(family: Mapping[str, list[float]], what: str, *, alpha: float = 0.
     if not apart:
         return text + "none is apart from 0 either."
     text += f"{len(kept)} of those {len(apart)} {_verb(kept, 'stay')} apart from 0{listed(kept)}"
-    return text + (f"; {len(lost)} {_verb(lost, 'do')} not{listed(lost)}." if lost else
-                   "; none is lost.")  # fmt: skip
+    return text + (
+        f"; {len(lost)} {_verb(lost, 'do')} not{listed(lost)}." if lost else "; none is lost."
+    )
 
 
 def _verb(things: list, plural: str) -> str:

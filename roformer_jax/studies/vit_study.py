@@ -93,10 +93,23 @@ def zoomed_crops(images, rng, size: int, max_zoom: float) -> jax.Array:
 
 def runs(config: Mapping) -> dict[str, dict]:
     """Each run's settings: the shared ones with its own `runs` entry over them."""
-    shared = {k: config[k] for k in ("model", "patch", "train_size", "eval_sizes", "steps",
-                                      "batch_size", "learning_rate", "warmup_steps",
-                                      "weight_decay", "test_size", "split_seed",
-                                      "max_zoom")}  # fmt: skip
+    shared = {
+        k: config[k]
+        for k in (
+            "model",
+            "patch",
+            "train_size",
+            "eval_sizes",
+            "steps",
+            "batch_size",
+            "learning_rate",
+            "warmup_steps",
+            "weight_decay",
+            "test_size",
+            "split_seed",
+            "max_zoom",
+        )
+    }
     out = {}
     for name, own in config["runs"].items():
         settings = json.loads(json.dumps(shared))
@@ -108,8 +121,12 @@ def runs(config: Mapping) -> dict[str, dict]:
 
 def model(settings: Mapping) -> ViT:
     grid = settings["train_size"] // settings["patch"]
-    return ViT(ModelConfig(**settings["model"]), settings["patch"], CLASSES,
-               table_grid=(grid, grid) if settings["table"] else None)  # fmt: skip
+    return ViT(
+        ModelConfig(**settings["model"]),
+        settings["patch"],
+        CLASSES,
+        table_grid=(grid, grid) if settings["table"] else None,
+    )
 
 
 class Programs(NamedTuple):
@@ -173,9 +190,12 @@ def train_and_score(settings: Mapping, seed: int, data: Digits) -> dict:
             indices = np.concatenate([indices, order.permutation(len(train_x))])
         chosen, indices = indices[:batch], indices[batch:]
         params, opt_state, loss = step(
-            params, opt_state, train_x[chosen], data.train_labels[chosen],
+            params,
+            opt_state,
+            train_x[chosen],
+            data.train_labels[chosen],
             jax.random.fold_in(key, t),
-        )  # fmt: skip
+        )
         losses.append(loss)
         if (t + 1) % every == 0:
             curve.append([t + 1, float(np.mean(jax.device_get(losses)))])
@@ -201,8 +221,11 @@ def run_study(
             result = cached_result(directory, settings)
             if result is None:
                 log(f"training {name} seed {seed}")
-                result = {"settings": settings, "seed": seed,
-                          **train_and_score(settings, seed, data)}  # fmt: skip
+                result = {
+                    "settings": settings,
+                    "seed": seed,
+                    **train_and_score(settings, seed, data),
+                }
                 _write_json(os.path.join(directory, RESULT), result)
             log(f"{name} seed {seed}: {result['accuracy']}")
             if raw_dir:
@@ -269,8 +292,10 @@ def accuracy_table(config: Mapping, results: Mapping) -> str:
     sample std over seeds."""
     sizes = _sizes(config)
     header = [f"{s} px" + (" (trained)" if s == config["train_size"] else "") for s in sizes]
-    lines = ["| encoding | " + " | ".join(header) + " | seeds |", "|---|" + "---|" * len(sizes)
-             + "---|"]  # fmt: skip
+    lines = [
+        "| encoding | " + " | ".join(header) + " | seeds |",
+        "|---|" + "---|" * len(sizes) + "---|",
+    ]
     for name in results:
         cells = [tables.mean_std_text(_accuracies(results, name, s)) for s in sizes]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {len(results[name])} |")
@@ -287,8 +312,12 @@ def paired_table(config: Mapping, results: Mapping) -> str:
     """Markdown: one row per pair of `config["pairs"]`, one column per size; the mean accuracy
     difference over seeds paired by seed, with its 95% t-interval."""
     sizes = _sizes(config)
-    lines = ["| accuracy difference: mean [95% t-interval] | " + " | ".join(
-        f"{s} px" for s in sizes) + " |", "|---|" + "---|" * len(sizes)]  # fmt: skip
+    lines = [
+        "| accuracy difference: mean [95% t-interval] | "
+        + " | ".join(f"{s} px" for s in sizes)
+        + " |",
+        "|---|" + "---|" * len(sizes),
+    ]
     for pair in config["pairs"]:
         cells = [tables.interval_text(paired_differences(config, results, pair, s)) for s in sizes]
         lines.append(f"| {pair} | " + " | ".join(cells) + " |")
@@ -310,9 +339,13 @@ def figure(config: Mapping, results: Mapping, path: str, *, footnote: str = "") 
     """Test accuracy against image size, one line per encoding, 95% t-intervals over seeds."""
     lines = {name: {s: _accuracies(results, name, s) for s in _sizes(config)} for name in results}
     return plots.plot_accuracy_lengths(
-        lines, path, title=config["title"], chance=1.0 / CLASSES, footnote=footnote,
+        lines,
+        path,
+        title=config["title"],
+        chance=1.0 / CLASSES,
+        footnote=footnote,
         xlabel=f"image size (pixels; trained at {config['train_size']})",
-    )  # fmt: skip
+    )
 
 
 def footnote(config: Mapping, machine: Mapping) -> str:

@@ -78,8 +78,9 @@ class Checkpoints:
         steps = sorted(self._manager.all_steps(), reverse=True)
         if step is not None:
             if step not in steps:
-                raise ValueError(f"no checkpoint of step {step} in {self.directory}; "
-                                 f"it keeps {sorted(steps)}")  # fmt: skip
+                raise ValueError(
+                    f"no checkpoint of step {step} in {self.directory}; it keeps {sorted(steps)}"
+                )
             steps = [step]
         for step in steps:
             try:
@@ -124,9 +125,14 @@ class Checkpoints:
         aside = os.path.join(f"{self.directory}.damaged", str(step))
         logging.warning(
             "checkpoint %s/%d is damaged (its %s cannot be read: %s: %s); moved to %s, trying "
-            "the one before it", self.directory, step, item, type(error).__name__,
-            str(error)[:200], aside,
-        )  # fmt: skip
+            "the one before it",
+            self.directory,
+            step,
+            item,
+            type(error).__name__,
+            str(error)[:200],
+            aside,
+        )
         self._damaged = True
         if jax.process_index() == 0:
             os.makedirs(os.path.dirname(aside), exist_ok=True)

@@ -54,11 +54,14 @@ class TaskConfig:
         if self.truncation not in TRUNCATIONS:
             raise ValueError(f"truncation {self.truncation!r} is not one of {TRUNCATIONS}")
         if self.summary_type not in SUMMARY_POSITIONS:
-            raise ValueError(f"summary_type {self.summary_type!r} is not one of "
-                             f"{sorted(SUMMARY_POSITIONS)}")  # fmt: skip
+            raise ValueError(
+                f"summary_type {self.summary_type!r} is not one of {sorted(SUMMARY_POSITIONS)}"
+            )
         if self.summary_type != "last" and self.format != "multiple_choice":
-            raise ValueError(f"summary_type={self.summary_type!r} is for format "
-                             f"'multiple_choice', not {self.format!r}")  # fmt: skip
+            raise ValueError(
+                f"summary_type={self.summary_type!r} is for format "
+                f"'multiple_choice', not {self.format!r}"
+            )
         if self.max_length < 4:
             raise ValueError(f"max_length {self.max_length} leaves no room for text")
         if not self.train_file.startswith("builtin:") and self.valid_file is None:
@@ -124,8 +127,9 @@ def finetune_experiment_from_dict(d: Mapping) -> FinetuneExperiment:
     errors."""
     unknown = sorted(set(d) - set(SECTIONS) - set(_TOP_LEVEL))
     if unknown:
-        raise ValueError(f"unknown config keys {unknown}; expected {sorted(SECTIONS)} and "
-                         f"{list(_TOP_LEVEL)}")  # fmt: skip
+        raise ValueError(
+            f"unknown config keys {unknown}; expected {sorted(SECTIONS)} and {list(_TOP_LEVEL)}"
+        )
     defaults = FinetuneExperiment()  # a section's missing keys: its default there, not the
     # dataclass's own (fine-tuning's optimizer is not pre-training's)
     sections = {

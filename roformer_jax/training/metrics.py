@@ -106,10 +106,15 @@ def empty_window() -> dict:
     """Host-side sums (and extrema; None: no step yet) over the steps since the last record
     (JSON: it rides in checkpoints)."""
     return {
-        "loss": 0.0, "correct": 0.0, "count": 0.0, "grad_norm": 0.0, "steps": 0,
-        "grad_norm_max": None, "min_denominator": None,
+        "loss": 0.0,
+        "correct": 0.0,
+        "count": 0.0,
+        "grad_norm": 0.0,
+        "steps": 0,
+        "grad_norm_max": None,
+        "min_denominator": None,
         **dict.fromkeys(PAIR_SUMS, 0.0),
-    }  # fmt: skip
+    }
 
 
 PAIR_SUMS = ("pair_loss", "pair_correct", "pair_count")  # training.step.pair_sums

@@ -93,8 +93,13 @@ def learning_rate_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule
         raise ValueError(f"total_steps must be > 0, got {total_steps}")
     warmup = cfg.warmup_steps
     if warmup > total_steps:  # a short test of a long recipe: warm up over the whole run
-        logging.warning("warmup_steps=%d is longer than the whole run (%d steps); warming up "
-                        "over all %d steps instead", warmup, total_steps, total_steps)  # fmt: skip
+        logging.warning(
+            "warmup_steps=%d is longer than the whole run (%d steps); warming up "
+            "over all %d steps instead",
+            warmup,
+            total_steps,
+            total_steps,
+        )
         warmup = total_steps
     peak, end = cfg.learning_rate, cfg.end_learning_rate
     decay_steps = max(total_steps - warmup, 1)

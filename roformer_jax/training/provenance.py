@@ -33,8 +33,9 @@ def code_version(root: str = _ROOT) -> dict:
     one this package runs from); dirty: a tracked file outside docs/ differs from the commit."""
 
     def git(*args):
-        out = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
-                             timeout=10, check=True)  # fmt: skip
+        out = subprocess.run(
+            ["git", "-C", root, *args], capture_output=True, text=True, timeout=10, check=True
+        )
         return out.stdout.strip()
 
     try:
@@ -52,9 +53,23 @@ def code_changed(commit: str) -> list[str] | None:
     empty list); None where git or the commit is unavailable."""
     try:
         done = subprocess.run(
-            ["git", "-C", _ROOT, "diff", "--name-only", commit, "HEAD", "--", "roformer_jax",
-             "configs"], capture_output=True, text=True, timeout=30, check=False,
-        )  # fmt: skip
+            [
+                "git",
+                "-C",
+                _ROOT,
+                "diff",
+                "--name-only",
+                commit,
+                "HEAD",
+                "--",
+                "roformer_jax",
+                "configs",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.split() if done.returncode == 0 else None  # 128: an unknown commit

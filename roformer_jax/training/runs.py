@@ -95,8 +95,9 @@ def model_and_optimizer(cfg: ExperimentConfig):
     run of one model in a process (a study's next seed, a resumed run, a run read back) finds
     its init, train and eval steps already traced and compiled by jax.jit.
     """
-    return _model_and_optimizer(cfg.model, cfg.data.pairs, cfg.data.seq_len, cfg.optim,
-                                cfg.train.steps)  # fmt: skip
+    return _model_and_optimizer(
+        cfg.model, cfg.data.pairs, cfg.data.seq_len, cfg.optim, cfg.train.steps
+    )
 
 
 @functools.lru_cache(maxsize=32)
@@ -157,8 +158,12 @@ def params_from(workdir: str, initial_params, tokenizer):
                 f"{found.get(path, 'absent')} there and {wanted.get(path, 'absent')} here "
                 "(only what holds no parameters may differ, e.g. rope_scaling or dropout)"
             )
-    logging.info("parameters from %s (step %d)%s", workdir, step,
-                 f"; {', '.join(added)} initialized afresh" if added else "")  # fmt: skip
+    logging.info(
+        "parameters from %s (step %d)%s",
+        workdir,
+        step,
+        f"; {', '.join(added)} initialized afresh" if added else "",
+    )
     return params
 
 

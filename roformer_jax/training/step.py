@@ -140,9 +140,13 @@ def _train_sums(sums_fn, params, batch, rng, update) -> dict[str, jax.Array]:
     global batch, batch["index"] int [b] (see the module doc); `update`: the updates done."""
     rows = {k: v for k, v in batch.items() if k != "index"}
     return sums_fn(
-        params, rows, deterministic=False, rngs={"dropout": rng}, example_ids=batch["index"],
+        params,
+        rows,
+        deterministic=False,
+        rngs={"dropout": rng},
+        example_ids=batch["index"],
         update=update,
-    )  # fmt: skip
+    )
 
 
 def make_train_step(
@@ -232,8 +236,14 @@ def make_eval_step(
 
     def eval_step(params, batch, steps_done=None):
         batch = {k: v for k, v in batch.items() if k != "index"}
-        sums = mlm_apply(model, params, batch, mask_prob, deterministic=True,
-                         update=evaluation_update(steps_done))  # fmt: skip
+        sums = mlm_apply(
+            model,
+            params,
+            batch,
+            mask_prob,
+            deterministic=True,
+            update=evaluation_update(steps_done),
+        )
         return sums if axis_name is None else lax.psum(sums, axis_name)
 
     return eval_step

@@ -46,9 +46,13 @@ class TaskKind:
 
 def apply_model(model, params, batch, **kwargs):
     """The TaskModel's head outputs on a batch's inputs [B, (C,) L]."""
-    return model.apply({"params": params}, batch["input_ids"],
-                       attention_mask=batch["attention_mask"],
-                       token_type_ids=batch["token_type_ids"], **kwargs)  # fmt: skip
+    return model.apply(
+        {"params": params},
+        batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        token_type_ids=batch["token_type_ids"],
+        **kwargs,
+    )
 
 
 def read_examples(path: str, kind: str) -> list[dict]:
@@ -64,8 +68,11 @@ def read_examples(path: str, kind: str) -> list[dict]:
 def _label_sums(outputs, batch) -> dict[str, jax.Array]:
     """One label per example: logits [B, K] (or [B, C], one score per choice)."""
     xent, correct = target_scores(outputs.logits, batch["label"])  # [B]
-    return {"loss": jnp.sum(xent), "correct": jnp.sum(correct),
-            "count": jnp.asarray(xent.shape[0], jnp.float32)}  # fmt: skip
+    return {
+        "loss": jnp.sum(xent),
+        "correct": jnp.sum(correct),
+        "count": jnp.asarray(xent.shape[0], jnp.float32),
+    }
 
 
 def _tag_sums(outputs, batch) -> dict[str, jax.Array]:
@@ -73,9 +80,11 @@ def _tag_sums(outputs, batch) -> dict[str, jax.Array]:
     tasks.NO_TAG marks left out; the loss is a mean over the words, as HF's."""
     tagged = batch["tags"] != tasks.NO_TAG  # [B, L]
     xent, correct = target_scores(outputs.logits, jnp.where(tagged, batch["tags"], 0))
-    return {"loss": jnp.sum(jnp.where(tagged, xent, 0.0)),
-            "correct": jnp.sum(jnp.where(tagged, correct, 0.0)),
-            "count": jnp.sum(tagged).astype(jnp.float32)}  # fmt: skip
+    return {
+        "loss": jnp.sum(jnp.where(tagged, xent, 0.0)),
+        "correct": jnp.sum(jnp.where(tagged, correct, 0.0)),
+        "count": jnp.sum(tagged).astype(jnp.float32),
+    }
 
 
 def _span_sums(outputs, batch) -> dict[str, jax.Array]:
@@ -86,8 +95,11 @@ def _span_sums(outputs, batch) -> dict[str, jax.Array]:
     correct = (jnp.argmax(outputs.start_logits, -1) == batch["start"]) & (
         jnp.argmax(outputs.end_logits, -1) == batch["end"]
     )
-    return {"loss": jnp.sum(loss), "correct": jnp.sum(correct).astype(jnp.float32),
-            "count": jnp.asarray(loss.shape[0], jnp.float32)}  # fmt: skip
+    return {
+        "loss": jnp.sum(loss),
+        "correct": jnp.sum(correct).astype(jnp.float32),
+        "count": jnp.asarray(loss.shape[0], jnp.float32),
+    }
 
 
 # ---------------------------------------------------------------- metrics (on the host)
@@ -98,8 +110,10 @@ def _argmax(outputs) -> np.ndarray:
 
 
 def _class_scores(predictions, targets, num_labels: int) -> dict[str, float]:
-    return {"accuracy": tm.accuracy(predictions, targets),
-            "macro_f1": tm.macro_f1(predictions, targets, num_labels)}  # fmt: skip
+    return {
+        "accuracy": tm.accuracy(predictions, targets),
+        "macro_f1": tm.macro_f1(predictions, targets, num_labels),
+    }
 
 
 def _classification_scores(outputs, rows, examples, labels, tok) -> dict[str, float]:
@@ -121,8 +135,9 @@ def _span_scores(outputs, rows, examples, labels, tok) -> dict[str, float]:
     texts = []
     for i in range(len(examples)):
         last = int(rows["attention_mask"][i].sum()) - 2  # the last context token
-        s, e = tm.best_span(outputs.start_logits[i], outputs.end_logits[i],
-                            int(rows["context_start"][i]), last)  # fmt: skip
+        s, e = tm.best_span(
+            outputs.start_logits[i], outputs.end_logits[i], int(rows["context_start"][i]), last
+        )
         texts.append(tok.decode(rows["input_ids"][i, s : e + 1]))
     references = [e["answers"]["text"] for e in examples]
     return {"exact_match": tm.exact_match(texts, references), "f1": tm.token_f1(texts, references)}
@@ -137,9 +152,14 @@ TASK_KINDS: dict[str, TaskKind] = {
         columns=("text", "label"),  # text_pair is optional
         check=None,
         encode=lambda ex, tok, labels, t, path: tasks.encode_classification(
-            ex, tok, labels, max_length=t.max_length, truncation=t.truncation, path=path),
-        targets=("label",), sums=_label_sums, scores=_classification_scores,
-        metrics=("accuracy", "macro_f1"), label_list=tasks.label_list, predictions=_argmax,
+            ex, tok, labels, max_length=t.max_length, truncation=t.truncation, path=path
+        ),
+        targets=("label",),
+        sums=_label_sums,
+        scores=_classification_scores,
+        metrics=("accuracy", "macro_f1"),
+        label_list=tasks.label_list,
+        predictions=_argmax,
     ),
     # words -> tags: one label per word (named entities, parts of speech)
     "token_classification": TaskKind(
@@ -147,9 +167,13 @@ TASK_KINDS: dict[str, TaskKind] = {
         columns=("words", "tags"),
         check=tasks.check_tags,
         encode=lambda ex, tok, labels, t, path: tasks.encode_tags(
-            ex, tok, labels, max_length=t.max_length, path=path),
-        targets=("tags",), sums=_tag_sums, scores=_tag_scores,
-        metrics=("accuracy", "macro_f1"), label_list=tasks.tag_list,
+            ex, tok, labels, max_length=t.max_length, path=path
+        ),
+        targets=("tags",),
+        sums=_tag_sums,
+        scores=_tag_scores,
+        metrics=("accuracy", "macro_f1"),
+        label_list=tasks.tag_list,
     ),
     # question, context -> the answer's span in the context (SQuAD)
     "qa": TaskKind(
@@ -157,8 +181,11 @@ TASK_KINDS: dict[str, TaskKind] = {
         columns=("question", "context", "answers"),
         check=tasks.check_answers,
         encode=lambda ex, tok, labels, t, path: tasks.encode_qa(
-            ex, tok, max_length=t.max_length, path=path),
-        targets=("start", "end"), sums=_span_sums, scores=_span_scores,
+            ex, tok, max_length=t.max_length, path=path
+        ),
+        targets=("start", "end"),
+        sums=_span_sums,
+        scores=_span_scores,
         metrics=("exact_match", "f1"),
     ),
     # context, choices -> the right choice: classification's loss over the logits [B, C]
@@ -167,8 +194,12 @@ TASK_KINDS: dict[str, TaskKind] = {
         columns=("context", "choices", "label"),
         check=tasks.check_choices,
         encode=lambda ex, tok, labels, t, path: tasks.encode_multiple_choice(
-            ex, tok, max_length=t.max_length, truncation=t.truncation, path=path),
-        targets=("label",), sums=_label_sums, scores=_choice_scores,
-        metrics=("accuracy",), predictions=_argmax,
+            ex, tok, max_length=t.max_length, truncation=t.truncation, path=path
+        ),
+        targets=("label",),
+        sums=_label_sums,
+        scores=_choice_scores,
+        metrics=("accuracy",),
+        predictions=_argmax,
     ),
-}  # fmt: skip
+}

@@ -49,8 +49,11 @@ def load_encoder(init_from: str | None, random_init_size: str = "tiny"):
     model, variables = hf.load_hf_roformer(init_from)
     params = variables["params"]
     params = params["roformer"] if isinstance(model, heads.TaskModel) else params
-    return model.config, {k: v for k, v in params.items() if k not in PRETRAINING_HEADS}, (
-        WordPieceTokenizer.from_vocab(init_from))  # fmt: skip
+    return (
+        model.config,
+        {k: v for k, v in params.items() if k not in PRETRAINING_HEADS},
+        (WordPieceTokenizer.from_vocab(init_from)),
+    )
 
 
 def initial_params(model: heads.TaskModel, encoder_params, rng, ids):
@@ -92,25 +95,38 @@ def layer_decay_factors(params, *, num_layers: int, decay: float):
 
 def scale_by_factors(factors) -> optax.GradientTransformation:
     """Multiplies each leaf's update by its factor: after AdamW, lr(t)·factor per leaf."""
-    return optax.stateless(lambda updates, params=None: jax.tree.map(jnp.multiply, updates,
-                                                                       factors))  # fmt: skip
+    return optax.stateless(
+        lambda updates, params=None: jax.tree.map(jnp.multiply, updates, factors)
+    )
 
 
 # ---------------------------------------------------------------- model and optimizer
 
 
 def model_and_optimizer(
-    cfg: FinetuneExperiment, model_cfg: ModelConfig, encoder_params, *, head: str,
-    num_labels: int, row_shape: tuple[int, ...], steps: int,
-):  # fmt: skip
+    cfg: FinetuneExperiment,
+    model_cfg: ModelConfig,
+    encoder_params,
+    *,
+    head: str,
+    num_labels: int,
+    row_shape: tuple[int, ...],
+    steps: int,
+):
     """(model, schedule, tx, init): the TaskModel of `head` (a key of heads.HEADS); AdamW
     with warm-up over `steps`, each leaf's update scaled by its layer's decay (cfg.finetune);
     init(rng) -> the first TrainState, its encoder `encoder_params` (None: fresh). row_shape:
     an example's input_ids, (L,) or (C, L)."""
     model, schedule, tx = _model_and_optimizer(
-        model_cfg, head, num_labels, cfg.task.summary_type, cfg.optim, cfg.finetune.layer_decay,
-        row_shape, steps,
-    )  # fmt: skip
+        model_cfg,
+        head,
+        num_labels,
+        cfg.task.summary_type,
+        cfg.optim,
+        cfg.finetune.layer_decay,
+        row_shape,
+        steps,
+    )
     ids = jnp.zeros((1, *row_shape), jnp.int32)  # [1, (C,) L]
 
     def init(rng):
@@ -121,8 +137,9 @@ def model_and_optimizer(
 
 
 @functools.lru_cache(maxsize=32)
-def _model_and_optimizer(model_cfg, head, num_labels, summary_type, optim_cfg, layer_decay,
-                         row_shape, steps):  # fmt: skip
+def _model_and_optimizer(
+    model_cfg, head, num_labels, summary_type, optim_cfg, layer_decay, row_shape, steps
+):
     """The same (model, schedule, tx) for the same settings, so that jax.jit's caches serve
     another run of them in this process (a study's seeds and lengths)."""
     model = heads.TaskModel(model_cfg, head, num_labels, summary_type)
@@ -130,7 +147,11 @@ def _model_and_optimizer(model_cfg, head, num_labels, summary_type, optim_cfg, l
     ids = jnp.zeros((1, *row_shape), jnp.int32)
     factors = layer_decay_factors(
         jax.eval_shape(model.init, jax.random.key(0), ids)["params"],
-        num_layers=model_cfg.num_layers, decay=layer_decay,
-    )  # fmt: skip
-    return model, schedule, optax.chain(optim.optimizer_on(optim_cfg, schedule),
-                                        scale_by_factors(factors))  # fmt: skip
+        num_layers=model_cfg.num_layers,
+        decay=layer_decay,
+    )
+    return (
+        model,
+        schedule,
+        optax.chain(optim.optimizer_on(optim_cfg, schedule), scale_by_factors(factors)),
+    )
