@@ -10,6 +10,7 @@ random cases. `ROFORMER_TEST_SEED=<seed> pytest ...` replays a run's draw (pytes
 
 import json
 import math
+from unittest import mock
 
 import chex
 import grid
@@ -17,7 +18,8 @@ import numpy as np
 import scalings
 from absl.testing import absltest, parameterized
 
-from roformer_jax.nn import rope_scaling
+from roformer_jax.nn import rope, rope_scaling
+from roformer_jax.nn.model_config import model_config
 
 try:
     import transformers
@@ -351,6 +353,25 @@ class BadInputTest(parameterized.TestCase):
     def test_value_error_names_the_key(self, scaling, message):
         with self.assertRaisesRegex(ValueError, message.replace("(", r"\(")):
             rope_scaling.scaled_frequencies(64, base=10000.0, scaling=scaling)
+
+
+def _halved(dim, base, params, seq_len):
+    """Every θ_i / 2: positions read at half their distance (docs/model.md's toy scaling)."""
+    return base ** -(np.arange(0, dim, 2) / dim) / 2, 1.0
+
+
+class AddAScalingTest(absltest.TestCase):
+    """docs/model.md's recipe: one function (_halved) and one entry of SCALINGS."""
+
+    def test_a_new_scaling_is_one_function_and_one_entry(self):
+        x = np.random.default_rng(0).normal(size=(1, 8, 2, 16)).astype(np.float32)
+        positions = np.arange(8)
+        with mock.patch.dict(rope_scaling.SCALINGS, halved=_halved):
+            halved = rope.apply_rope(x, 2 * positions, scaling={"rope_type": "halved"})
+            config = model_config("tiny", rope_scaling={"rope_type": "halved"})
+            self.assertEqual(config.layer_rope(0).scaling, {"rope_type": "halved"})
+        chex.assert_trees_all_close(halved, rope.apply_rope(x, positions), atol=1e-5)
+        self.assertNotIn("halved", rope_scaling.SCALINGS)
 
 
 if __name__ == "__main__":
