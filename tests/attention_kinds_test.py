@@ -1,11 +1,18 @@
-"""Tests for roformer_jax.nn.attention_kinds: the table of kinds, and what each record names."""
+"""Tests for roformer_jax.nn.attention_kinds: the table of kinds, what each record names and
+the options it builds."""
 
 import inspect
+from unittest import mock
 
+import jax
+import jax.numpy as jnp
+import tiny
 from absl.testing import absltest, parameterized
-from attention_cases import _qkv
+from attention_cases import L, _qkv
 
-from roformer_jax.nn.attention_kinds import ATTENTION_KINDS
+from roformer_jax.nn import attention, attention_step
+from roformer_jax.nn.attention_kinds import ATTENTION_KINDS, AttentionContext, AttentionKind
+from roformer_jax.nn.model import RoFormer
 
 # A value of each option that a form takes as **options (attention_core's dataclasses).
 SAMPLE_OPTIONS = dict(placement="both", feature_map="elu", projection=None, eps=1e-6, chunk_size=3)
@@ -38,6 +45,57 @@ class KindsTableTest(parameterized.TestCase):
         kind = ATTENTION_KINDS[name]
         with self.assertRaisesRegex(TypeError, "placment"):
             kind.full(*_qkv(0), placment="both")
+
+
+class BuildersTest(parameterized.TestCase):
+    """Each record builds its forms' options; the model passes them on and names none."""
+
+    @parameterized.parameters(*ATTENTION_KINDS)
+    def test_builders_make_only_options_their_forms_take(self, name):
+        kind = ATTENTION_KINDS[name]
+        cfg = tiny.model_config(attention=name)
+        context = AttentionContext(None, jnp.arange(L), deterministic=False, decode_length=L)
+        built = kind.build_options(cfg, context, 0, lambda stream: jax.random.key(0))
+        self.assertLessEqual(set(built), kind.options)
+        self.assertLessEqual(set(kind.build_step_options(cfg, context, 0)), kind.step_options)
+
+    def test_a_new_option_is_written_in_its_kind_only(self):
+        # A toy kind whose forms take an option, `scale`, that only its record names and
+        # builds (from the layer's index): it reaches every layer's full form and step.
+        received = []
+
+        def scaled(q, k, v, *, mask, causal, rotation=None, scale):
+            received.append(("full", scale))
+            out = attention.softmax_attention(q, k, v, mask=mask, causal=causal, rotation=rotation)
+            return out * scale
+
+        def scaled_step(memory, q, k, v, *, mask, rotation=None, scale, **cache):
+            received.append(("step", scale))
+            out, memory = attention_step.softmax_attention_step(
+                memory, q, k, v, mask=mask, rotation=rotation, **cache
+            )
+            return out * scale, memory
+
+        toy = AttentionKind(
+            full=scaled,
+            step=scaled_step,
+            options=frozenset({"scale"}),
+            step_options=frozenset({"positions", "capacity", "scale"}),
+            build_options=lambda cfg, context, layer, make_rng: {"scale": layer + 2.0},
+            build_step_options=lambda cfg, context, layer: {
+                "positions": context.position_ids,
+                "capacity": context.decode_length,
+                "scale": layer + 2.0,
+            },
+        )
+        ids = jnp.arange(2 * L).reshape(2, L) % 50
+        with mock.patch.dict(ATTENTION_KINDS, toy=toy):
+            model = RoFormer(tiny.model_config(attention="toy", num_layers=2, causal=True))
+            variables = model.init(jax.random.key(0), ids)
+            received.clear()
+            model.apply(variables, ids)
+            model.apply(variables, ids, decode_length=L, mutable=["cache"])
+        self.assertEqual(received, [("full", 2.0), ("full", 3.0), ("step", 2.0), ("step", 3.0)])
 
 
 class ErrorsTest(parameterized.TestCase):

@@ -12,9 +12,9 @@ import numpy as np
 import tiny
 from absl.testing import absltest, parameterized
 
+from roformer_jax.nn import attention_kinds, positions
 from roformer_jax.nn import model as model_lib
 from roformer_jax.nn import model_config as model_config_lib
-from roformer_jax.nn import positions
 from roformer_jax.nn.attention_kinds import ATTENTION_KINDS
 
 # Parameters of each named size at the ModelConfig defaults (vocab 30522, rope, MLM head).
@@ -396,11 +396,11 @@ class RandomFeaturesTest(parameterized.TestCase):
         self.assertTrue(_favor().draws_features)
         for config in (_config(attention="linear"), _config(), _config(feature_map="favor")):
             self.assertFalse(config.draws_features)  # elu; softmax; softmax ignores the map
-            self.assertIsNone(model_lib.feature_projection(config, 0))
+            self.assertIsNone(attention_kinds.feature_projection(config, 0))
 
     def test_a_function_of_seed_layer_and_period(self):
         config = _favor(feature_redraw=10)
-        draw = model_lib.feature_projection
+        draw = attention_kinds.feature_projection
         chex.assert_shape(draw(config, 0), (16, config.head_dim))
         chex.assert_trees_all_equal(draw(config, 1, update=13), draw(config, 1, update=19))
         chex.assert_trees_all_equal(draw(config, 1, update=9), draw(config, 1))  # the first
@@ -420,7 +420,7 @@ class RandomFeaturesTest(parameterized.TestCase):
         # After 10 updates with a redraw every 10, the parameters last trained with period
         # 0's features; after 11, with period 1's.
         config = _favor(feature_redraw=10)
-        draw = model_lib.feature_projection
+        draw = attention_kinds.feature_projection
         last = model_lib.evaluation_update
         self.assertIsNone(last(None))
         self.assertEqual(int(last(0)), 0)  # untrained: the first draw

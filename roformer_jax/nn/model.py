@@ -31,26 +31,8 @@ import jax
 import jax.numpy as jnp
 
 from roformer_jax.nn import _threefry, model_inputs
-from roformer_jax.nn.feature_maps import FEATURE_MAPS
+from roformer_jax.nn.attention_kinds import AttentionContext
 from roformer_jax.nn.model_config import ACTIVATIONS, DTYPES, ModelConfig
-
-
-def feature_projection(cfg: ModelConfig, layer: int, update=None) -> jax.Array | None:
-    """The random features of `layer` (FAVOR+'s W [F, H], shared by its heads), or None when
-    the model draws none.
-
-    A function of (feature_seed, layer, redraw period) only, so a run draws the same
-    features on 1 or 8 devices and when resumed. Training update t (int, may be traced: the
-    updates done before it) draws period t // feature_redraw's: resampled periodically, as
-    the Performer paper does. Evaluation and decoding pass `evaluation_update`'s update;
-    update None is period 0's draw. feature_redraw 0 draws period 0 for every update.
-    """
-    if not cfg.draws_features:
-        return None
-    period = 0 if update is None or not cfg.feature_redraw else update // cfg.feature_redraw
-    key = jax.random.key(0 if cfg.feature_seed is None else cfg.feature_seed)
-    key = jax.random.fold_in(jax.random.fold_in(key, layer), period)
-    return FEATURE_MAPS[cfg.feature_map].draw(key, cfg.random_features, cfg.head_dim)
 
 
 def evaluation_update(steps_done):
@@ -135,34 +117,23 @@ class Embeddings(nn.Module):
         return Dropout(cfg.hidden_dropout)(x, deterministic, example_ids)
 
 
-def _chosen(offered: dict, names: frozenset[str]) -> dict:
-    """The options of `offered` that a kind's record names (`AttentionKind.options`)."""
-    return {name: value for name, value in offered.items() if name in names}
-
-
 class SelfAttention(nn.Module):
     """Projections q [B, L, N, H], k, v [B, L, K, H] → attention kind → output projection
-    [B, L, D].
+    [B, L, D], for x [B, L, D] in a layer of `context` (`AttentionContext`).
 
-    segment_ids: None, or int [B, L]: tokens attend within their segment only (packed
-    documents), given to the kind as its "segment_ids" option.
-
-    decode_length: None, or the length of the whole sequence being decoded; then the layer
-    keeps its kind's memory of earlier tokens (its `AttentionKind.step`) in the "cache"
-    collection, and the L tokens of each call come after those of the calls before.
-    projection: the layer's random features (`feature_projection`), or None.
-    In training (not deterministic), a kind that reports its denominators sows the smallest
-    |denominator| into "intermediates" as "min_denominator" (step.py logs it).
+    The kind's record makes its options (`AttentionKind.build_options`). With
+    context.decode_length the layer keeps its kind's memory of earlier tokens (its
+    `AttentionKind.step`) in the "cache" collection, and the L tokens of each call come after
+    those of the calls before. A kind that reports its denominators (in training) returns
+    them with its output; the smallest |denominator| is sown into "intermediates" as
+    "min_denominator" (step.py logs it).
     """
 
     config: ModelConfig
     layer: int = 0  # its index in the encoder: the layer's own RoPE (`ModelConfig.layer_rope`)
 
     @nn.compact
-    def __call__(
-        self, x, mask, position_ids, deterministic, decode_length=None, example_ids=None,
-        projection=None, segment_ids=None,
-    ):  # fmt: skip
+    def __call__(self, x, context: AttentionContext):
         cfg = self.config
         b, length, d = x.shape
         q = _dense(cfg, d, "query")(x).reshape(b, length, cfg.num_heads, cfg.head_dim)
@@ -173,63 +144,47 @@ class SelfAttention(nn.Module):
             for name in ("key", "value")
         )
         encoding, where = cfg.encoding, {}  # what the position encoding does in attention
+        positions = context.position_ids
         rotation = encoding.rotation and encoding.rotation(
-            cfg, position_ids, decode_length, self.layer
+            cfg, positions, context.decode_length, self.layer
         )  # None in a layer without positions
         if rotation is not None:
             where["rotation"] = rotation
             if cfg.rotary_value:  # HF RoFormer's option: v is rotated too, and not rotated back.
                 v = rotation.k(v)
         kind = cfg.kind
-        offered = {"feature_map": cfg.feature_map, "placement": cfg.linear_rope,
-                   "projection": projection}  # fmt: skip
-        if cfg.window is not None:  # the config has checked that the kind takes it
-            offered["window"] = cfg.window
-        if decode_length is None:
+        if context.decode_length is None:
             if encoding.bias is not None:
-                where["bias"] = encoding.bias(cfg, position_ids, position_ids)  # [B|1, N, L, L]
-            use_dropout = not deterministic and cfg.attention_dropout > 0.0
-            if segment_ids is not None:  # _checked_inputs has checked that the kind takes them
-                offered["segment_ids"] = segment_ids
-            offered.update(
-                dropout_rate=cfg.attention_dropout if use_dropout else 0.0,
-                dropout_rng=self.make_rng("dropout") if use_dropout else None,
-                example_ids=example_ids,
-                return_min_denominator=not deterministic,
-            )
-            options = _chosen(offered, kind.options)
-            out = kind.full(q, k, v, mask=mask, causal=cfg.causal, **where, **options)
-            if options.get("return_min_denominator"):  # eq. (18)'s instability, measured
+                where["bias"] = encoding.bias(cfg, positions, positions)  # [B|1, N, L, L]
+            options = kind.build_options(cfg, context, self.layer, self.make_rng)
+            out = kind.full(q, k, v, mask=context.mask, causal=cfg.causal, **where, **options)
+            if isinstance(out, tuple):  # eq. (18)'s instability, measured
                 out, smallest = out
                 self.sow("intermediates", "min_denominator", smallest)
         else:  # the kind's step after the memory of the earlier calls, which it updates
             if encoding.bias is not None:  # of key positions that only the cache knows
                 where["bias"] = functools.partial(encoding.bias, cfg)
-            # The cache keeps one position per key, for a bias; N-D positions have no bias.
-            flat = position_ids if encoding.axes is None else position_ids[..., 0]
-            offered.update(positions=flat, capacity=decode_length)
-            options = _chosen(offered, kind.step_options)
+            options = kind.build_step_options(cfg, context, self.layer)
             memory = self.get_variable("cache", "memory")  # None at the first call
-            out, memory = kind.step(memory, q, k, v, mask=mask, **where, **options)
+            out, memory = kind.step(memory, q, k, v, mask=context.mask, **where, **options)
             self.put_variable("cache", "memory", memory)
         return _dense(cfg, d, "output")(out.reshape(b, length, d))  # [B, L, D]
 
 
 class Layer(nn.Module):
-    """One encoder block: self-attention and a GELU feed-forward, each with residual + LN."""
+    """One encoder block: self-attention and a GELU feed-forward, each with residual + LN,
+    x [B, L, D] -> [B, L, D] in `context`."""
 
     config: ModelConfig
     layer: int = 0  # its index in the encoder
 
     @nn.compact
-    def __call__(
-        self, x, mask, position_ids, deterministic, decode_length=None, example_ids=None,
-        projection=None, segment_ids=None,
-    ):  # fmt: skip
+    def __call__(self, x, context: AttentionContext):
         cfg = self.config
         attention = SelfAttention(cfg, self.layer, name="attention")
         dropout = functools.partial(
-            Dropout(cfg.hidden_dropout, deterministic=deterministic), example_ids=example_ids
+            Dropout(cfg.hidden_dropout, deterministic=context.deterministic),
+            example_ids=context.example_ids,
         )
 
         def feed_forward(h):  # [B, L, D] -> [B, L, F] -> [B, L, D]
@@ -241,36 +196,19 @@ class Layer(nn.Module):
                 return h + dropout(function(norm(h)))
             return norm(h + dropout(function(h)))  # BERT / RoFormer (post-LN)
 
-        x = sublayer(
-            x,
-            lambda h: attention(
-                h,
-                mask,
-                position_ids,
-                deterministic,
-                decode_length,
-                example_ids,
-                projection,
-                segment_ids,
-            ),
-            _layer_norm(cfg, "attention_norm"),
-        )
+        x = sublayer(x, lambda h: attention(h, context), _layer_norm(cfg, "attention_norm"))
         return sublayer(x, feed_forward, _layer_norm(cfg, "output_norm"))
 
 
 class Encoder(nn.Module):
+    """The layers, x [B, L, D] -> [B, L, D], each in the same `context`."""
+
     config: ModelConfig
 
     @nn.compact
-    def __call__(
-        self, x, mask, position_ids, deterministic, decode_length=None, example_ids=None,
-        update=None, segment_ids=None,
-    ):  # fmt: skip
+    def __call__(self, x, context: AttentionContext):
         for i in range(self.config.num_layers):
-            layer = Layer(self.config, i, name=f"layer_{i}")
-            projection = feature_projection(self.config, i, update)
-            x = layer(x, mask, position_ids, deterministic, decode_length, example_ids, projection,
-                      segment_ids)  # fmt: skip
+            x = Layer(self.config, i, name=f"layer_{i}")(x, context)
         if self.config.pre_ln:
             x = _layer_norm(self.config, "final_norm")(x)
         return x
@@ -314,8 +252,9 @@ class RoFormer(nn.Module):
     are [B, P, V]:
     BERT's `gather_indexes`, which saves the decoder's P·V·E work at the L - P unmasked positions.
     update: int (may be traced), the optimizer updates done so far, given by the train step;
-    random attention features (FAVOR+) are redrawn by it (`feature_projection`). Evaluation
-    passes `evaluation_update(steps done)`; None: the first draw.
+    random attention features (FAVOR+) are redrawn by it
+    (`attention_kinds.feature_projection`). Evaluation passes `evaluation_update(steps
+    done)`; None: the first draw.
 
     Decoding (a causal model; see roformer_jax.nn.decoding): with decode_length, the total length
     of the sequence being generated, each layer keeps what its attention kind needs of
@@ -349,18 +288,18 @@ class RoFormer(nn.Module):
         if decode_length is not None:  # decoding runs deterministic only
             deterministic = True
         position_ids, token_type_ids, mask, segment_ids = model_inputs.checked_inputs(
-            cfg, input_ids, attention_mask, token_type_ids, position_ids, decode_length,
-            segment_ids,
-        )  # fmt: skip
+            cfg, input_ids, attention_mask, token_type_ids, position_ids, decode_length, segment_ids
+        )
         b = input_ids.shape[0]
 
         embeddings = Embeddings(cfg, name="embeddings")
         x = embeddings(input_ids, token_type_ids, position_ids, deterministic, example_ids)
         if cfg.embed_dim != cfg.hidden_size:
             x = _dense(cfg, cfg.hidden_size, "embeddings_project")(x)  # [B, L, D]
-        x = Encoder(cfg, name="encoder")(
-            x, mask, position_ids, deterministic, decode_length, example_ids, update, segment_ids
+        context = AttentionContext(
+            mask, position_ids, deterministic, decode_length, example_ids, segment_ids, update
         )
+        x = Encoder(cfg, name="encoder")(x, context)
         logits = None
         if self.with_mlm_head:
             table = embeddings.variables["params"]["word_embeddings"]["embedding"]  # [V, E]

@@ -58,7 +58,7 @@ class ModelConfig:
     # A random φ (FAVOR+, feature_map="favor"): F features per head (even: RoPE may rotate
     # them in pairs), redrawn every `feature_redraw` training steps (0: drawn once), from
     # `feature_seed` (None: the experiment's seed, training.config sets it; 0 for a model
-    # alone), each layer its own draw (`model.feature_projection`).
+    # alone), each layer its own draw (`attention_kinds.feature_projection`).
     random_features: int = 256
     feature_redraw: int = 1000
     feature_seed: int | None = None

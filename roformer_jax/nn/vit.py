@@ -22,6 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from roformer_jax.nn.attention_kinds import AttentionContext
 from roformer_jax.nn.model import Encoder
 from roformer_jax.nn.model_config import ModelConfig
 
@@ -115,6 +116,9 @@ class ViT(nn.Module):
             table = self.param("position_table", init, (*self.table_grid, cfg.hidden_size))
             table = resize_table(table, grid)  # [R, S, D]
             x = x + table[position_ids[..., 0], position_ids[..., 1]]  # [B, L, D]
-        x = Encoder(cfg, name="encoder")(x, None, position_ids, deterministic)  # [B, L, D]
+        context = AttentionContext(
+            mask=None, position_ids=position_ids, deterministic=deterministic
+        )
+        x = Encoder(cfg, name="encoder")(x, context)  # [B, L, D]
         logits = nn.Dense(self.num_classes, kernel_init=init, name="head")(x.mean(axis=1))
         return logits.astype(jnp.float32)  # [B, num_classes]
