@@ -30,7 +30,7 @@ ROPE_KINDS = [
         attention="linear",
         feature_map="favor",
         random_features=16,
-    ),  # fmt: skip
+    ),
 ]
 # Every other way positions enter (embedded, rotated and scaled, a bias from the cache's key
 # positions, frequencies by the whole length) with one kind, in one layer: positions enter
@@ -112,8 +112,9 @@ def _logits_and_terms(model, variables, ids, mask):
     what the last dot product adds up (h the head's LayerNorm output, W the tied embeddings).
     One pass for both: a second would cost as much again."""
     ids, mask, position_ids = decoding.left_padded(ids, mask)
-    out, state = model.apply(variables, ids, attention_mask=mask, position_ids=position_ids,
-                             capture_intermediates=True)  # fmt: skip
+    out, state = model.apply(
+        variables, ids, attention_mask=mask, position_ids=position_ids, capture_intermediates=True
+    )
     h = state["intermediates"]["mlm_head"]["LayerNorm"]["__call__"][0]  # [B, L, E]
     table = variables["params"]["embeddings"]["word_embeddings"]["embedding"]  # [V, E]
     bias = variables["params"]["mlm_head"]["bias"]  # [V]
@@ -142,9 +143,13 @@ class DecodeModeTest(parameterized.TestCase):
         @jax.jit
         def step(cache, ids, mask, position_ids):  # decode_length fixes the cache's shapes
             return model.apply(
-                {**variables, **cache}, ids, attention_mask=mask, position_ids=position_ids,
-                decode_length=total, mutable=["cache"],
-            )  # fmt: skip
+                {**variables, **cache},
+                ids,
+                attention_mask=mask,
+                position_ids=position_ids,
+                decode_length=total,
+                mutable=["cache"],
+            )
 
         def stepwise():  # the prompt, then each later token on its own
             out, cache = step({}, ids[:, :P], mask[:, :P], position_ids[:, :P])
@@ -164,8 +169,9 @@ class DecodeModeTest(parameterized.TestCase):
         # 2.3e-5. A wrong cache or position is off by far more.
         depth = _depth(model.config, keys=total)
         atol = 2 * tolerance.dot(n=depth, magnitude=magnitude)
-        np.testing.assert_allclose(np.where(real, got, 0), np.where(real, want, 0), rtol=0,
-                                   atol=atol)  # fmt: skip
+        np.testing.assert_allclose(
+            np.where(real, got, 0), np.where(real, want, 0), rtol=0, atol=atol
+        )
 
     @parameterized.parameters("linear", "cosine")
     def test_linear_memory_does_not_grow_with_the_length(self, kind):
@@ -173,10 +179,9 @@ class DecodeModeTest(parameterized.TestCase):
 
         def cache_shapes(total):
             _, cache = jax.eval_shape(
-                lambda v: model.apply(
-                    v, _prompts(), decode_length=total, mutable=["cache"]
-                ), variables
-            )  # fmt: skip
+                lambda v: model.apply(v, _prompts(), decode_length=total, mutable=["cache"]),
+                variables,
+            )
             return jax.tree.map(lambda x: x.shape, cache)
 
         self.assertEqual(cache_shapes(8), cache_shapes(4096))
@@ -211,10 +216,12 @@ class GenerateTest(parameterized.TestCase):
     def test_random_features_are_those_of_the_last_update(self):
         # A Performer trained 5 updates with a redraw every 2 decodes with update 4's draw
         # (period 2), the features it last trained with, not the first draw.
-        model, variables = _one_layer(attention="linear", feature_map="favor",
-                                      random_features=16, feature_redraw=2)  # fmt: skip
-        got = decoding.generate(model, variables, _prompts(), attention_mask=MASK,
-                                max_new_tokens=T, steps_done=5)  # fmt: skip
+        model, variables = _one_layer(
+            attention="linear", feature_map="favor", random_features=16, feature_redraw=2
+        )
+        got = decoding.generate(
+            model, variables, _prompts(), attention_mask=MASK, max_new_tokens=T, steps_done=5
+        )
         _, mask, _ = decoding.left_padded(_prompts(), jnp.asarray(MASK))
         mask = jnp.concatenate([mask, jnp.ones((len(MASK), T), bool)], axis=1)
         for update, same in ((4, True), (5, True), (3, False), (None, False)):  # periods 2, 2, 1, 0

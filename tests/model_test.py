@@ -49,8 +49,9 @@ def _init(config, length=L, seed=0, **kwargs):
     and positions matter; LayerNorm scales are 1 + N(0, 0.1²).
     """
     # causal and the dropout rates change what the model computes, not its parameters.
-    shaped_alike = dataclasses.replace(config, causal=False, hidden_dropout=0.0,
-                                       attention_dropout=0.0)  # fmt: skip
+    shaped_alike = dataclasses.replace(
+        config, causal=False, hidden_dropout=0.0, attention_dropout=0.0
+    )
     variables = _variables(shaped_alike, length, seed, tuple(sorted(kwargs.items())))
     # Fresh dicts around the shared (immutable) arrays: a test may edit its tree.
     return model_lib.RoFormer(config, **kwargs), jax.tree.map(lambda x: x, variables)
@@ -331,8 +332,13 @@ class PackedTest(parameterized.TestCase):
         mask = jnp.arange(L)[None] < jnp.array([[L]] * B + [[b - a] for _, a, b in _ALONE])
         segments = jnp.concatenate([SEGMENTS, jnp.zeros((4, L), SEGMENTS.dtype)])
         # Jitted: the batch of 6 rows is this test's own shape.
-        logits = jax.jit(model.apply)(variables, both_ids, token_type_ids=both_types,
-                                      attention_mask=mask, segment_ids=segments).logits  # fmt: skip
+        logits = jax.jit(model.apply)(
+            variables,
+            both_ids,
+            token_type_ids=both_types,
+            attention_mask=mask,
+            segment_ids=segments,
+        ).logits
         for document, (r, a, b) in enumerate(_ALONE):
             # The same sums over fewer (masked) terms: float32 rounding of logits of ~10.
             chex.assert_trees_all_close(logits[r, a:b], logits[B + document, : b - a], atol=2e-5)
@@ -439,19 +445,25 @@ class RandomFeaturesTest(parameterized.TestCase):
         self.assertGreater(float(jnp.abs(logits(2) - logits()).max()), 1e-4)
 
     @parameterized.parameters(
-        ("linear", "elu", True), ("linear", "favor", True), ("cosine", "elu", True),
+        ("linear", "elu", True),
+        ("linear", "favor", True),
+        ("cosine", "elu", True),
         ("softmax", "elu", False),
-    )  # fmt: skip
+    )
     def test_training_sows_the_smallest_denominator(self, attention, feature_map, sown):
-        config = _config(attention=attention, feature_map=feature_map, random_features=16,
-                         linear_rope="both")  # fmt: skip
+        config = _config(
+            attention=attention, feature_map=feature_map, random_features=16, linear_rope="both"
+        )
         model, variables = _init(config)
         ids, _ = _inputs()
         for deterministic in (True, False):
             _, state = model.apply(
-                variables, ids, deterministic=deterministic, mutable=["intermediates"],
+                variables,
+                ids,
+                deterministic=deterministic,
+                mutable=["intermediates"],
                 rngs={"dropout": jax.random.key(0)},
-            )  # fmt: skip
+            )
             smallest = jax.tree.leaves(state.get("intermediates", {}))
             self.assertLen(smallest, config.num_layers if sown and not deterministic else 0)
             for value in smallest:

@@ -126,9 +126,14 @@ def _compiled(model, max_new_tokens, temperature, top_k, top_p, eos_id):
         ids, mask, positions = left_padded(input_ids, mask)
         total = ids.shape[1] + max_new_tokens
         out, cache = model.apply(
-            variables, ids, attention_mask=mask, position_ids=positions, decode_length=total,
-            update=update, mutable=["cache"],
-        )  # fmt: skip
+            variables,
+            ids,
+            attention_mask=mask,
+            position_ids=positions,
+            decode_length=total,
+            update=update,
+            mutable=["cache"],
+        )
         first = sample(out.logits[:, -1], jax.random.fold_in(rng, 0))  # [B]
         done = jnp.zeros_like(first, bool) if eos_id is None else first == eos_id
         next_position = positions[:, -1] + 1  # [B]
@@ -136,11 +141,14 @@ def _compiled(model, max_new_tokens, temperature, top_k, top_p, eos_id):
         def one_token(carry, i):
             token, done, cache = carry
             out, cache = model.apply(
-                {**variables, **cache}, token[:, None],
+                {**variables, **cache},
+                token[:, None],
                 attention_mask=jnp.ones_like(token[:, None], bool),
-                position_ids=(next_position + i)[:, None], decode_length=total,
-                update=update, mutable=["cache"],
-            )  # fmt: skip
+                position_ids=(next_position + i)[:, None],
+                decode_length=total,
+                update=update,
+                mutable=["cache"],
+            )
             new = sample(out.logits[:, -1], jax.random.fold_in(rng, i + 1))
             if eos_id is not None:
                 new = jnp.where(done, eos_id, new)

@@ -170,14 +170,18 @@ class TaskModel(nn.Module):
         if self.head not in HEADS:
             raise ValueError(f"unknown head {self.head!r}; expected one of {sorted(HEADS)}")
         if self.summary_type not in SUMMARY_POSITIONS:
-            raise ValueError(f"unknown summary_type {self.summary_type!r}; expected one of "
-                             f"{sorted(SUMMARY_POSITIONS)}")  # fmt: skip
+            raise ValueError(
+                f"unknown summary_type {self.summary_type!r}; expected one of "
+                f"{sorted(SUMMARY_POSITIONS)}"
+            )
         options = {}  # what only some heads take: given to those that declare it
         if "summary_type" in HEADS[self.head].__dataclass_fields__:
             options["summary_type"] = self.summary_type
         elif self.summary_type != "last":
-            raise ValueError(f"summary_type={self.summary_type!r} is for multiple_choice; the "
-                             f"{self.head} head has no summary token to choose")  # fmt: skip
+            raise ValueError(
+                f"summary_type={self.summary_type!r} is for multiple_choice; the "
+                f"{self.head} head has no summary token to choose"
+            )
         input_ids = jnp.asarray(input_ids)
         if input_ids.ndim < 2:
             raise ValueError(f"input_ids has shape {input_ids.shape}; expected [B, L] or [B, C, L]")

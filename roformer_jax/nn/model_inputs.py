@@ -11,8 +11,15 @@ from roformer_jax.nn import segments
 from roformer_jax.nn.model_config import ModelConfig
 
 
-def checked_inputs(cfg: ModelConfig, input_ids, attention_mask, token_type_ids, position_ids,
-                    decode_length, segment_ids):  # fmt: skip
+def checked_inputs(
+    cfg: ModelConfig,
+    input_ids,
+    attention_mask,
+    token_type_ids,
+    position_ids,
+    decode_length,
+    segment_ids,
+):
     """`RoFormer`'s inputs checked against each other and the config, defaults filled in:
     (position_ids [L] or [B, L] (or [L, A], [B, L, A] for an encoding on A axes),
     token_type_ids [B, L], mask [B, L] bool or None, segment_ids [B, L] or None)."""

@@ -87,8 +87,7 @@ def distance_sums(weights, attention_mask) -> tuple[np.ndarray, np.ndarray]:
     pairs = real[:, :, None] & real[:, None, :]  # [B, L, M]
     distance = np.abs(np.arange(length)[:, None] - np.arange(length)[None, :])  # [L, M]
     index = np.broadcast_to(distance, pairs.shape)[pairs]  # the distance of each real pair
-    sums = np.stack([
-        np.bincount(index, weights=weights[:, head][pairs], minlength=length)
-        for head in range(n)
-    ])  # fmt: skip
+    sums = np.stack(
+        [np.bincount(index, weights=weights[:, head][pairs], minlength=length) for head in range(n)]
+    )
     return sums, np.bincount(index, minlength=length)
