@@ -74,7 +74,10 @@ VOCAB, SLACK = 8192, 8  # capacity C = L + SLACK
 # The attention options of each kind (ModelConfig fields); all with RoPE.
 KINDS = {
     "softmax": {"attention": "softmax"},
-    "linear": {"attention": "linear", "linear_rope": "numerator", "feature_map": "elu"},
+    "linear": {
+        "attention": "linear",
+        "sections": {"linear": {"placement": "numerator", "feature_map": "elu"}},
+    },
     "cosine": {"attention": "cosine"},
 }
 

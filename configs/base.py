@@ -11,6 +11,7 @@ e.g. `--config.model.position=learned --config.train.steps=100`.
 import dataclasses
 import types
 import typing
+from collections.abc import Mapping
 
 from ml_collections import ConfigDict, config_dict
 
@@ -68,12 +69,16 @@ def get_tiny_finetune_config(
 
 
 def _section(cls, values, skip: tuple[str, ...] = ()) -> ConfigDict:
-    """The fields of dataclass `values`; a None default becomes a placeholder of its type,
-    so that `--config.x.y=3` parses as the annotated type and not as None's."""
+    """The fields of dataclass `values`, a mapping of dataclasses (the model's sections) as
+    one ConfigDict each; a None default becomes a placeholder of its type, so that
+    `--config.x.y=3` parses as the annotated type and not as None's, and JSON text for a
+    dict or tuple (`--config.model.sections.rope.scaling='{"rope_type": "linear", ...}'`)."""
     hints = typing.get_type_hints(cls)
     section = ConfigDict()
     for field in (f for f in dataclasses.fields(cls) if f.name not in skip):
         value = getattr(values, field.name)
+        if isinstance(value, Mapping):
+            value = ConfigDict({k: _section(type(v), v) for k, v in value.items()})
         section[field.name] = (
             config_dict.placeholder(_not_none(hints[field.name])) if value is None else value
         )
@@ -81,11 +86,11 @@ def _section(cls, values, skip: tuple[str, ...] = ()) -> ConfigDict:
 
 
 def _not_none(hint):
-    """int for `int | None`."""
+    """int for `int | None`; str (JSON text) for a dict or tuple."""
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        (kind,) = (a for a in typing.get_args(hint) if a is not type(None))
-        return kind
-    return hint
+        (hint,) = (a for a in typing.get_args(hint) if a is not type(None))
+    structured = hint is tuple or typing.get_origin(hint) is tuple
+    return str if structured or (isinstance(hint, type) and issubclass(hint, Mapping)) else hint
 
 
 def finish(config: ConfigDict, arg: str | None) -> ConfigDict:

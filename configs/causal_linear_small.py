@@ -1,9 +1,9 @@
 """configs/causal_small.py with causal linear attention and RoPE, paper eq. (19).
 
 φ(x) = elu(x) + 1 on q and k; RoPE rotates φ(q), φ(k) in the numerator only, and the
-denominator keeps the un-rotated features so that it stays positive (the defaults
-feature_map="elu", linear_rope="numerator"). Causal: the sums over keys j <= i are prefix
-sums, as in Katharopoulos et al. 2020, eq. (9).
+denominator keeps the un-rotated features so that it stays positive (the defaults of
+model.sections.linear: feature_map="elu", placement="numerator"). Causal: the sums over keys
+j <= i are prefix sums, as in Katharopoulos et al. 2020, eq. (9).
 
 Run (300 steps of 16 x 128 on the builtin corpus; a few minutes on 2 quiet CPU cores;
 measured 12.7 min with the 2 cores shared with other jobs, 650-1,450 tokens/s):

@@ -10,7 +10,7 @@ training per run.
 More seeds: --config.seeds=0,1,2. Another corpus: --config.experiment.data.source=PATH.
 A run's overrides may set {"train": {"init_from": "run:<name>"}}: it then starts from the final
 parameters of run <name> (listed before it) of the same seed, e.g. a short fine-tune at a new
-length with model.rope_scaling.
+length with model.sections.rope.scaling.
 """
 
 from ml_collections import ConfigDict

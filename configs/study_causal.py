@@ -26,7 +26,8 @@ from configs import studies
 
 
 def _linear(placement):
-    return {"model": {"attention": "linear", "position": "rope", "linear_rope": placement}}
+    linear = {"placement": placement}
+    return {"model": {"attention": "linear", "position": "rope", "sections": {"linear": linear}}}
 
 
 def get_config(arg=None):

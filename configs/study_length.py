@@ -29,7 +29,7 @@ FINE_TUNE = 50  # steps at 512
 
 def _fine_tune(scaling):
     return {
-        "model": {"position": "rope", "rope_scaling": scaling},
+        "model": {"position": "rope", "sections": {"rope": {"scaling": scaling}}},
         "data": {"seq_len": 512},
         "train": {
             "steps": FINE_TUNE,

@@ -14,7 +14,8 @@ from configs import studies
 
 
 def _linear(position, placement="numerator"):
-    return {"model": {"attention": "linear", "position": position, "linear_rope": placement}}
+    linear = {"placement": placement}
+    return {"model": {"attention": "linear", "position": position, "sections": {"linear": linear}}}
 
 
 def get_config(arg=None):

@@ -44,8 +44,7 @@ def _linear(position, placement="numerator", feature_map="elu"):
         "model": {
             "attention": "linear",
             "position": position,
-            "linear_rope": placement,
-            "feature_map": feature_map,
+            "sections": {"linear": {"placement": placement, "feature_map": feature_map}},
         }
     }
 

@@ -30,7 +30,11 @@ CORPORA = {
     "wikitext2": dict(source=f"{_DATA}/wikitext-2/train.txt", doc_separator="line"),
     "warpeace": dict(source=f"{_DATA}/war-and-peace/input.txt", doc_separator="blank"),
 }
-_LINEAR = {"attention": "linear", "position": "rope", "linear_rope": "numerator"}
+_LINEAR = {
+    "attention": "linear",
+    "position": "rope",
+    "sections": {"linear": {"placement": "numerator"}},
+}
 
 
 def get_config(arg=None):

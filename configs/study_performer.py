@@ -31,10 +31,10 @@ def _favor(position, placement="numerator", redraw=REDRAW):
     return {
         "model": {
             "attention": "linear",
-            "feature_map": "favor",
             "position": position,
-            "linear_rope": placement,
-            "feature_redraw": redraw,
+            "sections": {
+                "linear": {"feature_map": "favor", "placement": placement, "feature_redraw": redraw}
+            },
         },
     }
 

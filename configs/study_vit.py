@@ -44,16 +44,21 @@ def get_config(arg=None):
             attention_dropout=0.0,
             pre_ln=True,  # ViT's
             layer_norm_eps=1e-6,
-            rope_base=100.0,
-            position_axes=2,  # (row, col)
             position="none",
         )
     )
+    # RoPE over (row, col) at base 100, each of its encodings in its own section.
+    axial = {"base": 100.0, "axes": 2}
     # Each run's own settings over the shared ones; "table": ViT's learned absolute table.
     config.runs = ConfigDict(
         {
-            "RoPE-Axial": {"model": {"position": "rope_nd"}},
-            "RoPE-Mixed": {"model": {"position": "rope_learned", "rope_per_head": True}},
+            "RoPE-Axial": {"model": {"position": "rope_nd", "sections": {"rope_nd": axial}}},
+            "RoPE-Mixed": {
+                "model": {
+                    "position": "rope_learned",
+                    "sections": {"rope_learned": {**axial, "per_head": True}},
+                }
+            },
             "learned table": {"table": True},
             "none": {},
         }

@@ -66,14 +66,8 @@ _CONFIG_FIELDS = (
 # What HF RoFormer hard-codes; a ModelConfig must agree to be saved in HF's format.
 # HF RoFormer has no rope scaling, no key/value heads shared by groups of query heads and no
 # sliding window: a model saved there with any of them would silently lose it (or not load).
-_HF_FIXED = dict(
-    position="rope",
-    attention="softmax",
-    pre_ln=False,
-    rope_base=10000.0,
-    rope_scaling=None,
-    window=None,
-)
+# Every section at its defaults (RoPE's base 10000, no scaling, no window).
+_HF_FIXED = dict(position="rope", attention="softmax", pre_ln=False)
 
 # Our module path -> HF module name (without the "roformer." prefix); {i} is the layer index.
 _MODULES = {
@@ -155,12 +149,15 @@ def config_to_hf(
     and a multiple-choice summary other than HF's default as `summary_type`.
     """
     mismatched = {k: getattr(config, k) for k, v in _HF_FIXED.items() if getattr(config, k) != v}
+    for name, section in config.sections.items():
+        mismatched.update({f"sections.{name}.{k}": v for k, v in section.changed().items()})
     if config.kv_heads != config.num_heads:  # None and num_heads both mean "one per head"
         mismatched["num_kv_heads"] = config.num_kv_heads
     if mismatched:
         raise ValueError(
-            f"HF RoFormer needs {_HF_FIXED} and num_kv_heads = num_heads (it has no field for "
-            f"shared key/value heads); this config has {mismatched}"
+            f"HF RoFormer needs {_HF_FIXED}, every section at its defaults and num_kv_heads = "
+            f"num_heads (it has no field for shared key/value heads); this config has "
+            f"{mismatched}"
         )
     # RoFormerForCausalLM and RoFormerForMaskedLM share weight names; `architectures` is what
     # AutoModel and pipelines read to pick one.

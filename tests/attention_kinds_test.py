@@ -1,6 +1,7 @@
 """Tests for roformer_jax.nn.attention_kinds: the table of kinds, what each record names and
 the options it builds."""
 
+import dataclasses
 import inspect
 from unittest import mock
 
@@ -13,6 +14,7 @@ from attention_cases import L, _qkv
 from roformer_jax.nn import attention, attention_step
 from roformer_jax.nn.attention_kinds import ATTENTION_KINDS, AttentionContext, AttentionKind
 from roformer_jax.nn.model import RoFormer
+from roformer_jax.nn.sections import Section
 
 # A value of each option that a form takes as **options (attention_core's dataclasses).
 SAMPLE_OPTIONS = dict(placement="both", feature_map="elu", projection=None, eps=1e-6, chunk_size=3)
@@ -54,14 +56,18 @@ class BuildersTest(parameterized.TestCase):
     def test_builders_make_only_options_their_forms_take(self, name):
         kind = ATTENTION_KINDS[name]
         cfg = tiny.model_config(attention=name)
+        section = cfg.attention_section
         context = AttentionContext(None, jnp.arange(L), deterministic=False, decode_length=L)
-        built = kind.build_options(cfg, context, 0, lambda stream: jax.random.key(0))
+        built = kind.build_options(section, cfg, context, 0, lambda stream: jax.random.key(0))
         self.assertLessEqual(set(built), kind.options)
-        self.assertLessEqual(set(kind.build_step_options(cfg, context, 0)), kind.step_options)
+        step_options = kind.build_step_options(section, cfg, context, 0)
+        self.assertLessEqual(set(step_options), kind.step_options)
 
     def test_a_new_option_is_written_in_its_kind_only(self):
-        # A toy kind whose forms take an option, `scale`, that only its record names and
-        # builds (from the layer's index): it reaches every layer's full form and step.
+        # docs/model.md's recipe: a toy kind with a hyperparameter (its section's `base`) and
+        # forms that take an option, `scale`, that only its record names and builds (from the
+        # section and the layer's index): set in the config's section, it reaches every
+        # layer's full form and step.
         received = []
 
         def scaled(q, k, v, *, mask, causal, rotation=None, scale):
@@ -76,26 +82,37 @@ class BuildersTest(parameterized.TestCase):
             )
             return out * scale, memory
 
+        @dataclasses.dataclass(frozen=True)
+        class ToySection(Section):
+            base: float = 2.0
+
         toy = AttentionKind(
             full=scaled,
             step=scaled_step,
             options=frozenset({"scale"}),
             step_options=frozenset({"positions", "capacity", "scale"}),
-            build_options=lambda cfg, context, layer, make_rng: {"scale": layer + 2.0},
-            build_step_options=lambda cfg, context, layer: {
+            build_options=lambda section, cfg, context, layer, make_rng: {
+                "scale": section.base + layer
+            },
+            build_step_options=lambda section, cfg, context, layer: {
                 "positions": context.position_ids,
                 "capacity": context.decode_length,
-                "scale": layer + 2.0,
+                "scale": section.base + layer,
             },
+            section=ToySection,
         )
         ids = jnp.arange(2 * L).reshape(2, L) % 50
         with mock.patch.dict(ATTENTION_KINDS, toy=toy):
-            model = RoFormer(tiny.model_config(attention="toy", num_layers=2, causal=True))
+            config = tiny.model_config(attention="toy", num_layers=2, causal=True)
+            self.assertEqual(config.attention_section, ToySection())
+            config = config.with_section("toy", base=5.0)
+            model = RoFormer(config)
             variables = model.init(jax.random.key(0), ids)
             received.clear()
             model.apply(variables, ids)
             model.apply(variables, ids, decode_length=L, mutable=["cache"])
-        self.assertEqual(received, [("full", 2.0), ("full", 3.0), ("step", 2.0), ("step", 3.0)])
+        self.assertEqual(received, [("full", 5.0), ("full", 6.0), ("step", 5.0), ("step", 6.0)])
+        self.assertNotIn("toy", tiny.model_config().sections)
 
 
 class ErrorsTest(parameterized.TestCase):

@@ -82,15 +82,17 @@ class CheckpointsTest(parameterized.TestCase):
         checkpoints.close()
 
     def test_a_field_added_since_the_save_counts_as_its_default(self):
-        # Checkpoints written before ModelConfig gained a field (random_features, with FAVOR+)
-        # hold none of it; the run trained with what the default stands for.
+        # Checkpoints written before ModelConfig gained a field (here its sections, RoPE's
+        # base among them) hold none of it; the run trained with what the default stands for.
         self._save(keep=1, steps=(5,))
         checkpoints = Checkpoints(self.directory, keep=1)
         abstract = jax.eval_shape(lambda: _state(0))
-        state, _ = checkpoints.restore(abstract, {**MODEL, "random_features": 256})
+        state, _ = checkpoints.restore(abstract, {**MODEL, "sections": {"rope": {"base": 1e4}}})
         self.assertEqual(int(state["step"]), 5)
-        with self.assertRaisesRegex(ValueError, "random_features: 256 in the checkpoint, 64 now"):
-            checkpoints.restore(abstract, {**MODEL, "random_features": 64})
+        with self.assertRaisesRegex(ValueError, "sections.rope.base: 10000.0 in the .*, 500.0 now"):
+            checkpoints.restore(abstract, {**MODEL, "sections": {"rope": {"base": 500.0}}})
+        # The flat layout of before the sections reads as the sections: the same model.
+        checkpoints.restore(abstract, {**MODEL, "rope_base": 1e4})
         checkpoints.close()
 
     @parameterized.named_parameters(

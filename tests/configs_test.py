@@ -150,7 +150,9 @@ class ConfigsTest(parameterized.TestCase):
                 self.assertEqual(len(seeds), 3)
                 # FAVOR+'s features follow each seed's own draws.
                 if seeds[0].model.draws_features:
-                    self.assertEqual([c.model.feature_seed for c in seeds], [0, 1, 2])
+                    self.assertEqual(
+                        [c.model.sections["linear"].feature_seed for c in seeds], [0, 1, 2]
+                    )
 
     def test_long_doc_pilot_is_section_1s_rope_encoder_trained_longer(self):
         (pilot,) = study.study_runs(_load("long_doc_pilot"))["RoPE (RoFormer)"]

@@ -15,6 +15,7 @@ from absl.testing import absltest, parameterized
 from roformer_jax.nn import decoding
 from roformer_jax.nn import model as model_lib
 from roformer_jax.nn.attention_kinds import ATTENTION_KINDS
+from roformer_jax.nn.sections import freeze
 
 V, P, T = 64, 5, 4  # vocabulary, prompt length, new tokens
 MASK = np.array([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1], [1, 1, 0, 0, 0]], bool)  # 3 prompts
@@ -23,13 +24,17 @@ DYNAMIC = json.dumps({"rope_type": "dynamic", "factor": 2.0, "original_max_posit
 ROPE_KINDS = [
     dict(testcase_name=f"rope_{a}", position="rope", attention=a) for a in ATTENTION_KINDS
 ] + [
-    dict(testcase_name="rope_linear_eq18", position="rope", attention="linear", linear_rope="both"),
+    dict(
+        testcase_name="rope_linear_eq18",
+        position="rope",
+        attention="linear",
+        sections={"linear": {"placement": "both"}},
+    ),
     dict(
         testcase_name="rope_favor",
         position="rope",
         attention="linear",
-        feature_map="favor",
-        random_features=16,
+        sections={"linear": {"feature_map": "favor", "random_features": 16}},
     ),
 ]
 # Every other way positions enter (embedded, rotated and scaled, a bias from the cache's key
@@ -46,11 +51,16 @@ POSITIONS = [
         position="learned",
         attention="softmax",
         num_kv_heads=2,
-        window=3,
+        sections={"softmax": {"window": 3}},
     ),
     dict(testcase_name="xpos_cosine", position="xpos", attention="cosine"),
     dict(testcase_name="alibi_softmax", position="alibi", attention="softmax"),
-    dict(testcase_name="dynamic_rope", position="rope", attention="softmax", rope_scaling=DYNAMIC),
+    dict(
+        testcase_name="dynamic_rope",
+        position="rope",
+        attention="softmax",
+        sections={"rope": {"scaling": DYNAMIC}},
+    ),
 ]
 COMBINATIONS = ROPE_KINDS + [dict(c, num_layers=1) for c in POSITIONS]
 
@@ -58,7 +68,7 @@ COMBINATIONS = ROPE_KINDS + [dict(c, num_layers=1) for c in POSITIONS]
 def _model(**overrides):
     """A tiny causal model with weights at ten times the init scale (attention far from
     uniform, so that positions matter)."""
-    model, variables = _made(tuple(sorted(overrides.items())))
+    model, variables = _made(freeze(overrides))  # hashable, sections included
     # Fresh dicts around the shared (immutable) arrays: a test may edit its tree.
     return model, jax.tree.map(lambda x: x, variables)
 
@@ -68,7 +78,7 @@ def _made(overrides):
     """`_model`'s, once per process: tracing the model's init takes ~0.2 s, and several tests
     build the same model."""
     config = tiny.model_config(  # two layers: each keeps its own memory of earlier tokens
-        **{"vocab_size": V, "max_len": 16, "causal": True, "num_layers": 2, **dict(overrides)}
+        **{"vocab_size": V, "max_len": 16, "causal": True, "num_layers": 2, **overrides}
     )
     model = model_lib.RoFormer(config)
     shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
@@ -98,7 +108,7 @@ def _depth(config, keys: int) -> int:
     layer_norm = 2 * d + 3  # mean, variance (d terms each), rsqrt, scale, shift
     # q, k, v (d terms); a similarity (h terms, or a random φ's h, exp and its f features);
     # the sums over the keys, the division; the output projection, the residual.
-    features = config.random_features if config.draws_features else 0
+    features = config.attention_section.random_features if config.draws_features else 0
     attention = d + h + 2 + features + keys + 2 + d + 1
     feed_forward = d + 3 + f + 1  # dense, GELU, dense, residual
     embeddings = 1 + (2 * e + 3)  # word + type, LayerNorm
@@ -216,9 +226,8 @@ class GenerateTest(parameterized.TestCase):
     def test_random_features_are_those_of_the_last_update(self):
         # A Performer trained 5 updates with a redraw every 2 decodes with update 4's draw
         # (period 2), the features it last trained with, not the first draw.
-        model, variables = _one_layer(
-            attention="linear", feature_map="favor", random_features=16, feature_redraw=2
-        )
+        favor = {"feature_map": "favor", "random_features": 16, "feature_redraw": 2}
+        model, variables = _one_layer(attention="linear", sections={"linear": favor})
         got = decoding.generate(
             model, variables, _prompts(), attention_mask=MASK, max_new_tokens=T, steps_done=5
         )

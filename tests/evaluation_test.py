@@ -102,13 +102,9 @@ class ScoreLengthsTest(absltest.TestCase):
         # FAVOR+ redrawn every 2 updates: after 3 or 4 updates the last draw is period 1's;
         # after 2 it is period 0's, the first draw, as without steps_done. Weights far from
         # the 0.02 init make attention far from uniform, so that the features matter.
+        favor = {"feature_map": "favor", "random_features": 8, "feature_redraw": 2}
         config = dataclasses.replace(
-            _CONFIG,
-            attention="linear",
-            feature_map="favor",
-            random_features=8,
-            feature_redraw=2,
-            initializer_range=0.5,
+            _CONFIG, attention="linear", sections={"linear": favor}, initializer_range=0.5
         )
         model = RoFormer(config)
         params = _init(model)

@@ -206,7 +206,7 @@ class SaveLoadTest(parameterized.TestCase):
             (dict(attention="linear"), "attention"),
             (dict(pre_ln=True), "pre_ln"),
             (dict(num_kv_heads=2), "'num_kv_heads': 2"),
-            (dict(window=4), "'window': 4"),
+            (dict(sections={"softmax": {"window": 4}}), "'sections.softmax.window': 4"),
         ):
             config = _tiny_config(**overrides)
             _, variables = _random_variables(config)

@@ -86,9 +86,9 @@ def _traced_once():
 _CLM = {"data__objective": "clm", "model__causal": True}
 _FAVOR = {
     "model__attention": "linear",
-    "model__feature_map": "favor",
-    "model__random_features": 16,
-    "model__feature_redraw": 2,
+    "model__sections__linear__feature_map": "favor",
+    "model__sections__linear__random_features": 16,
+    "model__sections__linear__feature_redraw": 2,
     "seed": 3,
 }
 _VARIANTS = {"mlm": {}, "clm": _CLM, "favor": _FAVOR}
@@ -131,7 +131,7 @@ class EndToEndTest(parameterized.TestCase):
     def test_linear_runs_log_their_smallest_denominator(self):
         # FAVOR+ with RoPE in the numerator (eq. 19), trained end to end: its draws follow the
         # run's seed, and each record has the smallest |denominator| since the previous one.
-        self.assertEqual(_config(**_FAVOR).model.feature_seed, 3)
+        self.assertEqual(_config(**_FAVOR).model.sections["linear"].feature_seed, 3)
         workdir, _ = _reference_run("favor")
         records = metrics_lib.read_metrics(workdir)
         self.assertEqual([r["step"] for r in records], [1, 2, 3])
@@ -309,9 +309,9 @@ class DevicesAndHostsTest(absltest.TestCase):
         "--config.data.valid_lengths=(64,)",
         "--config.model.hidden_dropout=0.1",
         "--config.model.attention=linear",
-        "--config.model.feature_map=favor",
-        "--config.model.random_features=16",
-        "--config.model.feature_redraw=2",
+        "--config.model.sections.linear.feature_map=favor",
+        "--config.model.sections.linear.random_features=16",
+        "--config.model.sections.linear.feature_redraw=2",
         "--config.train.steps=3",
         "--config.train.log_every=1",
         "--config.train.eval_every=3",
@@ -408,7 +408,7 @@ class InitFromTest(absltest.TestCase):
             train__steps=2,
             train__init_from=source,
             data__seq_len=64,
-            model__rope_scaling='{"rope_type": "linear", "factor": 2.0}',
+            model__sections__rope__scaling='{"rope_type": "linear", "factor": 2.0}',
         )
         workdir = os.path.join(_TMP, "init_from")
         state = _initial_state(cfg, workdir)

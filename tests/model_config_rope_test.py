@@ -1,4 +1,4 @@
-"""Tests for the RoPE fields of roformer_jax/nn/model_config.py (rope_scaling, layer_types,
+"""Tests for RoPE's section of the model config (positions.RopeSection: scaling, layer_types;
 position="xpos") in a model: every scaling kind runs and ignores a shift, JSON round trips,
 per-layer RoPE, and the errors that name what was wrong."""
 
@@ -17,10 +17,15 @@ from roformer_jax import hf
 from roformer_jax.nn import model as model_lib
 from roformer_jax.nn import model_config as model_config_lib
 from roformer_jax.nn import rope_scaling
+from roformer_jax.nn.sections import FrozenDict
 
 
-def _model_config(scaling, **overrides):
-    return tiny.model_config(vocab_size=64, rope_scaling=scaling, **overrides)
+def _model_config(scaling, position="rope", layer_types=None, **overrides):
+    """A tiny model whose encoding `position` has RoPE `scaling` and `layer_types`."""
+    rope = {"scaling": scaling, "layer_types": layer_types}
+    return tiny.model_config(
+        vocab_size=64, position=position, sections={position: rope}, **overrides
+    )
 
 
 class ModelConfigTest(parameterized.TestCase):
@@ -52,21 +57,25 @@ class ModelConfigTest(parameterized.TestCase):
             outputs.append(model.apply(variables, ids).hidden_states)
         self.assertGreater(float(jnp.abs(outputs[0] - outputs[1]).max()), 1e-3)
 
-    def test_stored_as_json_that_round_trips(self):
+    def test_hashable_and_round_trips_through_json(self):
         config = _model_config(dict(scalings.YARN))
-        self.assertIsInstance(config.rope_scaling, str)
-        self.assertEqual(config.rope_scaling_dict, scalings.YARN)
-        again = model_config_lib.ModelConfig(**json.loads(json.dumps(dataclasses.asdict(config))))
+        self.assertIsInstance(config.position_section.scaling, FrozenDict)
+        self.assertEqual(config.position_section.scaling, scalings.YARN)
+        saved = json.loads(json.dumps(dataclasses.asdict(config)))
+        again = model_config_lib.model_config_from_dict(saved)
         self.assertEqual(again, config)
         self.assertEqual(hash(again), hash(config))
         # As a string (a command-line override), in any key order: the same config.
         reordered = json.dumps(dict(reversed(list(scalings.YARN.items()))))
         self.assertEqual(_model_config(reordered), config)
+        self.assertEqual(hash(_model_config(reordered)), hash(config))
+        with self.assertRaisesRegex(TypeError, "cannot change"):
+            config.position_section.scaling["factor"] = 2.0
 
     @parameterized.parameters(
         ('{"rope_type": "yarn"}', "'factor'"),
         ("yarn", "is not JSON"),
-        ("[1, 2]", "is not a JSON object"),
+        ("[1, 2]", "is not a dictionary"),
     )
     def test_bad_scaling_fails_in_the_config(self, scaling, message):
         with self.assertRaisesRegex(ValueError, message):
@@ -74,7 +83,7 @@ class ModelConfigTest(parameterized.TestCase):
 
     def test_hf_roformer_refuses_a_scaled_config(self):
         # HF RoFormer cannot express scaling; saving must refuse, not drop it.
-        with self.assertRaisesRegex(ValueError, "rope_scaling"):
+        with self.assertRaisesRegex(ValueError, "sections.rope.scaling"):
             hf.config_to_hf(_model_config(dict(scalings.YARN)), with_mlm_head=False)
         hf.config_to_hf(_model_config(None), with_mlm_head=False)
 
@@ -94,7 +103,7 @@ class ModelConfigTest(parameterized.TestCase):
         variables = model.init(jax.random.key(0), ids)
 
         def run(scaling, layer_types, position_ids=None):
-            config = dataclasses.replace(flat, rope_scaling=scaling, layer_types=layer_types)
+            config = flat.with_section("rope", scaling=scaling, layer_types=layer_types)
             return model_lib.RoFormer(config).apply(variables, ids, position_ids=position_ids)
 
         # Both layer types as the flat dictionary: the flat model, bit for bit.
@@ -110,9 +119,10 @@ class ModelConfigTest(parameterized.TestCase):
         no_positions = run({"a": None, "b": None}, ["a", "b"])
         reversed_ids = run({"a": None, "b": None}, ["a", "b"], position_ids=jnp.arange(8)[::-1])
         chex.assert_trees_all_equal(no_positions, reversed_ids)  # NoPE: order is unseen
-        # Stored as JSON, as rope_scaling: a list or a tuple give the same config.
-        config = dataclasses.replace(flat, rope_scaling=mixed, layer_types=("a", "b"))
-        self.assertEqual(config, dataclasses.replace(config, layer_types='["a", "b"]'))
+        # A list, a tuple or JSON text (a command line's) give the same config.
+        config = flat.with_section("rope", scaling=mixed, layer_types=("a", "b"))
+        self.assertEqual(config, flat.with_section("rope", scaling=mixed, layer_types=["a", "b"]))
+        self.assertEqual(config, config.with_section("rope", layer_types='["a", "b"]'))
         self.assertIsNone(config.layer_rope(1))
 
     @parameterized.parameters(
@@ -126,7 +136,6 @@ class ModelConfigTest(parameterized.TestCase):
                 position="xpos",
                 hidden_size=72,
                 num_heads=2,
-                rope_base=10000.0,
             ),
             None,
         ),
@@ -149,8 +158,8 @@ class ModelConfigTest(parameterized.TestCase):
             _model_config(scaling, **overrides)
 
     def test_needs_a_rotation(self):
-        with self.assertRaisesRegex(ValueError, "rotates nothing; use position='rope'"):
-            _model_config(dict(scalings.YARN), position="learned")
+        with self.assertRaisesRegex(ValueError, "sections.rope sets .* position='learned'"):
+            tiny.model_config(position="learned", sections={"rope": {"scaling": scalings.YARN}})
 
 
 if __name__ == "__main__":

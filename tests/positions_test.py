@@ -1,5 +1,8 @@
 """Tests for roformer_jax/positions.py: the table of position encodings, ALiBi among them."""
 
+import dataclasses
+from unittest import mock
+
 import chex
 import flax
 import flax.linen as nn
@@ -9,8 +12,9 @@ import numpy as np
 import tiny
 from absl.testing import absltest, parameterized
 
-from roformer_jax.nn import attention, positions
+from roformer_jax.nn import attention, model_config, positions, rope
 from roformer_jax.nn import model as model_lib
+from roformer_jax.nn.sections import Section
 
 B, L, V = 2, 8, 64
 RELATIVE = ("rope", "alibi")  # scores depend on m - n only
@@ -105,7 +109,7 @@ class TableTest(parameterized.TestCase):
             config = tiny.model_config(position=name, max_len=16)
             want = 16 if name in ("learned", "learned_sinusoid") else None
             self.assertEqual(config.max_length, want, name)
-            self.assertEqual(encoding.max_length(config), want)
+            self.assertEqual(encoding.max_length(config.position_section, config), want)
 
     def test_only_the_sinusoids_scale_the_embeddings(self):
         scaled = {name for name, e in positions.ENCODINGS.items() if e.scale_embeddings}
@@ -159,7 +163,13 @@ class TableTest(parameterized.TestCase):
         chex.assert_trees_all_close(got, want.astype(np.float32), atol=1e-5)
 
 
-MROPE = dict(position="rope_nd", position_axes=3, rope_scaling={"mrope_section": [2, 3, 3]})
+MROPE_SECTION = {"axes": 3, "scaling": {"mrope_section": [2, 3, 3]}}
+MROPE = dict(position="rope_nd", sections={"rope_nd": MROPE_SECTION})
+
+
+def _nd(**section):
+    """rope_nd's model settings with `section`'s fields over M-RoPE's."""
+    return dict(position="rope_nd", sections={"rope_nd": {**MROPE_SECTION, **section}})
 
 
 def _axes_ids(axes, seed=2):
@@ -194,11 +204,11 @@ class MultiAxisTest(parameterized.TestCase):
 
     def test_mrope_sections_must_match_the_axes(self):
         with self.assertRaisesRegex(ValueError, "mrope_section \\[2, 3, 3\\] has 3 axes"):
-            _model(**dict(MROPE, position_axes=2))
+            _model(**_nd(axes=2))
         with self.assertRaisesRegex(ValueError, "add up to 7 pairs"):
-            _model(**dict(MROPE, rope_scaling={"mrope_section": [2, 3, 2]}))
+            _model(**_nd(scaling={"mrope_section": [2, 3, 2]}))
         with self.assertRaisesRegex(ValueError, "not plain RoPE"):
-            _model("rope_nd", rope_scaling={"rope_type": "linear", "factor": 2.0})
+            _model(**_nd(scaling={"rope_type": "linear", "factor": 2.0}))
 
     def test_cached_steps_take_positions_on_axes(self):
         model, variables = _model(**MROPE, causal=True, num_layers=1)
@@ -220,13 +230,14 @@ class MultiAxisTest(parameterized.TestCase):
 
 class LearnedFrequencyTest(absltest.TestCase):
     def test_init_is_ropes_then_trains_and_restores(self):
-        config = dict(position="rope_learned", position_axes=2, rope_per_head=True, num_layers=1)
+        learned = {"axes": 2, "per_head": True}
+        config = dict(position="rope_learned", sections={"rope_learned": learned}, num_layers=1)
         model, variables = _model(**config)
         attention_params = variables["params"]["encoder"]["layer_0"]["attention"]
         freqs = attention_params["rope_frequencies"]["frequencies"]
         chex.assert_shape(freqs, (4, 2, 8))  # [N, A, P]: RoPE-Mixed, per head
         ids, where = _ids(), _axes_ids(2)
-        fixed, _ = _model("rope_nd", position_axes=2, num_layers=1)
+        fixed, _ = _model("rope_nd", sections={"rope_nd": {"axes": 2}}, num_layers=1)
         # Initialised to RoPE-Axial's frequencies, as float32 (fixed: exact phases).
         chex.assert_trees_all_close(
             model.apply(variables, ids, position_ids=where),
@@ -255,6 +266,45 @@ class LearnedFrequencyTest(absltest.TestCase):
             variables["params"], flax.serialization.to_bytes(trained)
         )
         chex.assert_trees_all_equal(restored, trained)
+
+
+@dataclasses.dataclass(frozen=True)
+class StrideSection(Section):
+    """The toy's hyperparameter: positions read at `stride` times their distance."""
+
+    stride: int = 2
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.stride < 1:
+            raise ValueError(f"stride={self.stride} must be >= 1")
+
+
+def _strided(section, config, position_ids, seq_len, layer):
+    return rope.rope_rotation(section.stride * position_ids)
+
+
+class AddAnEncodingTest(absltest.TestCase):
+    """docs/model.md's recipe: one definition (StrideSection, _strided) and one entry of
+    ENCODINGS, its hyperparameter set in the config's section."""
+
+    def test_a_new_encoding_with_a_hyperparameter_is_one_definition_and_one_entry(self):
+        strided = positions.PositionEncoding(section=StrideSection, rotation=_strided)
+        ids = _ids()
+        with mock.patch.dict(positions.ENCODINGS, strided=strided):
+            model, variables = _model("strided", sections={"strided": {"stride": 3}})
+            self.assertEqual(model.config.position_section, StrideSection(3))
+            got = model.apply(variables, ids)
+            from_dict = model_config.model_config_from_dict(
+                {**dataclasses.asdict(model.config), "sections": {"strided": {"stride": 3}}}
+            )
+            self.assertEqual(from_dict, model.config)
+            with self.assertRaisesRegex(ValueError, "stride=0 must be >= 1"):
+                _model("strided", sections={"strided": {"stride": 0}})
+        rope_model, _ = _model("rope")
+        want = rope_model.apply(variables, ids, position_ids=3 * jnp.arange(L))
+        chex.assert_trees_all_close(got, want, atol=1e-6, rtol=0)
+        self.assertNotIn("strided", tiny.model_config().sections)
 
 
 if __name__ == "__main__":

@@ -368,7 +368,7 @@ class AddAScalingTest(absltest.TestCase):
         positions = np.arange(8)
         with mock.patch.dict(rope_scaling.SCALINGS, halved=_halved):
             halved = rope.apply_rope(x, 2 * positions, scaling={"rope_type": "halved"})
-            config = model_config("tiny", rope_scaling={"rope_type": "halved"})
+            config = model_config("tiny", sections={"rope": {"scaling": {"rope_type": "halved"}}})
             self.assertEqual(config.layer_rope(0).scaling, {"rope_type": "halved"})
         chex.assert_trees_all_close(halved, rope.apply_rope(x, positions), atol=1e-5)
         self.assertNotIn("halved", rope_scaling.SCALINGS)

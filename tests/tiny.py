@@ -31,14 +31,17 @@ def model_config(**fields) -> model_config_lib.ModelConfig:
 
 
 def experiment_config(**overrides) -> ExperimentConfig:
-    """configs/tiny.py with `overrides`: section__field=value (train__steps=8) or a top-level
-    field (seed=1)."""
+    """configs/tiny.py with `overrides`: section__field=value (train__steps=8, or nested:
+    model__sections__rope__base=100.0) or a top-level field (seed=1)."""
     d = tiny_config.get_config().to_dict()
     for key, value in overrides.items():
-        section, _, field = key.rpartition("__")
-        if section and section not in d:
-            raise ValueError(f"override {key!r}: no section {section!r}; sections are {sorted(d)}")
-        (d[section] if section else d)[field] = value
+        *path, field = key.split("__")
+        target = d
+        for part in path:
+            if part not in target:
+                raise ValueError(f"override {key!r}: no {part!r}; there are {sorted(target)}")
+            target = target[part]
+        target[field] = value
     return experiment_config_from_dict(d)
 
 

@@ -67,19 +67,21 @@ def _config(**overrides):
         intermediate_size=32,
         hidden_dropout=0.0,
         attention_dropout=0.0,
-        position_axes=2,
-        rope_base=100.0,
         pre_ln=True,
         position="none",
         initializer_range=0.3,
     )
-    return ModelConfig(**{**fields, **overrides})
+    config = {**fields, **overrides}
+    if config["position"] in ("rope_nd", "rope_learned"):  # over (row, col), at base 100
+        axial = {"axes": 2, "base": 100.0, **config.pop("section", {})}
+        config["sections"] = {config["position"]: axial}
+    return ModelConfig(**config)
 
 
 # Each encoding's logits at the image's grid positions, shifted, and transposed.
 ENCODINGS = {
     "rope_axial": dict(config=dict(position="rope_nd")),
-    "rope_mixed": dict(config=dict(position="rope_learned", rope_per_head=True)),
+    "rope_mixed": dict(config=dict(position="rope_learned", section={"per_head": True})),
     "table": dict(config={}, table_grid=GRID),
 }
 SHIFT = np.array([3, 7])  # rows and columns added to every patch's position
@@ -126,8 +128,8 @@ class ViTTest(parameterized.TestCase):
         images = jnp.asarray(_images())
         with self.assertRaisesRegex(ValueError, r"position='rope' reads one integer"):
             vit.ViT(_config(position="rope"), P, 10).init(jax.random.key(0), images)
-        with self.assertRaisesRegex(ValueError, r"position_axes=4"):
-            vit.ViT(_config(position="rope_nd", position_axes=4), P, 10).init(
+        with self.assertRaisesRegex(ValueError, r"sections.rope_nd.axes=4"):
+            vit.ViT(_config(position="rope_nd", section={"axes": 4}), P, 10).init(
                 jax.random.key(0), images
             )
 

@@ -5,8 +5,9 @@ A new kind is its functions (attention.py, attention_step.py) plus one entry her
 Every full form takes q, k, v and the common keywords mask, causal, rotation; every step
 takes its memory, q, k, v and mask, rotation (attention.py and attention_step.py say what
 each means). Beyond those a form takes exactly the options its record names, and the
-record's builders make their values from the model's config and the layer's context: a new
-option of a kind is written here and in its functions, nowhere else.
+record's builders make their values from the kind's own section of the model config (its
+hyperparameters: `SoftmaxSection`, `LinearSection`), the model config and the layer's context:
+a new option of a kind is written here and in its functions, nowhere else.
 """
 
 import dataclasses
@@ -16,8 +17,9 @@ from typing import NamedTuple
 import jax
 
 from roformer_jax.nn import attention, attention_step
-from roformer_jax.nn.attention_core import KernelOptions, LinearOptions, option_names
+from roformer_jax.nn.attention_core import PLACEMENTS, KernelOptions, LinearOptions, option_names
 from roformer_jax.nn.feature_maps import FEATURE_MAPS
+from roformer_jax.nn.sections import Section
 
 
 class AttentionContext(NamedTuple):
@@ -54,11 +56,14 @@ class AttentionKind:
         causal form for new tokens after those in memory (None before the first).
       options: the keywords `full` takes beyond the common ones.
       step_options: the keywords `step` takes beyond the common ones.
-      build_options: (config, context, layer, make_rng) -> the options `full` is called
-        with in `layer` (its index in the encoder) of a `ModelConfig`'s model, given the
-        layer's `AttentionContext`; make_rng(stream) draws a key (Flax's `make_rng`).
-        A subset of `options` (a bias comes from the position encoding).
-      build_step_options: (config, context, layer) -> the options `step` is called with.
+      build_options: (section, config, context, layer, make_rng) -> the options `full` is
+        called with in `layer` (its index in the encoder) of a `ModelConfig`'s model, given
+        the kind's own section (an instance of `section`, or None) and the layer's
+        `AttentionContext`; make_rng(stream) draws a key (Flax's `make_rng`). A subset of
+        `options` (a bias comes from the position encoding).
+      build_step_options: (section, config, context, layer) -> the options `step` is called
+        with.
+      section: the `Section` subclass of the kind's hyperparameters, or None.
     """
 
     full: Callable[..., jax.Array | tuple[jax.Array, jax.Array]]
@@ -67,11 +72,72 @@ class AttentionKind:
     step_options: frozenset[str]
     build_options: Callable[..., dict]
     build_step_options: Callable[..., dict]
+    section: type[Section] | None = None
 
 
-def feature_projection(cfg, layer: int, update=None) -> jax.Array | None:
-    """The random features of `layer` (FAVOR+'s W [F, H], shared by its heads), or None when
-    the model (a `ModelConfig`'s) draws none.
+@dataclasses.dataclass(frozen=True)
+class SoftmaxSection(Section):
+    """Softmax attention's hyperparameters.
+
+    window: query i sees keys j with |i - j| < window (causal: i - window < j <= i), as
+      Mistral's and Gemma's local layers; a decode cache then holds `window` keys. None:
+      every key.
+    """
+
+    window: int | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.window is not None and self.window < 1:
+            raise ValueError(f"window={self.window} must be >= 1 (None: every key)")
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearSection(Section):
+    """Linear attention's hyperparameters.
+
+    feature_map: φ, a key of feature_maps.FEATURE_MAPS.
+    placement: where RoPE's rotation goes (eq. 19's "numerator"), one of PLACEMENTS.
+    random_features, feature_redraw, feature_seed: a random φ (FAVOR+, feature_map="favor")
+      has F = random_features features per head (even: RoPE may rotate them in pairs),
+      redrawn every `feature_redraw` training steps (0: drawn once), from `feature_seed`
+      (None: the experiment's seed, training.config sets it; 0 for a model alone), each layer
+      its own draw (`feature_projection`).
+    """
+
+    feature_map: str = "elu"
+    placement: str = "numerator"
+    random_features: int = 256
+    feature_redraw: int = 1000
+    feature_seed: int | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.feature_map not in FEATURE_MAPS:
+            raise ValueError(
+                f"feature_map={self.feature_map!r} is not one of {tuple(FEATURE_MAPS)}"
+            )
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement={self.placement!r} is not one of {PLACEMENTS}")
+        if self.random_features < 2 or self.random_features % 2:
+            raise ValueError(
+                f"random_features={self.random_features} must be even and positive: RoPE "
+                "rotates features in pairs"
+            )
+        if self.feature_redraw < 0:
+            raise ValueError(f"feature_redraw={self.feature_redraw} must be >= 0 (0: never)")
+
+    @property
+    def draws_features(self) -> bool:
+        """Whether φ is random (FAVOR+): its features are drawn."""
+        return FEATURE_MAPS[self.feature_map].draw is not None
+
+
+def feature_projection(
+    section: LinearSection, head_dim: int, layer: int, update=None
+) -> jax.Array | None:
+    """The random features of `layer` (FAVOR+'s W [F, H], shared by its heads, H = head_dim),
+    or None for a φ that draws none.
 
     A function of (feature_seed, layer, redraw period) only, so a run draws the same
     features on 1 or 8 devices and when resumed. Training update t (int, may be traced: the
@@ -79,15 +145,18 @@ def feature_projection(cfg, layer: int, update=None) -> jax.Array | None:
     the Performer paper does. Evaluation and decoding pass `model.evaluation_update`'s
     update; update None is period 0's draw. feature_redraw 0 draws period 0 for every update.
     """
-    if not cfg.draws_features:
+    if not section.draws_features:
         return None
-    period = 0 if update is None or not cfg.feature_redraw else update // cfg.feature_redraw
-    key = jax.random.key(0 if cfg.feature_seed is None else cfg.feature_seed)
+    redraw = section.feature_redraw
+    period = 0 if update is None or not redraw else update // redraw
+    key = jax.random.key(0 if section.feature_seed is None else section.feature_seed)
     key = jax.random.fold_in(jax.random.fold_in(key, layer), period)
-    return FEATURE_MAPS[cfg.feature_map].draw(key, cfg.random_features, cfg.head_dim)
+    return FEATURE_MAPS[section.feature_map].draw(key, section.random_features, head_dim)
 
 
-def _softmax_options(cfg, context: AttentionContext, layer: int, make_rng) -> dict:
+def _softmax_options(
+    section: SoftmaxSection, cfg, context: AttentionContext, layer: int, make_rng
+) -> dict:
     del layer  # every layer alike
     dropout = not context.deterministic and cfg.attention_dropout > 0.0
     return dict(
@@ -95,45 +164,45 @@ def _softmax_options(cfg, context: AttentionContext, layer: int, make_rng) -> di
         dropout_rng=make_rng("dropout") if dropout else None,
         example_ids=context.example_ids,
         segment_ids=context.segment_ids,
-        window=cfg.window,
+        window=section.window,
     )
 
 
-def _softmax_step_options(cfg, context: AttentionContext, layer: int) -> dict:
+def _softmax_step_options(section: SoftmaxSection, cfg, context: AttentionContext, layer) -> dict:
     # The KV cache stores each key's position (for a bias) in `capacity` slots, or in a
     # ring of `window` slots. It keeps one position per key: N-D positions have no bias.
     del layer
     positions = context.position_ids
-    if cfg.encoding.axes is not None:
+    if cfg.axes is not None:
         positions = positions[..., 0]
-    return dict(positions=positions, capacity=context.decode_length, window=cfg.window)
+    return dict(positions=positions, capacity=context.decode_length, window=section.window)
 
 
-def _full_only_options(cfg, context: AttentionContext, layer: int, make_rng) -> dict:
+def _full_only_options(section, cfg, context: AttentionContext, layer: int, make_rng) -> dict:
     # A linear kind's full form also takes packed rows' segment ids (its step decodes one
     # sequence per row) and, in training, reports how near the denominator's guard comes to
     # binding (eq. (18)'s instability, measured).
-    del cfg, layer, make_rng
+    del section, cfg, layer, make_rng
     return dict(segment_ids=context.segment_ids, return_min_denominator=not context.deterministic)
 
 
-def _linear_step_options(cfg, context: AttentionContext, layer: int) -> dict:
+def _linear_step_options(section: LinearSection, cfg, context: AttentionContext, layer) -> dict:
     return dict(
-        feature_map=cfg.feature_map,
-        placement=cfg.linear_rope,
-        projection=feature_projection(cfg, layer, context.update),
+        feature_map=section.feature_map,
+        placement=section.placement,
+        projection=feature_projection(section, cfg.head_dim, layer, context.update),
     )
 
 
-def _linear_options(cfg, context: AttentionContext, layer: int, make_rng) -> dict:
+def _linear_options(section: LinearSection, cfg, context, layer: int, make_rng) -> dict:
     return {
-        **_linear_step_options(cfg, context, layer),
-        **_full_only_options(cfg, context, layer, make_rng),
+        **_linear_step_options(section, cfg, context, layer),
+        **_full_only_options(section, cfg, context, layer, make_rng),
     }
 
 
-def _no_options(cfg, context: AttentionContext, layer: int) -> dict:
-    del cfg, context, layer  # eps and chunk_size keep their defaults
+def _no_options(section, cfg, context: AttentionContext, layer: int) -> dict:
+    del section, cfg, context, layer  # eps and chunk_size keep their defaults
     return {}
 
 
@@ -149,6 +218,7 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
         step_options=frozenset({"bias", "positions", "capacity", "window"}),
         build_options=_softmax_options,
         build_step_options=_softmax_step_options,
+        section=SoftmaxSection,
     ),
     "linear": AttentionKind(
         full=attention.linear_attention,
@@ -157,6 +227,7 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
         step_options=option_names(LinearOptions),
         build_options=_linear_options,
         build_step_options=_linear_step_options,
+        section=LinearSection,
     ),
     "cosine": AttentionKind(
         full=attention.cosine_attention,

@@ -112,7 +112,7 @@ class Embeddings(nn.Module):
         if cfg.encoding.scale_embeddings:  # × √E against a fixed sinusoid (positions.py)
             x = x * jnp.asarray(cfg.embed_dim**0.5, x.dtype)
         if cfg.encoding.embed is not None:  # absolute encodings; others act in attention
-            x = x + cfg.encoding.embed(cfg, position_ids, DTYPES[cfg.dtype])  # [(B,) L, E]
+            x = x + cfg.encoding.embed(cfg.position_section, cfg, position_ids, DTYPES[cfg.dtype])
         x = _layer_norm(cfg, "LayerNorm")(x)
         return Dropout(cfg.hidden_dropout)(x, deterministic, example_ids)
 
@@ -144,27 +144,28 @@ class SelfAttention(nn.Module):
             for name in ("key", "value")
         )
         encoding, where = cfg.encoding, {}  # what the position encoding does in attention
+        hooked = (cfg.position_section, cfg)  # what every hook of the encoding takes first
         positions = context.position_ids
         rotation = encoding.rotation and encoding.rotation(
-            cfg, positions, context.decode_length, self.layer
+            *hooked, positions, context.decode_length, self.layer
         )  # None in a layer without positions
         if rotation is not None:
             where["rotation"] = rotation
             if cfg.rotary_value:  # HF RoFormer's option: v is rotated too, and not rotated back.
                 v = rotation.k(v)
-        kind = cfg.kind
+        kind, section = cfg.kind, cfg.attention_section
         if context.decode_length is None:
             if encoding.bias is not None:
-                where["bias"] = encoding.bias(cfg, positions, positions)  # [B|1, N, L, L]
-            options = kind.build_options(cfg, context, self.layer, self.make_rng)
+                where["bias"] = encoding.bias(*hooked, positions, positions)  # [B|1, N, L, L]
+            options = kind.build_options(section, cfg, context, self.layer, self.make_rng)
             out = kind.full(q, k, v, mask=context.mask, causal=cfg.causal, **where, **options)
             if isinstance(out, tuple):  # eq. (18)'s instability, measured
                 out, smallest = out
                 self.sow("intermediates", "min_denominator", smallest)
         else:  # the kind's step after the memory of the earlier calls, which it updates
             if encoding.bias is not None:  # of key positions that only the cache knows
-                where["bias"] = functools.partial(encoding.bias, cfg)
-            options = kind.build_step_options(cfg, context, self.layer)
+                where["bias"] = functools.partial(encoding.bias, *hooked)
+            options = kind.build_step_options(section, cfg, context, self.layer)
             memory = self.get_variable("cache", "memory")  # None at the first call
             out, memory = kind.step(memory, q, k, v, mask=context.mask, **where, **options)
             self.put_variable("cache", "memory", memory)

@@ -2,23 +2,24 @@
 
 One frozen dataclass holds every architectural choice of `roformer_jax.nn.model.RoFormer`: the
 position encoding (a key of `positions.ENCODINGS`), the attention kind (a key of
-`attention_kinds.ATTENTION_KINDS`) and their options, validated when the config is made.
+`attention_kinds.ATTENTION_KINDS`) and, in sections, their hyperparameters, validated when the
+config is made. `model_config_from_dict` also reads the flat layout that runs saved before the
+sections (`FLAT_FIELDS`).
 """
 
 import dataclasses
+import difflib
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import jax
 import jax.numpy as jnp
 
-from roformer_jax.nn import rope
-from roformer_jax.nn import rope_scaling as scalings  # the field rope_scaling shadows the name
-from roformer_jax.nn.attention_core import PLACEMENTS
+from roformer_jax.nn import rope_scaling as scalings
 from roformer_jax.nn.attention_kinds import ATTENTION_KINDS, AttentionKind
-from roformer_jax.nn.feature_maps import FEATURE_MAPS
 from roformer_jax.nn.positions import ENCODINGS, PositionEncoding
+from roformer_jax.nn.sections import FrozenDict, Section
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -32,9 +33,29 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 }
 
 
+def section_types() -> dict[str, type[Section]]:
+    """{entry name: its Section class} of every encoding and attention kind that has one,
+    read from the tables each time (an entry added to a table brings its section)."""
+    table = {}
+    for entries in (ENCODINGS, ATTENTION_KINDS):
+        for name, record in entries.items():
+            if record.section is not None:
+                if name in table:
+                    raise ValueError(f"{name!r} names an encoding and an attention kind")
+                table[name] = record.section
+    return table
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Architecture of the encoder; the defaults are BERT-base with RoPE (RoFormer-base)."""
+    """Architecture of the encoder; the defaults are BERT-base with RoPE (RoFormer-base).
+
+    The position encoding and the attention kind are names of table entries; their
+    hyperparameters are `sections`, one per entry that has any (`section_types`), e.g.
+    ModelConfig(attention="linear", sections={"linear": {"feature_map": "favor"}}): a mapping
+    gives some fields of a section, the rest keep their defaults. The sections of entries
+    not chosen must stay at their defaults (a setting that would do nothing is an error).
+    """
 
     vocab_size: int = 30522  # V; bert-base-uncased's (experiments follow the tokenizer)
     hidden_size: int = 768  # D
@@ -54,57 +75,28 @@ class ModelConfig:
     dtype: str = "float32"  # compute dtype; parameters are always float32
     position: str = "rope"  # a key of positions.ENCODINGS
     attention: str = "softmax"  # a key of attention_kinds.ATTENTION_KINDS
-    feature_map: str = "elu"  # linear attention's φ, a key of feature_maps.FEATURE_MAPS
-    # A random φ (FAVOR+, feature_map="favor"): F features per head (even: RoPE may rotate
-    # them in pairs), redrawn every `feature_redraw` training steps (0: drawn once), from
-    # `feature_seed` (None: the experiment's seed, training.config sets it; 0 for a model
-    # alone), each layer its own draw (`attention_kinds.feature_projection`).
-    random_features: int = 256
-    feature_redraw: int = 1000
-    feature_seed: int | None = None
-    linear_rope: str = "numerator"  # linear attention's rotation placement (eq. 19): PLACEMENTS
-    rope_base: float = 10000.0  # θ_i = base^(-2i/H), paper eq. (15)
-    # HF's rope scaling dictionary as JSON (v4 `rope_scaling` or v5 `rope_parameters`), e.g.
-    # '{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}'; a dict
-    # is accepted and stored as JSON, which stays hashable, overridable and checkpointable.
-    rope_scaling: str | None = None
-    # HF v5's `layer_types` as JSON (a list is accepted), one name per layer, e.g.
-    # '["sliding_attention", "full_attention"]': with rope_scaling nested by these names
-    # ('{"full_attention": {"rope_theta": 1e6}, "sliding_attention": null}'), each layer
-    # rotates with its type's base, scaling and partial_rotary_factor, or not at all (null).
-    layer_types: str | None = None
-    # A, the axes of each token's position for encodings that take several ("rope_nd",
-    # "rope_learned"): position_ids [(B,) L, A]; M-RoPE's mrope_section has A entries.
-    position_axes: int = 1
-    rope_per_head: bool = False  # "rope_learned": frequencies per head (RoPE-Mixed)
+    # {entry name: its Section} for every name of section_types(); given as a partial mapping.
+    sections: FrozenDict = None
     rotary_value: bool = False  # also rotate v, as HF RoFormer's `rotary_value`
     pre_ln: bool = False  # LayerNorm before each sublayer (and once at the end) instead of after
     # Token i attends to tokens j <= i only: a decoder (HF's `is_decoder`), for next-token
     # prediction and generation (roformer_jax.nn.decoding); every attention kind has a causal form.
     causal: bool = False
-    # Query i sees keys j with |i - j| < window (causal: i - window < j <= i), as Mistral's
-    # and Gemma's local layers; a decode cache then holds `window` keys. None: every key.
-    # Only kinds that form the scores can take it (`AttentionKind.options` names "window").
-    window: int | None = None
     initializer_range: float = 0.02  # std of the normal initializer (BERT)
     hidden_act: str = "gelu"  # a key of ACTIVATIONS
 
     def __post_init__(self):
         self._check_fields()
-        if self.random_features < 2 or self.random_features % 2:
-            raise ValueError(
-                f"random_features={self.random_features} must be even and positive: RoPE "
-                "rotates features in pairs"
-            )
-        if self.feature_redraw < 0:
-            raise ValueError(f"feature_redraw={self.feature_redraw} must be >= 0 (0: never)")
-        if self.position_axes < 1:
-            raise ValueError(f"position_axes={self.position_axes} must be a positive integer")
-        self._canonical_json("rope_scaling", dict)
-        self._canonical_json("layer_types", list)
-        if self.rope_scaling is not None or self.layer_types is not None:
-            self._check_rope_scaling()
-        self.encoding.check(self)
+        object.__setattr__(self, "sections", _complete_sections(self.sections))
+        for name, section in self.sections.items():
+            if name not in (self.position, self.attention) and section.changed():
+                raise ValueError(
+                    f"sections.{name} sets {section.changed()}, but position={self.position!r} "
+                    f"and attention={self.attention!r}: {name}'s hyperparameters would do "
+                    f"nothing; leave them at their defaults or set position or attention to "
+                    f"{name!r}"
+                )
+        self.encoding.check(self.position_section, self)
         if self.rotary_value and self.encoding.rotation is None:
             raise ValueError(
                 f"rotary_value=True rotates v as q and k are rotated, but position="
@@ -117,8 +109,6 @@ class ModelConfig:
                 "what makes it linear); RoPE rotates q and k instead, which linear attention "
                 "can use: set position='rope', or attention='softmax'"
             )
-        if self.window is not None:
-            self._check_window()
 
     def _check_fields(self):
         """Each field alone: sizes, rates and names of table entries."""
@@ -153,73 +143,33 @@ class ModelConfig:
             "dtype": tuple(DTYPES),
             "position": tuple(ENCODINGS),
             "attention": tuple(ATTENTION_KINDS),
-            "feature_map": tuple(FEATURE_MAPS),
-            "linear_rope": PLACEMENTS,
             "hidden_act": tuple(ACTIVATIONS),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}={getattr(self, name)!r} is not one of {allowed}")
 
-    def _check_window(self):
-        if self.window < 1:
-            raise ValueError(f"window={self.window} must be >= 1 (None: every key)")
-        if "window" not in self.kind.options:
-            raise ValueError(
-                f"window={self.window} limits which keys a query scores, but {self.attention!r} "
-                "attention never forms the scores; use attention='softmax' or window=None"
-            )
-
-    def _canonical_json(self, name, kind):
-        """Field `name` (JSON of a `kind`, or a `kind`) as canonical JSON (sorted keys), so
-        that equal values give equal configs however they were written, and a resumed run is
-        not refused for the order of its keys."""
-        value = getattr(self, name)
-        if value is None:
-            return
-        parsed = value
-        if isinstance(parsed, str):
-            try:
-                parsed = json.loads(parsed)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{name}={value!r} is not JSON: {error}") from None
-        if isinstance(parsed, tuple):
-            parsed = list(parsed)
-        if not isinstance(parsed, kind):
-            what = "a JSON object" if kind is dict else "a JSON list"
-            raise ValueError(f"{name}={value!r} is not {what}")
-        object.__setattr__(self, name, json.dumps(parsed, sort_keys=True))
-
-    def _check_rope_scaling(self):
-        if self.encoding.rotation is None:
-            raise ValueError(
-                f"rope_scaling={self.rope_scaling} and layer_types={self.layer_types} set "
-                f"RoPE's frequencies, but position={self.position!r} rotates nothing; use "
-                "position='rope'"
-            )
-        parsed, layer_types = self.rope_scaling_dict, self.layer_types_list
-        if not scalings.is_nested(parsed, layer_types):
-            # One dictionary for every layer, as before HF v5: its "rope_theta" must agree.
-            rope.scaled_frequencies(self.head_dim, base=self.rope_base, scaling=parsed)
-        for layer in range(self.num_layers):  # fails now, with HF's key names
-            self.layer_rope(layer)
+    def with_section(self, name: str, **changes) -> "ModelConfig":
+        """This config with fields of section `name` changed."""
+        section = dataclasses.replace(self.sections[name], **changes)
+        return dataclasses.replace(self, sections={**self.sections, name: section})
 
     def layer_rope(self, layer: int) -> scalings.LayerRope | None:
-        """How `layer` rotates (base, rotary dim, scaling); None for a layer without positions."""
-        params = scalings.layer_parameters(
-            self.rope_scaling_dict, self.layer_types_list, self.num_layers
-        )
-        return scalings.layer_rope(self.head_dim, params[layer], base=self.rope_base)
+        """How `layer` rotates (base, rotary dim, scaling); None for a layer without positions
+        (every layer, for an encoding that rotates nothing)."""
+        if self.encoding.rotation is None:
+            return None
+        return self.position_section.layer_rope(layer, self)
 
     @property
-    def layer_types_list(self) -> list[str] | None:
-        """`layer_types` parsed."""
-        return None if self.layer_types is None else json.loads(self.layer_types)
+    def position_section(self) -> Section | None:
+        """The chosen encoding's hyperparameters (`sections[position]`), or None."""
+        return self.sections.get(self.position)
 
     @property
-    def rope_scaling_dict(self) -> dict | None:
-        """`rope_scaling` parsed, for `rope.apply_rope(scaling=...)`."""
-        return None if self.rope_scaling is None else json.loads(self.rope_scaling)
+    def attention_section(self) -> Section | None:
+        """The chosen attention kind's hyperparameters (`sections[attention]`), or None."""
+        return self.sections.get(self.attention)
 
     @property
     def head_dim(self) -> int:
@@ -244,15 +194,34 @@ class ModelConfig:
 
     @property
     def draws_features(self) -> bool:
-        """Whether attention draws random features (FAVOR+): a kind that takes a projection,
-        with a random feature map."""
-        takes = "projection" in self.kind.options
-        return takes and FEATURE_MAPS[self.feature_map].draw is not None
+        """Whether attention draws random features (FAVOR+)."""
+        return bool(getattr(self.attention_section, "draws_features", False))
+
+    @property
+    def axes(self) -> int | None:
+        """A, the axes of each token's position for an encoding that takes several
+        (position_ids [(B,) L, A]); None: one integer per token."""
+        axes = self.encoding.axes
+        return None if axes is None else axes(self.position_section, self)
 
     @property
     def max_length(self) -> int | None:
         """The longest sequence the position encoding supports; None = any length."""
-        return self.encoding.max_length(self)
+        return self.encoding.max_length(self.position_section, self)
+
+
+def _complete_sections(given) -> FrozenDict:
+    """Every entry's section: the given ones (instances or partial mappings), the rest at
+    their defaults."""
+    given, types = ({} if given is None else given), section_types()
+    if not isinstance(given, Mapping):
+        raise ValueError(f"sections={given!r} is not a mapping of {sorted(types)}")
+    unknown = sorted(set(given) - set(types))
+    if unknown:
+        raise ValueError(f"unknown sections {unknown}; sections are {sorted(types)}")
+    return FrozenDict(
+        {name: cls.make(given.get(name), f"sections.{name}") for name, cls in types.items()}
+    )
 
 
 SIZES: dict[str, dict] = {
@@ -271,3 +240,54 @@ def model_config(size: str, **overrides) -> ModelConfig:
     if unknown:
         raise ValueError(f"unknown ModelConfig fields {unknown}; fields are {sorted(fields)}")
     return ModelConfig(**{**SIZES[size], **overrides})
+
+
+# Fields of the flat layout (before the sections) -> the field of a section that took each.
+FLAT_FIELDS = {
+    "rope_base": "base",
+    "rope_scaling": "scaling",
+    "layer_types": "layer_types",
+    "position_axes": "axes",
+    "rope_per_head": "per_head",
+    "window": "window",
+    "feature_map": "feature_map",
+    "linear_rope": "placement",
+    "random_features": "random_features",
+    "feature_redraw": "feature_redraw",
+    "feature_seed": "feature_seed",
+}
+
+
+def nested_model_dict(values: Mapping) -> dict:
+    """A model config dict in the sections layout: a flat one's FLAT_FIELDS moved into the
+    sections of the chosen position encoding and attention kind (whichever has the field;
+    neither: the field did nothing in that model, and is dropped). Other dicts as they are."""
+    values = dict(values)
+    flat = {key: values.pop(key) for key in FLAT_FIELDS if key in values}
+    if not flat:
+        return values
+    chosen = (values.get("position", "rope"), values.get("attention", "softmax"))
+    types = section_types()
+    sections = {name: dict(fields) for name, fields in (values.get("sections") or {}).items()}
+    for key, value in flat.items():
+        if key in ("rope_scaling", "layer_types") and isinstance(value, str):
+            value = json.loads(value)  # the flat layout stored them as JSON text
+        for name in chosen:
+            cls = types.get(name)
+            if cls is not None and FLAT_FIELDS[key] in {f.name for f in dataclasses.fields(cls)}:
+                sections.setdefault(name, {})[FLAT_FIELDS[key]] = value
+                break
+    values["sections"] = sections
+    return values
+
+
+def model_config_from_dict(values: Mapping) -> ModelConfig:
+    """A ModelConfig from a dict (a config file's, or a saved run's in either layout)."""
+    values = nested_model_dict(values)
+    fields = [f.name for f in dataclasses.fields(ModelConfig)]
+    for key in values:
+        if key not in fields:
+            near = difflib.get_close_matches(key, fields, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; fields are {sorted(fields)}"
+            raise ValueError(f"unknown key model.{key}{hint}")
+    return ModelConfig(**values)

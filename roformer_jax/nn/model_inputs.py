@@ -46,7 +46,7 @@ def checked_inputs(
         if position_ids is None:  # every document counts from 0, whatever the encoding
             position_ids = segments.segment_positions(segment_ids)  # [B, L]
     position_ids = jnp.arange(length) if position_ids is None else jnp.asarray(position_ids)
-    axes = None if cfg.encoding.axes is None else cfg.encoding.axes(cfg)  # A, or one integer
+    axes = cfg.axes  # A, or None: one integer
     shapes = [(length,), (b, length)]
     if axes is not None:
         shapes = [(length, axes), (b, length, axes), *shapes]

@@ -11,14 +11,17 @@ can tell it in three places, and says which through the hooks it fills in:
             only for attention kinds that form the scores.
 `ENCODINGS` maps a name (`ModelConfig.position`) to its definition; the model and trainer
 look encodings up here and never branch on their names. A new encoding is one definition and
-one entry.
+one entry; its hyperparameters, if it has any, are a `Section` the entry names, which
+`ModelConfig.sections` holds under the encoding's name (docs/model.md's recipe).
 
-Hooks receive the model config (`roformer_jax.nn.model_config.ModelConfig`) and the position ids
-(`position_ids`, the indices; `config.position` names the encoding).
+Hooks receive the encoding's own section (None for an encoding without one), the model config
+(`roformer_jax.nn.model_config.ModelConfig`: its sizes) and the position ids.
 Glossary of shapes: B batch, L query length, M key length, N heads, E embedding size,
 A position axes, P rotated pairs. Position ids are int [L] or [B, L], or [L, A] or [B, L, A]
 for an encoding that says it takes A axes (time, height and width; an image's x and y).
 """
+
+from __future__ import annotations
 
 import dataclasses
 import functools
@@ -32,56 +35,131 @@ import jax.numpy as jnp
 import numpy as np
 
 from roformer_jax.nn import rope, rope_nd, rope_phase, rope_scaling
+from roformer_jax.nn.sections import FrozenDict, Section
 
-ModelConfig = Any  # roformer_jax.nn.model_config.ModelConfig, which imports this module
+Hook = Callable[..., Any]  # (section, config, ...) -> what the hook gives, as below
 
 
 @dataclasses.dataclass(frozen=True)
 class PositionEncoding:
     """What one position encoding does to the encoder; every hook is optional.
 
+    Every hook takes (section, config, ...): the encoding's own section (an instance of
+    `section`, or None) and the model config, then what the hook says.
+
     Attributes:
-      embed: (config, position_ids, dtype) -> [(B,) L, E], added to the token embeddings. Runs
+      section: the `Section` subclass of the encoding's hyperparameters, or None.
+      embed: (..., position_ids, dtype) -> [(B,) L, E], added to the token embeddings. Runs
         inside the embedding module, so it may create Flax parameters (a learned table).
-      rotation: (config, position_ids, seq_len, layer) -> `rope.Rotation` applied to q and k
-        in that layer, or None for a layer without positions (`ModelConfig.layer_rope`).
+      rotation: (..., position_ids, seq_len, layer) -> `rope.Rotation` applied to q and k
+        in that layer, or None for a layer without positions (`RopeSection.layer_rope`).
         seq_len is the length of the whole sequence: the L rotated, or when decoding the
         cache's capacity, so that each step rotates as the whole sequence would be rotated
         (scalings that choose frequencies by the length, xPos's centre). Runs inside the
         attention module, so it may create Flax parameters (learned frequencies).
-      bias: (config, q_positions, k_positions) -> [B or 1, N, L, M] added to softmax scores.
+      bias: (..., q_positions, k_positions) -> [B or 1, N, L, M] added to softmax scores.
         Attention kinds that never form the scores (linear, cosine) cannot take it.
-      max_length: config -> the longest sequence it supports, or None for any length.
-      check: config -> None; raises ValueError for a config it cannot serve.
+      max_length: (...) -> the longest sequence it supports, or None for any length.
+      check: (...) -> None; raises ValueError for a model it cannot serve (its section's
+        own fields are checked when the section is made).
       scale_embeddings: multiply the word and token type embeddings by √E before `embed` is
         added, as Vaswani et al. 2017 (sec. 3.4) do for a fixed sinusoid of amplitude 1:
         embeddings initialized with std 0.02 (BERT's) would otherwise be swamped by it.
-      axes: config -> A, for an encoding whose positions have A axes: its hooks receive
+      axes: (...) -> A, for an encoding whose positions have A axes: its hooks receive
         position ids [L, A] or [B, L, A] (ids [L] or [B, L] are every axis alike, as HF's
         M-RoPE reads text tokens). None: one integer per token.
     """
 
-    embed: Callable[[ModelConfig, jax.Array, Any], jax.Array] | None = None
-    rotation: Callable[[ModelConfig, jax.Array, int], rope.Rotation] | None = None
-    bias: Callable[[ModelConfig, jax.Array, jax.Array], jax.Array] | None = None
-    max_length: Callable[[ModelConfig], int | None] = lambda config: None
-    check: Callable[[ModelConfig], None] = lambda config: None
+    section: type[Section] | None = None
+    embed: Hook | None = None
+    rotation: Hook | None = None
+    bias: Hook | None = None
+    max_length: Hook = lambda section, config: None
+    check: Hook = lambda section, config: None
     scale_embeddings: bool = False
-    axes: Callable[[ModelConfig], int] | None = None
+    axes: Hook | None = None
+
+
+# ---------------------------------------------------------------- sections: the hyperparameters
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeSection(Section):
+    """RoPE's frequencies θ_i = base^(-2i/R) (paper eq. (15)), and HF's scaling of them.
+
+    scaling: HF's rope scaling dictionary (v4 `rope_scaling` or v5 `rope_parameters`), e.g.
+      {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}; None:
+      plain RoPE.
+    layer_types: HF v5's `layer_types`, one name per layer, e.g. ("sliding_attention",
+      "full_attention"): with `scaling` nested by these names ({"full_attention":
+      {"rope_theta": 1e6}, "sliding_attention": None}), each layer rotates with its type's
+      base, scaling and partial_rotary_factor, or not at all (None).
+    """
+
+    base: float = 10000.0
+    scaling: FrozenDict | None = None
+    layer_types: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not (math.isfinite(self.base) and self.base > 0):
+            raise ValueError(f"base={self.base} must be positive and finite: θ_i = base^(-2i/R)")
+        if self.scaling is not None and not isinstance(self.scaling, FrozenDict):
+            raise ValueError(f"scaling={self.scaling!r} is not a dictionary (HF's rope_scaling)")
+
+    def layer_rope(self, layer: int, config) -> rope_scaling.LayerRope | None:
+        """How `layer` of a model (`config`, a ModelConfig: its head dim and layers) rotates
+        (base, rotary dim, scaling); None for a layer without positions."""
+        params = rope_scaling.layer_parameters(self.scaling, self.layer_types, config.num_layers)
+        return rope_scaling.layer_rope(config.head_dim, params[layer], base=self.base)
+
+
+@dataclasses.dataclass(frozen=True)
+class XposSection(RopeSection):
+    """xPos: RoPE's frequencies, and the scale base γ of its decay ζ_i^((m-n)/γ)."""
+
+    scale_base: float = 512.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not (math.isfinite(self.scale_base) and self.scale_base > 0):
+            raise ValueError(f"scale_base={self.scale_base} must be positive and finite")
+
+
+@dataclasses.dataclass(frozen=True)
+class AxesSection(RopeSection):
+    """RoPE over A position axes: `axes` = A (time, height and width; an image's x and y);
+    position_ids [(B,) L, A]; HF's "mrope_section" in `scaling` has A entries."""
+
+    axes: int = 1
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.axes < 1:
+            raise ValueError(f"axes={self.axes} must be a positive integer")
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnedFrequencySection(AxesSection):
+    """Learned RoPE frequencies over A axes; `per_head`: each head its own (RoPE-Mixed)."""
+
+    per_head: bool = False
 
 
 # ---------------------------------------------------------------- absolute: added to embeddings
 
 
-def _learned(config, position_ids, dtype):
+def _learned(section, config, position_ids, dtype):
     """BERT: a trained table of `max_len` rows, initialized like the other embeddings."""
+    del section
     return _table(config, position_ids, dtype, nn.initializers.normal(config.initializer_range))
 
 
-def _learned_sinusoid(config, position_ids, dtype):
+def _learned_sinusoid(section, config, position_ids, dtype):
     """BERT's trained table started at the sinusoid, the embeddings × √E as the fixed
     sinusoid's are: at step 0 the "sinusoidal" model, then free to move (issue 31: does a
     learned table that starts where the sinusoid is learn as fast as the fixed one?)."""
+    del section
 
     def init(key, shape, dtype):
         del key
@@ -110,20 +188,27 @@ def sinusoidal_embedding(positions, dim: int) -> jax.Array:
     return jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1).reshape(*angles.shape[:-1], dim)
 
 
-def _sinusoidal(config, position_ids, dtype):
+def _sinusoidal(section, config, position_ids, dtype):
+    del section
     return sinusoidal_embedding(position_ids, config.embed_dim).astype(dtype)
 
 
-def _even_embedding(config):
+def _even_embedding(section, config):
+    del section
     if config.embed_dim % 2:
         raise ValueError(f"embedding size {config.embed_dim} is odd; sin/cos come in pairs")
+
+
+def _table_rows(section, config):
+    del section
+    return config.max_len
 
 
 # ---------------------------------------------------------------- relative: q and k rotated
 
 
-def _rope(config, position_ids, seq_len, layer):
-    layer_rope = config.layer_rope(layer)
+def _rope(section: RopeSection, config, position_ids, seq_len, layer):
+    layer_rope = section.layer_rope(layer, config)
     if layer_rope is None:
         return None
     return rope.rope_rotation(
@@ -135,24 +220,34 @@ def _rope(config, position_ids, seq_len, layer):
     )
 
 
-def _xpos(config, position_ids, seq_len, layer):
-    layer_rope = config.layer_rope(layer)
+def _xpos(section: XposSection, config, position_ids, seq_len, layer):
+    layer_rope = section.layer_rope(layer, config)
     if layer_rope is None:
         return None
     return rope.xpos_rotation(
-        position_ids, base=layer_rope.base, scaling=layer_rope.scaling, seq_len=seq_len
+        position_ids,
+        base=layer_rope.base,
+        scale_base=section.scale_base,
+        scaling=layer_rope.scaling,
+        seq_len=seq_len,
     )
 
 
-def _even_heads(config):
+def _rope_check(section: RopeSection, config):
+    """Even heads, and a scaling that HF's keys make sense of for every layer."""
     if config.head_dim % 2:
         raise ValueError(f"head dim {config.head_dim} is odd; RoPE rotates pairs of features")
+    if not rope_scaling.is_nested(section.scaling, section.layer_types):
+        # One dictionary for every layer, as before HF v5: its "rope_theta" must agree.
+        rope.scaled_frequencies(config.head_dim, base=section.base, scaling=section.scaling)
+    for layer in range(config.num_layers):  # fails now, with HF's key names
+        section.layer_rope(layer, config)
 
 
-def _xpos_check(config):
-    _even_heads(config)
+def _xpos_check(section: XposSection, config):
+    _rope_check(section, config)
     for layer in range(config.num_layers):
-        layer_rope = config.layer_rope(layer)
+        layer_rope = section.layer_rope(layer, config)
         if layer_rope is not None and layer_rope.rotary_dim is not None:
             raise ValueError(
                 f"xPos rotates and scales every feature; layer {layer} has rotary dim "
@@ -163,15 +258,15 @@ def _xpos_check(config):
 # ------------------------------------------------- relative: q and k rotated, positions on A axes
 
 
-def nd_frequencies(config, layer: int) -> np.ndarray | None:
-    """RoPE's frequencies over `config.position_axes` axes for `layer`: [A, P] float64, or None
-    for a layer without positions.
+def nd_frequencies(section: AxesSection, config, layer: int) -> np.ndarray | None:
+    """RoPE's frequencies over `section.axes` axes for `layer`: [A, P] float64, or None for a
+    layer without positions.
 
     M-RoPE's (`rope_nd.mrope_frequencies`) when the layer's rope parameters carry HF's
     "mrope_section" (and "mrope_interleaved" for Qwen3-VL), RoPE-Axial's otherwise; A = 1 is
     RoPE's own. The layer's base and rotary dim (partial_rotary_factor) apply.
     """
-    layer_rope = config.layer_rope(layer)
+    layer_rope = section.layer_rope(layer, config)
     if layer_rope is None:
         return None
     params = layer_rope.scaling or {}
@@ -181,7 +276,7 @@ def nd_frequencies(config, layer: int) -> np.ndarray | None:
         return rope_nd.mrope_frequencies(
             rotary_dim, params["mrope_section"], base=layer_rope.base, interleaved=interleaved
         )
-    return rope_nd.axial_frequencies(rotary_dim, config.position_axes, base=layer_rope.base)
+    return rope_nd.axial_frequencies(rotary_dim, section.axes, base=layer_rope.base)
 
 
 def _nd_rotation(position_ids, freqs):
@@ -189,8 +284,8 @@ def _nd_rotation(position_ids, freqs):
     return rope.Rotation(q=rotate, k=rotate)
 
 
-def _rope_nd(config, position_ids, seq_len, layer):
-    freqs = nd_frequencies(config, layer)
+def _rope_nd(section: AxesSection, config, position_ids, seq_len, layer):
+    freqs = nd_frequencies(section, config, layer)
     return None if freqs is None else _nd_rotation(position_ids, freqs)
 
 
@@ -204,22 +299,22 @@ class LearnedFrequencies(nn.Module):
         return self.param("frequencies", lambda rng: jnp.asarray(self.init, jnp.float32))
 
 
-def _rope_learned(config, position_ids, seq_len, layer):
-    """Learned frequencies (rotary-embedding-torch's `learned_freq`; with rope_per_head,
-    RoPE-Mixed of Heo et al. 2024, eq. 11), each layer its own, initialised to `nd_frequencies`:
-    RoPE's for A = 1, RoPE-Axial's for more axes."""
-    init = nd_frequencies(config, layer)
+def _rope_learned(section: LearnedFrequencySection, config, position_ids, seq_len, layer):
+    """Learned frequencies (rotary-embedding-torch's `learned_freq`; with per_head, RoPE-Mixed
+    of Heo et al. 2024, eq. 11), each layer its own, initialised to `nd_frequencies`: RoPE's
+    for A = 1, RoPE-Axial's for more axes."""
+    init = nd_frequencies(section, config, layer)
     if init is None:
         return None
-    if config.rope_per_head:
+    if section.per_head:
         init = np.repeat(init[None], config.num_heads, axis=0)  # [N, A, P]
     return _nd_rotation(position_ids, LearnedFrequencies(init, name="rope_frequencies")())
 
 
-def _nd_check(config):
-    _even_heads(config)
+def _nd_check(section: AxesSection, config):
+    _rope_check(section, config)
     for layer in range(config.num_layers):
-        layer_rope = config.layer_rope(layer)
+        layer_rope = section.layer_rope(layer, config)
         if layer_rope is None:
             continue
         params = layer_rope.scaling or {}
@@ -229,12 +324,16 @@ def _nd_check(config):
                 f"layer {layer}'s rope scaling {layer_rope.scaling} is not plain RoPE"
             )
         sections = params.get("mrope_section")
-        if sections is not None and len(sections) != config.position_axes:
+        if sections is not None and len(sections) != section.axes:
             raise ValueError(
-                f"mrope_section {sections} has {len(sections)} axes; position_axes is "
-                f"{config.position_axes}"
+                f"mrope_section {list(sections)} has {len(sections)} axes; axes is {section.axes}"
             )
-        nd_frequencies(config, layer)  # sections that fit the head, axes that split it
+        nd_frequencies(section, config, layer)  # sections that fit the head, axes that split it
+
+
+def _axes(section: AxesSection, config):
+    del config
+    return section.axes
 
 
 # ---------------------------------------------------------------- relative: a bias on the scores
@@ -274,26 +373,27 @@ def alibi_bias(q_positions, k_positions, num_heads: int) -> jax.Array:
     return -slopes * distance.astype(jnp.float32)
 
 
-def _alibi(config, q_positions, k_positions):
+def _alibi(section, config, q_positions, k_positions):
+    del section
     return alibi_bias(q_positions, k_positions, config.num_heads)
 
 
 ENCODINGS: dict[str, PositionEncoding] = {
-    "learned": PositionEncoding(embed=_learned, max_length=lambda config: config.max_len),
+    "learned": PositionEncoding(embed=_learned, max_length=_table_rows),
     "sinusoidal": PositionEncoding(embed=_sinusoidal, check=_even_embedding, scale_embeddings=True),
     "learned_sinusoid": PositionEncoding(
         embed=_learned_sinusoid,
-        max_length=lambda config: config.max_len,
+        max_length=_table_rows,
         check=_even_embedding,
         scale_embeddings=True,
     ),
-    "rope": PositionEncoding(rotation=_rope, check=_even_heads),
-    "xpos": PositionEncoding(rotation=_xpos, check=_xpos_check),
+    "rope": PositionEncoding(section=RopeSection, rotation=_rope, check=_rope_check),
+    "xpos": PositionEncoding(section=XposSection, rotation=_xpos, check=_xpos_check),
     "rope_nd": PositionEncoding(
-        rotation=_rope_nd, check=_nd_check, axes=lambda config: config.position_axes
+        section=AxesSection, rotation=_rope_nd, check=_nd_check, axes=_axes
     ),
     "rope_learned": PositionEncoding(
-        rotation=_rope_learned, check=_nd_check, axes=lambda config: config.position_axes
+        section=LearnedFrequencySection, rotation=_rope_learned, check=_nd_check, axes=_axes
     ),
     "alibi": PositionEncoding(bias=_alibi),
     "none": PositionEncoding(),

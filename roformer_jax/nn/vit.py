@@ -69,15 +69,15 @@ def resize_table(table, grid: tuple[int, int]) -> jax.Array:
 def _check_encoding(cfg: ModelConfig) -> None:
     """ValueError for an encoding that cannot place a patch by its (row, col)."""
     encoding = cfg.encoding
-    if encoding.axes is None and (encoding.embed or encoding.rotation or encoding.bias):
+    if cfg.axes is None and (encoding.embed or encoding.rotation or encoding.bias):
         raise ValueError(
             f"position={cfg.position!r} reads one integer per token; a ViT's patches have "
             "two (row, col): use 'rope_nd', 'rope_learned', or 'none' with table_grid"
         )
-    if encoding.axes is not None and encoding.axes(cfg) != 2:
+    if cfg.axes is not None and cfg.axes != 2:
         raise ValueError(
-            f"position={cfg.position!r} with position_axes={cfg.position_axes}; a ViT's "
-            "patches have 2 (row, col)"
+            f"position={cfg.position!r} with sections.{cfg.position}.axes={cfg.axes}; a "
+            "ViT's patches have 2 (row, col)"
         )
 
 

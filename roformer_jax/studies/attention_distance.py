@@ -56,12 +56,12 @@ def _q_and_k(module, method_name) -> bool:
 
 
 def _weights(cfg, layer, q, k, mask, positions):
-    encoding, where = cfg.encoding, {}
-    rotation = encoding.rotation and encoding.rotation(cfg, positions, None, layer)
+    encoding, where, hooked = cfg.encoding, {}, (cfg.position_section, cfg)
+    rotation = encoding.rotation and encoding.rotation(*hooked, positions, None, layer)
     if rotation is not None:
         where["rotation"] = rotation
     if encoding.bias is not None:
-        where["bias"] = encoding.bias(cfg, positions, positions)
+        where["bias"] = encoding.bias(*hooked, positions, positions)
     b, length, kv_heads, h = k.shape
     columns = []
     for start in range(0, length, h):  # values one-hot over keys start .. start + H - 1

@@ -237,10 +237,10 @@ def _cache_path(directory: str, name: str) -> str:
 
 
 def _model_config(model_cfg: ModelConfig, scaling: dict | None) -> ModelConfig:
-    """The run's model read with `scaling` (None: as trained, its own rope_scaling kept)."""
+    """The run's model read with `scaling` (None: as trained, its own scaling kept)."""
     if scaling is None:
         return model_cfg
-    return dataclasses.replace(model_cfg, rope_scaling=json.dumps(scaling, sort_keys=True))
+    return model_cfg.with_section(model_cfg.position, scaling=scaling)
 
 
 def footnote(

@@ -308,7 +308,7 @@ def _attention_distance(raw: RawStudy, length: int, page: Page) -> tuple[dict, o
 
 def _decay_bound(cfg, length: int) -> np.ndarray:
     return rope_reference.long_range_decay(
-        np.arange(length), dim=cfg.model.head_dim, base=cfg.model.rope_base
+        np.arange(length), dim=cfg.model.head_dim, base=cfg.model.position_section.base
     )
 
 

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from roformer_jax.nn.model_config import ModelConfig
+from roformer_jax.nn.model_config import model_config_from_dict
 from roformer_jax.nn.vit import ViT
 from roformer_jax.studies import plots, stats, tables
 from roformer_jax.studies.run_dirs import run_dir
@@ -122,7 +122,7 @@ def runs(config: Mapping) -> dict[str, dict]:
 def model(settings: Mapping) -> ViT:
     grid = settings["train_size"] // settings["patch"]
     return ViT(
-        ModelConfig(**settings["model"]),
+        model_config_from_dict(settings["model"]),
         settings["patch"],
         CLASSES,
         table_grid=(grid, grid) if settings["table"] else None,

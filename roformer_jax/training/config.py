@@ -16,7 +16,7 @@ from typing import Any
 
 from roformer_jax.data.data_config import DataConfig
 from roformer_jax.data.tokenizer import tokenizer_vocab_size
-from roformer_jax.nn.model_config import ModelConfig
+from roformer_jax.nn.model_config import ModelConfig, model_config_from_dict, nested_model_dict
 from roformer_jax.training.optim import OptimConfig
 
 
@@ -42,7 +42,7 @@ class TrainConfig:
     stages: tuple[tuple[int, int, int], ...] = ()
     # The workdir of another pre-training run whose newest checkpoint's parameters this run
     # starts from (fresh optimizer, step 0), e.g. a short fine-tune at a new length with
-    # model.rope_scaling; the model config may differ only where parameters do not. A run
+    # model.sections.rope.scaling; the model config may differ only where parameters do not. A run
     # resumed from its own checkpoint ignores it. In a study, "run:<name>" is that run's
     # workdir for the same seed (study.run_study). None = random initialization.
     init_from: str | None = None
@@ -95,9 +95,11 @@ def experiment_config_from_dict(d: Mapping) -> ExperimentConfig:
 
     Unknown keys are errors. `model.vocab_size` None means "as the tokenizer": data.vocab_size
     for a trained WordPiece, 261 for bytes, the line count of a given vocab.txt.
-    `model.feature_seed` None means "the experiment's seed" for a model that draws random
-    features (FAVOR+), so that each seed of a study draws its own; others keep None, so the
-    configs of runs saved before the field existed still compare equal.
+    `model.sections.linear.feature_seed` None means "the experiment's seed" for a model that
+    draws random features (FAVOR+), so that each seed of a study draws its own; others keep
+    None, so the configs of runs saved before the field existed still compare equal. The
+    model's dict may be in the flat layout of runs saved before the sections
+    (`model_config_from_dict`).
     """
     unknown = sorted(set(d) - set(SECTIONS) - {"seed"})
     if unknown:
@@ -109,9 +111,9 @@ def experiment_config_from_dict(d: Mapping) -> ExperimentConfig:
             data.tokenizer, wordpiece_vocab_size=data.vocab_size
         )
     seed = int(d.get("seed", 0))
-    model = section_from_dict(ModelConfig, model, "model")
-    if model.draws_features and model.feature_seed is None:
-        model = dataclasses.replace(model, feature_seed=seed)
+    model = model_config_from_dict(model)
+    if model.draws_features and model.attention_section.feature_seed is None:
+        model = model.with_section(model.attention, feature_seed=seed)
     return ExperimentConfig(
         model=model,
         data=data,
@@ -139,17 +141,32 @@ def config_diff(
     """{dotted key: (saved value, current value)} for every leaf where the two differ.
 
     saved: a config as read back from JSON. current, defaults: a dataclass config or a dict
-    of one. Both sides are compared in their JSON form (tuples as lists). A key that only
-    `current` has counts as its value in `defaults` on the saved side (a field added since
-    the save), or as ABSENT without defaults. Keys in `ignore` are left out.
+    of one. A model config in the flat layout of before the sections, on either side, is read
+    in the sections layout (`nested_model_dict`). Both sides are compared in their JSON form
+    (tuples as lists). A key that only `current` has counts as its value in `defaults` on the
+    saved side (a field added since the save), or as ABSENT without defaults. Keys in
+    `ignore` are left out.
     """
-    saved, now = _flat(_as_json(saved)), _flat(_as_json(current))
+    model = isinstance(current, ModelConfig) or isinstance(defaults, ModelConfig)
+    saved, now = _flat(_as_json(_nested(saved, model))), _flat(_as_json(_nested(current, model)))
     default = _flat(_as_json(defaults)) if defaults is not None else {}
     return {
         key: (saved.get(key, default.get(key, ABSENT)), now.get(key, ABSENT))
         for key in sorted(saved.keys() | now.keys())
         if key not in ignore and saved.get(key, default.get(key, ABSENT)) != now.get(key, ABSENT)
     }
+
+
+def _nested(config: Any, model: bool) -> Any:
+    """A config dict with its model config (the whole dict, for `model`) in the sections
+    layout; a dataclass as it is."""
+    if not isinstance(config, Mapping):
+        return config
+    if model:
+        return nested_model_dict(config)
+    if isinstance(config.get("model"), Mapping):
+        return {**config, "model": nested_model_dict(config["model"])}
+    return config
 
 
 def default_experiment_config() -> ExperimentConfig:

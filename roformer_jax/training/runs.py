@@ -156,7 +156,7 @@ def params_from(workdir: str, initial_params, tokenizer):
             raise ValueError(
                 f"train.init_from={workdir!r} has parameters of another model: {path} is "
                 f"{found.get(path, 'absent')} there and {wanted.get(path, 'absent')} here "
-                "(only what holds no parameters may differ, e.g. rope_scaling or dropout)"
+                "(only what holds no parameters may differ, e.g. RoPE's scaling or dropout)"
             )
     logging.info(
         "parameters from %s (step %d)%s",
