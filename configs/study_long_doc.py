@@ -77,8 +77,27 @@ def get_config(arg=None):
         ("RoFormer 512 only", "BERT"),
     )
     config.survival_edges = (0.0, 0.25, 0.5, 0.75, 1.0)  # bins of the fraction of B kept
-    # The triplets: long_doc_task.build_from_sources's arguments (splits: "sources" puts
-    # source file i in split i, so the valid and test articles were never pre-trained on).
+    config.task = _task()
+    # Fine-tuning (training/finetune_config.py); the task's files, format, max length and
+    # truncation are set per cell by the study.
+    config.finetune = base.get_finetune_base_config()
+    config.finetune.finetune.update(epochs=3, batch_size=8, log_every=10)
+    # Each pair scored at [CLS], as the blog's script does. HF's default for multiple choice
+    # reads the last position, which at 1024 and 1536 is a padding token in most rows (the
+    # windows are shorter), its state set by how much text the row holds: a confound of length.
+    config.finetune.task.summary_type = "first"
+    config.finetune.optim.update(learning_rate=1e-4, warmup_steps=30)
+    config.title = "Long-document triplets: accuracy by maximum length and pre-training"
+    if arg == "runlocal":
+        _runlocal(config)
+    elif arg:
+        raise ValueError(f"unknown config argument {arg!r}; the only one is 'runlocal'")
+    return config
+
+
+def _task() -> ConfigDict:
+    """The triplets: long_doc_task.build_from_sources's arguments (splits: "sources" puts
+    source file i in split i, so the valid and test articles were never pre-trained on)."""
     # Window budgets: each article's A and B drawn uniformly from [256, 760] tokens, so that
     # the fraction of B kept at 512 varies across triplets and the survival bins hold more than
     # one triplet each (fixed 760-token windows kept 0.336 of every B: one bin held all).
@@ -97,7 +116,7 @@ def get_config(arg=None):
     # A shorter B is also less text: the 1536 cells, which read every B whole, binned the same
     # way, show what B's length alone does, so a bin's 512 - 1536 gap is truncation's.
     # A minimum below 255 would let a short A hand its room to B and mix A's cut into the bins.
-    config.task = ConfigDict(
+    return ConfigDict(
         dict(
             sources=tuple(f"{WIKITEXT2}/{s}.txt" for s in ("train", "valid", "test")),
             format="wikitext",
@@ -108,28 +127,19 @@ def get_config(arg=None):
             seed=0,
         )
     )
-    # Fine-tuning (training/finetune_config.py); the task's files, format, max length and
-    # truncation are set per cell by the study.
-    config.finetune = base.get_finetune_base_config()
-    config.finetune.finetune.update(epochs=3, batch_size=8, log_every=10)
-    # Each pair scored at [CLS], as the blog's script does. HF's default for multiple choice
-    # reads the last position, which at 1024 and 1536 is a padding token in most rows (the
-    # windows are shorter), its state set by how much text the row holds: a confound of length.
-    config.finetune.task.summary_type = "first"
-    config.finetune.optim.update(learning_rate=1e-4, warmup_steps=30)
-    config.title = "Long-document triplets: accuracy by maximum length and pre-training"
-    if arg == "runlocal":
-        config.pretrain_steps = 12
-        config.schedules = {
-            k: tuple((s, n // 4, b) for s, n, b in v) for k, v in config.schedules.items()
-        }
-        experiment.data.update(seq_len=128, max_chars=400_000)
-        experiment.train.eval_batches = 2
-        config.runs.BERT.model.max_len = 128
-        config.lengths = (128, 256, 384)
-        config.task.update(min_window_tokens=64, window_tokens=190)  # the same reasoning at 1/4
-        config.finetune_seeds = (0,)
-        config.finetune.finetune.epochs = 1
-    elif arg:
-        raise ValueError(f"unknown config argument {arg!r}; the only one is 'runlocal'")
-    return config
+
+
+def _runlocal(config: ConfigDict) -> None:
+    """The smoke run: a quarter of the lengths, 12 pre-training steps, 1 epoch, 1 seed."""
+    experiment = config.experiment
+    config.pretrain_steps = 12
+    config.schedules = {
+        k: tuple((s, n // 4, b) for s, n, b in v) for k, v in config.schedules.items()
+    }
+    experiment.data.update(seq_len=128, max_chars=400_000)
+    experiment.train.eval_batches = 2
+    config.runs.BERT.model.max_len = 128
+    config.lengths = (128, 256, 384)
+    config.task.update(min_window_tokens=64, window_tokens=190)  # the same reasoning at 1/4
+    config.finetune_seeds = (0,)
+    config.finetune.finetune.epochs = 1

@@ -85,6 +85,11 @@ def get_config(arg=None):
     config.split_seed = 0
     # Training crops zoom by z ~ U[1, max_zoom] (vit_study.zoomed_crops); 1: the whole digit.
     config.max_zoom = 1.0
+    return _variant(config, arg)
+
+
+def _variant(config: ConfigDict, arg) -> ConfigDict:
+    """`config` as the argument `:zoom` or `:runlocal` changes it (none: unchanged)."""
     if arg == "zoom":
         config.max_zoom = 2.0
         config.title = "ViT on upscaled digits, trained on zoomed crops: past the training grid"

@@ -26,7 +26,7 @@ sys.path.insert(0, _ROOT)  # config files import `configs.*`
 
 from experiments import study_flags  # noqa: E402
 from roformer_jax.data.corpus import load_corpus  # noqa: E402
-from roformer_jax.studies import length_study, plots, study, study_record  # noqa: E402
+from roformer_jax.studies import length_report, length_study, plots, study, study_record  # noqa: E402
 from roformer_jax.training import provenance, runtime  # noqa: E402
 
 _CONFIG, _WORKDIR, _RAW_DIR = study_flags.define(
@@ -61,7 +61,7 @@ def main(argv):
     )
     scores = length_study.evaluate_runs(evaluations, runs, workdir, raw_dir=raw, **settings)
     targets = next(iter(scores.values()))[0][lengths[0]]["targets"]  # the same for every run
-    footnote = length_study.footnote(exp, config.seeds, targets, provenance.machine(), unigram)
+    footnote = length_report.footnote(exp, config.seeds, targets, provenance.machine(), unigram)
     png = plots.plot_lengths(
         scores,
         os.path.join(workdir, "lengths.png"),
@@ -73,7 +73,7 @@ def main(argv):
     )
     md = os.path.join(workdir, "lengths.md")
     with open(md, "w", encoding="utf-8") as f:
-        f.write(length_study.report(config.to_dict(), runs, results, scores, footnote))
+        f.write(length_report.report(config.to_dict(), runs, results, scores, footnote))
     with open(md, encoding="utf-8") as f:
         print(f.read())
     logging.info("wrote %s and %s", png, md)

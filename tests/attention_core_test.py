@@ -1,14 +1,18 @@
-"""Tests for roformer_jax.nn.attention_core: the fused softmax, and the branches taken off CPU."""
+"""Tests for roformer_jax.nn.attention_core: the fused softmax, grouped key/value heads (GQA) in
+every kind, and the branches taken off CPU."""
 
+import functools
 from unittest import mock
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
-from attention_cases import H, L, N, _mask, _qkv
+from attention_cases import KINDS, H, L, N, _mask, _qkv, _with_positions
 
 from roformer_jax.nn import attention, attention_core
+from roformer_jax.nn.rope import rope_rotation
 
 
 class FusedSoftmaxTest(parameterized.TestCase):
@@ -75,6 +79,74 @@ class OtherBackendsTest(parameterized.TestCase):
             for x in ((q, k, v), (q2, k2, v2))
         )
         np.testing.assert_array_equal(before[:, :4], after[:, :4])
+
+
+# The kinds whose grouped heads take paths of their own: softmax's grouped einsums, eq. (19)'s
+# block-diagonal denominator and chunked sums, cosine's column of ones. The other placements
+# and FAVOR+ take the paths of these.
+GROUPED_KINDS = [kind for kind in KINDS if kind[0] in ("softmax", "linear_numerator", "cosine")]
+
+
+def _grouped_pairs(kinds, q, k, v, mask, cases):
+    """For each kind and (K, causal) case: (out with K key/value heads, out with them repeated
+    to q's N heads), jitted as one program: op by op, these shapes compiled every primitive."""
+
+    @jax.jit
+    def pairs(q, k, v, mask):
+        out = {}
+        for name, fn, kw in kinds:
+            extra = {} if fn is attention.softmax_attention else {"chunk_size": 3}
+            for kv_heads, causal in cases:
+                kk, vv = k[:, :, :kv_heads], v[:, :, :kv_heads]
+                repeat = functools.partial(jnp.repeat, repeats=q.shape[2] // kv_heads, axis=2)
+                args = dict(_with_positions(kw), mask=mask, causal=causal, **extra)
+                out[name, kv_heads, causal] = (
+                    fn(q, kk, vv, **args),
+                    fn(q, repeat(kk), repeat(vv), **args),
+                )
+        return out
+
+    return pairs(q, k, v, mask)
+
+
+class GroupedHeadsTest(parameterized.TestCase):
+    """K key/value heads for N = 4 query heads equal the same kind with k, v repeated."""
+
+    def test_equals_repeated_heads(self):
+        q = jnp.concatenate(_qkv(20)[:2], axis=2)  # [B, L, 4, H]
+        _, k, v = _qkv(21)  # [B, L, 2, H]
+        # MQA (K = 1) causal, GQA (K = 2, G = 2) not.
+        pairs = _grouped_pairs(GROUPED_KINDS, q, k, v, _mask(20), ((1, True), (2, False)))
+        for case, (got, want) in pairs.items():
+            chex.assert_shape(got, q.shape)
+            chex.assert_trees_all_close(got, want, atol=1e-6, custom_message=str(case))
+
+    def test_float64_equals_repeated_heads(self):
+        with jax.enable_x64(True):
+            q = jnp.concatenate(_qkv(22, dtype=jnp.float64)[:2], axis=2)
+            _, k, v = _qkv(23, dtype=jnp.float64)
+            kinds = [kind for kind in KINDS if kind[0] == "linear_numerator"]
+            pairs = _grouped_pairs(kinds, q, k, v, _mask(22), ((2, True), (1, False)))
+            for case, (got, want) in pairs.items():
+                chex.assert_type(got, jnp.float64)
+                chex.assert_trees_all_close(got, want, atol=1e-12, custom_message=str(case))
+
+    def test_new_paths_have_the_gradients_of_finite_differences(self):
+        # Grouped heads (K = 1), packed rows, a sliding window, in one program.
+        ids = jnp.asarray([[0, 0, 0, 1, 1, 1, 1], [2, 2, 5, 5, 5, 5, 5]])
+        rotation = rope_rotation(jnp.arange(L))
+
+        @jax.jit
+        def outs(q, k, v):
+            common = dict(segment_ids=ids, rotation=rotation)
+            return (
+                attention.softmax_attention(q, k, v, causal=True, window=2, **common),
+                attention.linear_attention(q, k, v, causal=True, chunk_size=3, **common),
+            )
+
+        with jax.enable_x64(True):
+            q, k, v = _qkv(24, dtype=jnp.float64)
+            jax.test_util.check_grads(outs, (q, k[:, :, :1], v[:, :, :1]), order=1, modes=("rev",))
 
 
 if __name__ == "__main__":

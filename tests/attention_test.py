@@ -27,7 +27,7 @@ from attention_cases import (
     _with_positions,
 )
 
-from roformer_jax.nn import attention, attention_step, feature_maps
+from roformer_jax.nn import attention, attention_step
 from roformer_jax.nn.rope import rope_rotation
 from roformer_jax.nn.rope_reference import apply_rope_dense
 
@@ -280,50 +280,6 @@ class AllKindsTest(parameterized.TestCase):
         chex.assert_trees_all_close(out.astype(jnp.float32), want, atol=3e-2)
 
 
-class FavorTest(parameterized.TestCase):
-    """FAVOR+ (feature_maps.favor_features) as linear attention's φ."""
-
-    @parameterized.product(placement=(None, "before_feature_map"), causal=(False, True))
-    def test_approximates_softmax_as_features_grow(self, placement, causal):
-        # E[φ(q)ᵀφ(k)] = exp(qᵀk / √H), and φ(R q)ᵀφ(R k) estimates softmax + RoPE's kernel:
-        # with more random features, linear attention comes closer to softmax attention.
-        q, k, v = (0.5 * x for x in _qkv(17))  # small: the estimate's variance grows with |q||k|
-        mask = _mask(17)
-        rotation = None if placement is None else rope_rotation(jnp.arange(L))
-        want = attention.softmax_attention(q, k, v, mask=mask, causal=causal, rotation=rotation)
-        errors = []
-        for num_features in (8, 128, 2048):
-            w = feature_maps.orthogonal_gaussian(jax.random.key(0), num_features, H)
-            got = attention.linear_attention(
-                q,
-                k,
-                v,
-                mask=mask,
-                causal=causal,
-                rotation=rotation,
-                placement=placement or "numerator",
-                feature_map="favor",
-                projection=w,
-            )
-            errors.append(float(jnp.abs(got - want).max()))
-        self.assertEqual(errors, sorted(errors, reverse=True), errors)
-        self.assertLess(errors[-1], 0.03)
-
-    def test_gradients_equal_the_unstabilized_formula(self):
-        # The queries' stabilizer is held constant under differentiation: exact, since it
-        # cancels; the reference has none.
-        q, k, v = _qkv(18)
-        kw = dict(mask=_mask(18), rope="numerator", q_positions=_positions(11, L, batched=False))
-
-        def loss(fn, *args, **extra):
-            return jnp.sum(jnp.sin(fn(*args, **kw, feature_map="favor", **extra)))
-
-        call = functools.partial(_call, attention.linear_attention, projection=FAVOR_W)
-        got = jax.jit(jax.grad(lambda *a: loss(call, *a), (0, 1, 2)))(q, k, v)
-        want = jax.jit(jax.grad(lambda *a: loss(_reference, *a, kind="linear"), (0, 1, 2)))(q, k, v)
-        chex.assert_trees_all_close(got, want, atol=1e-4)
-
-
 class LinearGradientTest(absltest.TestCase):
     def test_causal_gradients_equal_reference_gradients(self):
         q, k, v = _qkv(16)
@@ -340,74 +296,6 @@ class LinearGradientTest(absltest.TestCase):
         want = jax.grad(lambda *a: loss(_reference, *a, kind="linear"), (0, 1, 2))
         got, want = jax.jit(got), jax.jit(want)
         chex.assert_trees_all_close(got(q, k, v), want(q, k, v), atol=1e-4)
-
-
-# The kinds whose grouped heads take paths of their own: softmax's grouped einsums, eq. (19)'s
-# block-diagonal denominator and chunked sums, cosine's column of ones. The other placements
-# and FAVOR+ take the paths of these.
-GROUPED_KINDS = [kind for kind in KINDS if kind[0] in ("softmax", "linear_numerator", "cosine")]
-
-
-def _grouped_pairs(kinds, q, k, v, mask, cases):
-    """For each kind and (K, causal) case: (out with K key/value heads, out with them repeated
-    to q's N heads), jitted as one program: op by op, these shapes compiled every primitive."""
-
-    @jax.jit
-    def pairs(q, k, v, mask):
-        out = {}
-        for name, fn, kw in kinds:
-            extra = {} if fn is attention.softmax_attention else {"chunk_size": 3}
-            for kv_heads, causal in cases:
-                kk, vv = k[:, :, :kv_heads], v[:, :, :kv_heads]
-                repeat = functools.partial(jnp.repeat, repeats=q.shape[2] // kv_heads, axis=2)
-                args = dict(_with_positions(kw), mask=mask, causal=causal, **extra)
-                out[name, kv_heads, causal] = (
-                    fn(q, kk, vv, **args),
-                    fn(q, repeat(kk), repeat(vv), **args),
-                )
-        return out
-
-    return pairs(q, k, v, mask)
-
-
-class GroupedHeadsTest(parameterized.TestCase):
-    """K key/value heads for N = 4 query heads equal the same kind with k, v repeated."""
-
-    def test_equals_repeated_heads(self):
-        q = jnp.concatenate(_qkv(20)[:2], axis=2)  # [B, L, 4, H]
-        _, k, v = _qkv(21)  # [B, L, 2, H]
-        # MQA (K = 1) causal, GQA (K = 2, G = 2) not.
-        pairs = _grouped_pairs(GROUPED_KINDS, q, k, v, _mask(20), ((1, True), (2, False)))
-        for case, (got, want) in pairs.items():
-            chex.assert_shape(got, q.shape)
-            chex.assert_trees_all_close(got, want, atol=1e-6, custom_message=str(case))
-
-    def test_float64_equals_repeated_heads(self):
-        with jax.enable_x64(True):
-            q = jnp.concatenate(_qkv(22, dtype=jnp.float64)[:2], axis=2)
-            _, k, v = _qkv(23, dtype=jnp.float64)
-            kinds = [kind for kind in KINDS if kind[0] == "linear_numerator"]
-            pairs = _grouped_pairs(kinds, q, k, v, _mask(22), ((2, True), (1, False)))
-            for case, (got, want) in pairs.items():
-                chex.assert_type(got, jnp.float64)
-                chex.assert_trees_all_close(got, want, atol=1e-12, custom_message=str(case))
-
-    def test_new_paths_have_the_gradients_of_finite_differences(self):
-        # Grouped heads (K = 1), packed rows, a sliding window, in one program.
-        ids = jnp.asarray([[0, 0, 0, 1, 1, 1, 1], [2, 2, 5, 5, 5, 5, 5]])
-        rotation = rope_rotation(jnp.arange(L))
-
-        @jax.jit
-        def outs(q, k, v):
-            common = dict(segment_ids=ids, rotation=rotation)
-            return (
-                attention.softmax_attention(q, k, v, causal=True, window=2, **common),
-                attention.linear_attention(q, k, v, causal=True, chunk_size=3, **common),
-            )
-
-        with jax.enable_x64(True):
-            q, k, v = _qkv(24, dtype=jnp.float64)
-            jax.test_util.check_grads(outs, (q, k[:, :, :1], v[:, :, :1]), order=1, modes=("rev",))
 
 
 class WindowTest(absltest.TestCase):

@@ -28,7 +28,7 @@ ANY_FENCE = re.compile(r"^```.*?^```", re.DOTALL | re.MULTILINE)
 SCRIPT = re.compile(r"\bpython (?:-m pytest )?([\w./-]+\.py)\b")
 CONFIG = re.compile(r"--config=(configs/[\w./-]+\.py)")
 PACKAGE_PATH = re.compile(r"\broformer_jax/[\w./]*\w")
-LINK = re.compile(r"\]\(([^)\s]+)\)")
+LINK = re.compile(r"(?:\]\(|^\[[^\]\n]+\]:\s+)([^)\s]+)", re.MULTILINE)  # inline or [ref]: link
 
 
 def _name(page: pathlib.Path) -> str:

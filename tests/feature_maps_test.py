@@ -1,13 +1,16 @@
 """Tests for roformer_jax/feature_maps.py: the table of φ and FAVOR+'s random features."""
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import traces
 from absl.testing import absltest, parameterized
+from attention_cases import FAVOR_W, L, _call, _mask, _positions, _qkv, _reference
 
-from roformer_jax.nn import feature_maps
+from roformer_jax.nn import attention, feature_maps
 from roformer_jax.nn.rope import rope_rotation
 
 H = 8
@@ -128,6 +131,47 @@ class FavorTest(parameterized.TestCase):
             errors.append(float(jnp.abs(qf @ kf.T / exact - 1).mean()))
         self.assertEqual(errors, sorted(errors, reverse=True))
         self.assertLess(errors[-1], 0.02)
+
+    # FAVOR+ (feature_maps.favor_features) as linear attention's φ.
+    @parameterized.product(placement=(None, "before_feature_map"), causal=(False, True))
+    def test_approximates_softmax_as_features_grow(self, placement, causal):
+        # E[φ(q)ᵀφ(k)] = exp(qᵀk / √H), and φ(R q)ᵀφ(R k) estimates softmax + RoPE's kernel:
+        # with more random features, linear attention comes closer to softmax attention.
+        q, k, v = (0.5 * x for x in _qkv(17))  # small: the estimate's variance grows with |q||k|
+        mask = _mask(17)
+        rotation = None if placement is None else rope_rotation(jnp.arange(L))
+        want = attention.softmax_attention(q, k, v, mask=mask, causal=causal, rotation=rotation)
+        errors = []
+        for num_features in (8, 128, 2048):
+            w = feature_maps.orthogonal_gaussian(jax.random.key(0), num_features, H)
+            got = attention.linear_attention(
+                q,
+                k,
+                v,
+                mask=mask,
+                causal=causal,
+                rotation=rotation,
+                placement=placement or "numerator",
+                feature_map="favor",
+                projection=w,
+            )
+            errors.append(float(jnp.abs(got - want).max()))
+        self.assertEqual(errors, sorted(errors, reverse=True), errors)
+        self.assertLess(errors[-1], 0.03)
+
+    def test_gradients_equal_the_unstabilized_formula(self):
+        # The queries' stabilizer is held constant under differentiation: exact, since it
+        # cancels; the reference has none.
+        q, k, v = _qkv(18)
+        kw = dict(mask=_mask(18), rope="numerator", q_positions=_positions(11, L, batched=False))
+
+        def loss(fn, *args, **extra):
+            return jnp.sum(jnp.sin(fn(*args, **kw, feature_map="favor", **extra)))
+
+        call = functools.partial(_call, attention.linear_attention, projection=FAVOR_W)
+        got = jax.jit(jax.grad(lambda *a: loss(call, *a), (0, 1, 2)))(q, k, v)
+        want = jax.jit(jax.grad(lambda *a: loss(_reference, *a, kind="linear"), (0, 1, 2)))(q, k, v)
+        chex.assert_trees_all_close(got, want, atol=1e-4)
 
 
 class TableTest(absltest.TestCase):

@@ -1,5 +1,6 @@
-"""Tests for roformer_jax/studies/long_doc_task.py and what it builds from (long_doc_articles,
-long_doc_windows, tfidf), on small WikiText-style text the tests write."""
+"""Tests for roformer_jax/studies/long_doc_task.py, on small WikiText-style text the tests
+write; what it builds from has its own tests (long_doc_articles_test.py,
+long_doc_windows_test.py, tfidf_test.py)."""
 
 import collections
 import hashlib
@@ -8,22 +9,18 @@ import os
 import re
 import shutil
 
-import numpy as np
 import tiny
 from absl.testing import absltest, parameterized
 
 from roformer_jax.data.tokenizer import ByteTokenizer, train_wordpiece
 from roformer_jax.studies import long_doc_task as ldt
 from roformer_jax.studies.long_doc_articles import (
-    Article,
     Measure,
     named_measure,
-    paragraph_spans,
     read_articles,
     word_measure,
 )
-from roformer_jax.studies.long_doc_windows import far_windows, window_budgets, window_pairs
-from roformer_jax.studies.tfidf import tfidf_nearest
+from roformer_jax.studies.long_doc_windows import window_budgets
 
 _TAG = re.compile(r"^a(\d+)s(\d+)$")  # body words "a{article}s{section}" say where they came from
 
@@ -129,31 +126,6 @@ class LongDocTaskTest(parameterized.TestCase):
             per_seed.append(labels)
         self.assertGreater(len({tuple(x) for x in per_seed}), 1)  # the placement is random
 
-    def test_tfidf_nearest_on_an_obvious_case(self):
-        texts = [
-            "lobster claw shell sea lobster",
-            "rail station train track",
-            "the lobster shell sea crab claw",
-            "train rail locomotive track station",
-            "nothing shared here",
-        ]
-        np.testing.assert_array_equal(tfidf_nearest(texts)[:4], [2, 3, 0, 1])
-        # equal similarity: the lower index wins
-        np.testing.assert_array_equal(tfidf_nearest(["x y", "x y", "x y"]), [1, 0, 0])
-        # a common word repeated in two texts does not make them neighbours (sublinear tf)
-        texts = ["the " * 50 + "lobster claw " * 10, "the " * 50 + "rail " * 10]
-        texts.append("the shell " + "lobster claw " * 10)
-        self.assertEqual(tfidf_nearest(texts)[0], 2)
-
-    def test_far_windows_never_share_a_section(self):
-        lead, middle = tuple(f"l{i}" for i in range(20)), tuple(f"m{i}" for i in range(40))
-        costs = {w: 1 for w in lead + middle + tuple(f"e{i}" for i in range(30))}
-        short_end = Article("t", (lead, middle, ("e0", "e1")))
-        self.assertIsNone(far_windows(short_end, costs, window_tokens=30))  # only inside A's
-        end = tuple(f"e{i}" for i in range(30))
-        a, b = far_windows(Article("t", (lead, middle, end)), costs, window_tokens=30)
-        self.assertEqual((a, b), (list(lead + middle[:10]), list(end)))
-
     @parameterized.parameters(40, 15)
     def test_same_inputs_give_the_same_bytes(self, min_window_tokens):
         sources = self.sources()
@@ -223,22 +195,6 @@ class LongDocTaskTest(parameterized.TestCase):
         self.assertGreaterEqual(len(set(lengths)), 8)  # they vary (48 windows, 19 lengths)
         self.assertEqual((stats["min_window_tokens"], stats["window_tokens"]), (12, 30))
 
-    def test_budgets_are_uniform_integers_keyed_by_article(self):
-        budgets = window_budgets(400, min_window_tokens=3, window_tokens=7, seed=5)
-        self.assertEqual(budgets.shape, (400, 2))
-        self.assertEqual(set(budgets.ravel().tolist()), {3, 4, 5, 6, 7})  # both ends reachable
-        counts = np.bincount(budgets.ravel())[3:]
-        self.assertLess(counts.max() - counts.min(), 80)  # 160 each expected; sd ~11.3
-        self.assertGreater(np.mean(budgets[:, 0] != budgets[:, 1]), 0.7)  # A, B independent
-        # Article i's budgets do not depend on how many articles there are (or which fit).
-        np.testing.assert_array_equal(
-            window_budgets(10, min_window_tokens=3, window_tokens=7, seed=5), budgets[:10]
-        )
-        other = window_budgets(400, min_window_tokens=3, window_tokens=7, seed=6)
-        self.assertFalse(np.array_equal(other, budgets))
-        fixed = window_budgets(4, min_window_tokens=9, window_tokens=9, seed=5)
-        np.testing.assert_array_equal(fixed, np.full((4, 2), 9))
-
     @parameterized.parameters(None, 150)
     def test_equal_bounds_are_the_fixed_windows_of_before(self, min_window_tokens):
         # The bytes of the triplets that the builder wrote before budgets were drawn (commit
@@ -298,51 +254,6 @@ class LongDocTaskTest(parameterized.TestCase):
         self.assertEqual((view["A_for_B"], view["B"]), (words("a", 3), words("b", 4)))
         (whole,) = ldt.pair_views([row], two, 3 + 20)
         self.assertEqual((whole["A_for_C"], whole["C"]), (row["A"], row["C"]))
-
-    def test_paragraph_spans_and_far_windows(self):
-        paragraphs = [" ".join(f"p{i}w{j}" for j in range(10 + i % 5)) for i in range(40)]
-        spans = paragraph_spans(paragraphs, span_words=100)
-        words = [w for p in paragraphs for w in p.split()]
-        covered = [w for span in spans for w in span.words]
-        self.assertEqual(covered, words[: len(covered)])  # in order, nothing skipped
-        self.assertLess(len(words) - len(covered), 100)  # only a short tail is dropped
-        for span in spans:
-            self.assertGreaterEqual(len(span.words), 100)
-            self.assertLess(len(span.words) - len(span.sections[-1]), 100)  # closed when full
-            costs = {w: 1 for w in span.words}
-            a, b = far_windows(span, costs, window_tokens=25)
-            self.assertEqual(a, span.words[:25])
-            starts = np.cumsum([0] + [len(s) for s in span.sections])[:-1]
-            b_start = len(span.words) - len(span.words[span.words.index(b[0]) :])
-            self.assertIn(b_start, starts)
-            self.assertLen(b, 25)
-            later = [s for s in starts if s > b_start]
-            self.assertTrue(all(len(span.words) - s < 25 for s in later))  # B: the far end
-
-    def test_window_pairs_are_every_pair_that_shares_no_section(self):
-        sections = tuple(tuple(f"s{s}w{i}" for i in range(10)) for s in range(4))
-        costs = {w: 1 for section in sections for w in section}
-        pairs = window_pairs(Article("t", sections), costs, window_tokens=8)
-        firsts = [(a[0], b[0]) for a, b in pairs]  # A's start, B's start: by A, then B from the end
-        expected = [
-            ("s0w0", "s3w0"),
-            ("s0w0", "s2w0"),
-            ("s0w0", "s1w0"),
-            ("s1w0", "s3w0"),
-            ("s1w0", "s2w0"),
-            ("s2w0", "s3w0"),
-        ]
-        self.assertEqual(firsts, expected)
-        self.assertTrue(all(len(a) == len(b) == 8 for a, b in pairs))
-        self.assertEqual(pairs[0], far_windows(Article("t", sections), costs, window_tokens=8))
-        # A of 12 spans two sections: B starts after A's last one.
-        firsts = [
-            (a[0], b[0])
-            for a, b in window_pairs(
-                Article("t", sections), costs, window_tokens=12, far_window_tokens=8
-            )
-        ]
-        self.assertEqual(firsts, [("s0w0", "s3w0"), ("s0w0", "s2w0"), ("s1w0", "s3w0")])
 
     @parameterized.parameters(4, 10)
     def test_pairs_per_article_adds_other_window_pairs(self, per_article):

@@ -220,18 +220,10 @@ def linear_attention(
         )
     else:
         qn, kn, den = linear_features(q, k, rotation=rotation, options=options)
-        out, den, _ = kernel_attention(
-            qn,
-            kn,
-            heads(v),
-            den_features=den,
-            mask=mask,
-            causal=causal,
-            options=options,
-            segments=_segment_index(segment_ids),
+        out, den = _kernel_form(
+            qn, kn, v, den, mask=mask, causal=causal, segment_ids=segment_ids, options=options
         )
-    out = heads(out).astype(out_dtype)
-    return (out, _min_abs_denominator(den, mask)) if return_min_denominator else out
+    return _result(out, den, mask, out_dtype, return_min_denominator)
 
 
 def cosine_attention(
@@ -263,14 +255,31 @@ def cosine_attention(
     out_dtype, dtype = q.dtype, compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
     qf, kf = cosine_features(q, k, rotation)
+    out, den = _kernel_form(
+        qf, kf, v, None, mask=mask, causal=causal, segment_ids=segment_ids, options=options
+    )
+    return _result(out, den, mask, out_dtype, return_min_denominator)
+
+
+def _kernel_form(qf, kf, v, den_features, *, mask, causal, segment_ids, options):
+    """The linear kinds' sums over keys (`attention_core.kernel_attention`): features qf
+    [B, N, L, F], kf [B, K, M, F], v [B, M, K, H] -> (out [B, N, L, H], the denominators
+    before the guard [B, N, L, 1]). den_features: None, or the denominator's own (eq. 19)."""
     out, den, _ = kernel_attention(
         qf,
         kf,
         heads(v),
+        den_features=den_features,
         mask=mask,
         causal=causal,
         options=options,
         segments=_segment_index(segment_ids),
     )
-    out = heads(out).astype(out_dtype)
+    return out, den
+
+
+def _result(out, den, mask, dtype, return_min_denominator: bool):
+    """out [B, N, L, H] -> [B, L, N, H] in `dtype`; with return_min_denominator, (that, the
+    smallest |denominator| of a real query)."""
+    out = heads(out).astype(dtype)
     return (out, _min_abs_denominator(den, mask)) if return_min_denominator else out

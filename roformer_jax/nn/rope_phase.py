@@ -88,30 +88,21 @@ def rotation_turns(
     rope_layouts.check_dim(dim, "rotary dim")
     dtype = jnp.dtype(dtype)
     positions = jnp.asarray(positions)
-
-    def per_feature(values):  # numpy [R/2] -> [R/2], or [R] in layout order
-        if layout is None:
-            return values
-        rope_layouts.check_layout(layout)
-        return np.repeat(values, 2) if layout == "interleaved" else np.tile(values, 2)
-
     if inv_freq is not None:
         inv_freq = np.asarray(inv_freq, np.float64)
         if inv_freq.shape != (dim // 2,):
             raise ValueError(f"inv_freq of shape {inv_freq.shape} does not fit rotary dim {dim}")
     if not jnp.issubdtype(positions.dtype, jnp.integer):
-        if inv_freq is None:
-            turns = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim) / (2 * np.pi)
-        else:
-            turns = inv_freq / (2 * np.pi)
-        return positions.astype(dtype)[..., None] * jnp.asarray(per_feature(turns), dtype)
+        return _plain_turns(
+            positions, dim, base=base, dtype=dtype, layout=layout, inv_freq=inv_freq
+        )
     bits = 64 if dtype == jnp.float64 else 32
     uint = jnp.uint64 if bits == 64 else jnp.uint32
     if inv_freq is None:
         constants = _phase_constants(dim, float(base), bits)
     else:
         constants = _frequency_constants(tuple(inv_freq.tolist()), bits)
-    ints, rests = (per_feature(c) for c in constants)
+    ints, rests = (_per_feature(c, layout) for c in constants)
     if bits == 32:
         ints = ints.astype(np.uint32)
     m = positions[..., None]  # [..., L, 1]
@@ -120,6 +111,25 @@ def rotation_turns(
     return wrapped.astype(dtype) * dtype.type(2.0**-bits) + m.astype(dtype) * jnp.asarray(
         rests, dtype
     )
+
+
+def _plain_turns(positions, dim: int, *, base: float, dtype, layout: str | None, inv_freq):
+    """`rotation_turns` of floating-point positions [..., L]: the plain product m·(θ_i/2π), as
+    interpolated positions are not whole numbers that the exact path could wrap."""
+    if inv_freq is None:
+        turns = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim) / (2 * np.pi)
+    else:
+        turns = inv_freq / (2 * np.pi)
+    return positions.astype(dtype)[..., None] * jnp.asarray(_per_feature(turns, layout), dtype)
+
+
+def _per_feature(values: np.ndarray, layout: str | None) -> np.ndarray:
+    """numpy [R/2], one value per pair -> itself (layout None), or [R] in the layout's order
+    (each pair's value at both its features)."""
+    if layout is None:
+        return values
+    rope_layouts.check_layout(layout)
+    return np.repeat(values, 2) if layout == "interleaved" else np.tile(values, 2)
 
 
 def rotation_angles(positions, dim: int, *, base: float = 10000.0, dtype=jnp.float32):

@@ -109,26 +109,15 @@ def build_task(
     budgets = window_budgets(
         len(articles), min_window_tokens=min_window_tokens, window_tokens=window_tokens, seed=seed
     )
-    if len(articles) < len(SPLITS) * 2:
-        raise ValueError(
-            f"{len(articles)} article(s) found; 3 splits of at least 2 articles need 6 or more "
-            "(check the format: WikiText titles are ' = Title = ' lines)"
-        )
+    _check_article_count(len(articles))
     vocab = sorted({w for a in articles for s in a.sections for w in s})
     costs = dict(zip(vocab, measure.cost(vocab)))
     pairs = _article_pairs(
         articles, costs, budgets, measure.separator, pairs_per_article=pairs_per_article, seed=seed
     )
     fit = list(pairs)  # the articles that hold their two windows, in article order
-    splits = [
-        [fit[j] for j in members]
-        for members in split_articles([articles[i] for i in fit], fractions=fractions, seed=seed)
-    ]
-    sizes = (
-        f"{window_tokens}"
-        if min_window_tokens == window_tokens
-        else f"{min_window_tokens} to {window_tokens}"
-    )
+    splits = _split_fit(articles, fit, fractions=fractions, seed=seed)
+    sizes = (min_window_tokens, window_tokens)
     _check_splits(splits, articles, costs, skipped=len(articles) - len(fit), sizes=sizes)
     stats = {
         "measure": measure.name,
@@ -154,6 +143,14 @@ def _check_options(window_tokens: int, pairs_per_article: int, positive: str) ->
         raise ValueError(f"pairs_per_article {pairs_per_article} must be at least 1")
     if positive not in POSITIVES:
         raise ValueError(f"positive {positive!r} is not one of {POSITIVES}")
+
+
+def _check_article_count(n_articles: int) -> None:
+    if n_articles < len(SPLITS) * 2:
+        raise ValueError(
+            f"{n_articles} article(s) found; 3 splits of at least 2 articles need 6 or more "
+            "(check the format: WikiText titles are ' = Title = ' lines)"
+        )
 
 
 Pair = tuple[list[str], list[str]]  # (A, B): two windows of one article, as words
@@ -194,22 +191,37 @@ def _article_pairs(
     return pairs
 
 
+def _split_fit(
+    articles: Sequence[Article], fit: list[int], *, fractions: Sequence[float] | None, seed: int
+) -> list[list[int]]:
+    """`split_articles` of the articles that hold their two windows (`fit`, indices into
+    `articles`): each split's members as indices into `articles`."""
+    kept = [articles[i] for i in fit]
+    return [
+        [fit[j] for j in members]
+        for members in split_articles(kept, fractions=fractions, seed=seed)
+    ]
+
+
 def _check_splits(
     splits: Sequence[list[int]],
     articles: Sequence[Article],
     costs: dict[str, int],
     *,
     skipped: int,
-    sizes: str,
+    sizes: tuple[int, int],
 ) -> None:
     """ValueError for the first split with fewer than 2 articles (C needs another article of
-    the same split), naming the longest article so that the window size can be chosen."""
+    the same split), naming the longest article so that the window size can be chosen.
+    sizes: (min_window_tokens, window_tokens)."""
     for split, members in zip(SPLITS, splits):
         if len(members) < 2:
             longest = max(sum(costs[w] for w in a.words) for a in articles)
+            low, high = sizes
+            windows = f"{high}" if low == high else f"{low} to {high}"
             raise ValueError(
                 f"split {split!r} has {len(members)} article(s) that hold two windows of "
-                f"{sizes} tokens ({skipped} of {len(articles)} articles are too short; "
+                f"{windows} tokens ({skipped} of {len(articles)} articles are too short; "
                 f"the longest has {longest} tokens); lower window_tokens or give more text"
             )
 

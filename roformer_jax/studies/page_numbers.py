@@ -1,6 +1,6 @@
 """The results page's blocks of numbers: a study's figure, its tables and the values quoted in
 its prose, each from the raw files through the functions the studies' entry points use
-(tables, length_study, plots). Each is a kind of results_page.KINDS: (RawStudy, *args) ->
+(tables, length_report, plots). Each is a kind of results_page.KINDS: (RawStudy, *args) ->
 markdown.
 """
 
@@ -11,7 +11,15 @@ import os
 import numpy as np
 
 from roformer_jax.nn import rope_reference
-from roformer_jax.studies import compare_report, length_study, plots, reproduction, run_dirs, tables
+from roformer_jax.studies import (
+    compare_report,
+    length_report,
+    length_study,
+    plots,
+    reproduction,
+    run_dirs,
+    tables,
+)
 from roformer_jax.studies.page_source import Page, read_json
 from roformer_jax.studies.position_table import POSITION_TABLE_FILE, POSITION_TABLE_STEPS_FILE
 from roformer_jax.studies.study_record import RawStudy
@@ -31,7 +39,7 @@ def figure(raw: RawStudy, curves: bool = False, *, page: Page) -> str:
         machine, unigram = raw.record["machine"], raw.record["unigram_cross_entropy"]
         if by_length:
             exp = raw.runs[config["evaluations"][config["eval_baselines"][0]]["run"]][0]
-            note = length_study.footnote(exp, seeds, targets(raw), machine, unigram)
+            note = length_report.footnote(exp, seeds, targets(raw), machine, unigram)
             plots.plot_lengths(
                 raw.scores,
                 path,
@@ -71,11 +79,11 @@ def _present(evaluation: str | None, scores: dict) -> str | None:
 
 
 def length_table(raw: RawStudy, key: str = "loss") -> str:
-    return length_study.length_table(raw.scores, raw.config["eval_lengths"], key=key)
+    return length_report.length_table(raw.scores, raw.config["eval_lengths"], key=key)
 
 
 def length_paired_table(raw: RawStudy, baseline: str) -> str:
-    return length_study.length_paired_table(raw.scores, baseline, raw.config["eval_lengths"])
+    return length_report.length_paired_table(raw.scores, baseline, raw.config["eval_lengths"])
 
 
 def summary_table(raw: RawStudy) -> str:
@@ -121,20 +129,20 @@ def multiplicity(raw: RawStudy, pairs: list | None = None) -> str:
         for name in raw.scores:
             if name != baseline:
                 for n in raw.config["eval_lengths"]:
-                    diffs = length_study.paired_diffs(raw.scores, name, baseline, n)
+                    diffs = length_report.paired_diffs(raw.scores, name, baseline, n)
                     family[f"{name} − {baseline} at {n}"] = diffs
     baselines = " and ".join(f'"{b}"' for b in raw.config["eval_baselines"])
     return tables.holm_text(family, f"each evaluation minus {baselines} at every length")
 
 
 def stage_table(raw: RawStudy, run: str) -> str:
-    return length_study.stage_table(raw.runs[run][0], raw.results[run])
+    return length_report.stage_table(raw.runs[run][0], raw.results[run])
 
 
 def stage_change(raw: RawStudy, run: str, stage: int, earlier: int, key: str = "accuracy") -> str:
     """Mean [95% t-interval] of run `run`'s training `key` at the end of stage `stage` minus
     at the end of stage `earlier` (1-based, as the stage table numbers them), seed by seed."""
-    values = length_study.stage_values(raw.runs[run][0], raw.results[run], f"train/{key}")
+    values = length_report.stage_values(raw.runs[run][0], raw.results[run], f"train/{key}")
     if {len(values[stage - 1]), len(values[earlier - 1])} != {len(raw.results[run])}:
         raise ValueError(f"{run!r}: a seed logged no train/{key} in stage {earlier} or {stage}")
     return tables.interval_text([a - b for a, b in zip(values[stage - 1], values[earlier - 1])])
@@ -156,7 +164,7 @@ def diff(
     `baseline` at `length` (length studies), or, without a length, a run's validation loss
     minus `baseline`'s (the study's baseline run by default), final or at `step`."""
     if length is not None:
-        diffs = length_study.paired_diffs(raw.scores, name, baseline, length)
+        diffs = length_report.paired_diffs(raw.scores, name, baseline, length)
     else:
         baseline = baseline or raw.config["baseline"]
         diffs = tables.paired_diffs(raw.results, name, baseline, _paired_key(raw), step)

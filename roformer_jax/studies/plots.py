@@ -197,15 +197,10 @@ def plot_lengths(
     for i, (name, seeds) in enumerate(scores.items()):
         color = f"C{i}" if i < 10 else _MORE_COLORS[(i - 10) % len(_MORE_COLORS)]
         style = dict(color=color, linestyle="--" if i >= 10 else "-", label=name)
-        lengths = sorted(set.intersection(*(set(s) for s in seeds)))
-        points = [_mean_error([s[n]["loss"] for s in seeds]) for n in lengths]
-        means, errors = [mean for mean, _ in points], [error for _, error in points]
-        by_length.errorbar(lengths, means, yerr=errors, marker="o", ms=3, capsize=2, **style)
+        _draw_by_length(by_length, seeds, style)
         if all(longest in s for s in seeds):
-            curves = np.array([s[longest]["position_loss"] for s in seeds])
-            if reference is not None:
-                curves -= np.array([s[longest]["position_loss"] for s in scores[reference]])
-            by_position.plot(seeds[0][longest]["position_bins"], np.nanmean(curves, 0), **style)
+            reference_seeds = None if reference is None else scores[reference]
+            _draw_by_position(by_position, seeds, longest, reference_seeds, style)
     by_length.set_xscale("log", base=2)
     by_length.set_xlabel("context length (tokens)")
     by_length.set_ylabel(f"held-out MLM loss (n={max(len(s) for s in scores.values())} seeds)")
@@ -228,6 +223,24 @@ def plot_lengths(
     if footnote:
         fig.text(0.01, 0.01, textwrap.fill(footnote, 230), fontsize=7, va="bottom")
     return _save(fig, path, bottom=0.07 if footnote else 0.0)
+
+
+def _draw_by_length(ax, seeds: Sequence[Mapping[int, Mapping]], style: dict) -> None:
+    """plot_lengths's first panel, one evaluation: its mean loss over seeds at each length they
+    all scored, with the 95% t-interval of the mean as bars."""
+    lengths = sorted(set.intersection(*(set(s) for s in seeds)))
+    points = [_mean_error([s[n]["loss"] for s in seeds]) for n in lengths]
+    means, errors = [mean for mean, _ in points], [error for _, error in points]
+    ax.errorbar(lengths, means, yerr=errors, marker="o", ms=3, capsize=2, **style)
+
+
+def _draw_by_position(ax, seeds, longest: int, reference_seeds, style: dict) -> None:
+    """plot_lengths's second panel, one evaluation: its loss by position at the longest length,
+    averaged over seeds, less the reference's of the same seed where there is one."""
+    curves = np.array([s[longest]["position_loss"] for s in seeds])
+    if reference_seeds is not None:
+        curves -= np.array([s[longest]["position_loss"] for s in reference_seeds])
+    ax.plot(seeds[0][longest]["position_bins"], np.nanmean(curves, 0), **style)
 
 
 def plot_accuracy_lengths(

@@ -12,7 +12,7 @@ KIND is a key of KINDS, called with ARGS, Python literals by position or name
 (`length_paired_table("RoPE")`, `diff("RoPE + YaRN", "RoPE", 2048)`, `diff("none", step=500)`).
 A table or figure sits on lines of its own between its markers; an inline value (INLINE)
 sits inside a sentence. `render` rewrites the inside of every marker pair with the same table
-and figure functions the study entry points use (tables, length_study, plots), fed from the
+and figure functions the study entry points use (tables, length_report, plots), fed from the
 raw files, and leaves everything else as written.
 
 The kinds live by concept: page_numbers (a study's figure, tables and quoted values),

@@ -1,0 +1,208 @@
+"""Tests for roformer_jax/studies/page_numbers.py, through the page's markers: a study's
+figure, tables and quoted values from its raw files."""
+
+import glob
+import json
+import os
+import shutil
+
+import numpy as np
+import tiny
+from absl.testing import absltest
+from page_cases import _RAW, _unknown
+
+from roformer_jax.studies import results_page, study_record, tables
+
+
+class PageNumbersTest(absltest.TestCase):
+    def test_a_length_study_also_has_its_training_curves_and_final_differences(self):
+        # Its runs' curves and validation losses, as a compare study's, beside the scores.
+        text = (
+            '<!-- generated: length_wikitext2 diff("xPos", "RoPE") --><!-- end generated -->|'
+            '<!-- generated: length_wikitext2 diff("xPos", "RoPE", 128) --><!-- end generated -->|'
+            "<!-- generated: length_wikitext2 figure(curves=True) --><!-- end generated -->|"
+            '<!-- generated: length_wikitext2 reaches("BERT", "RoPE") --><!-- end generated -->|'
+            '<!-- generated: length_wikitext2 reaches("RoPE", "BERT") --><!-- end generated -->'
+        )
+        final, at_128, curves, bert, rope = [
+            part.split("-->")[1].split("<!--")[0]
+            for part in results_page.render(text, _RAW, changed=_unknown).split("|")
+        ]
+        raw = study_record.read_raw(os.path.join(_RAW, "length_wikitext2"))
+        losses = {
+            run: [seed[-1]["valid/loss_128"] for seed in raw.results[run]]
+            for run in ("xPos", "RoPE")
+        }
+        self.assertEqual(final, tables.interval_text(list(np.subtract(*losses.values()))))
+        self.assertNotEqual(final, at_128)  # the scores' held-out targets are others
+        self.assertIn("![length_wikitext2_curves](results/length_wikitext2_curves.png)", curves)
+        self.assertIn("bands: ±1 sample std", curves)
+        self.assertEqual((bert, rope), ("not by step 200", "step 150"))
+        # Where the first evaluation is already there, it says the step is only a bound.
+        first = (
+            "<!-- generated: long_training_wikitext2 "
+            'reaches("RoPE (RoFormer)", "learned (BERT)") -->'
+        )
+        self.assertIn(
+            ">step 1,000 (its first evaluation: it may have been sooner)<",
+            results_page.render(first + "<!-- end generated -->", _RAW, changed=_unknown),
+        )
+
+    def test_stage_change_pairs_each_seeds_stage_ends(self):
+        text = (
+            '<!-- generated: multilength_wikitext2 stage_change("multi-length", 5, 4) -->'
+            "<!-- end generated -->"
+        )
+        rendered = results_page.render(text, _RAW, changed=_unknown)
+        raw = study_record.read_raw(os.path.join(_RAW, "multilength_wikitext2"))
+        # Stage 4 is steps 148-182 of the 200 (88 + 6 + 53 + 35), stage 5 steps 183-186.
+        ends = [
+            [
+                np.mean([r["train/accuracy"] for r in seed if lo <= r["step"] <= hi][-5:])
+                for lo, hi in ((148, 182), (183, 186))
+            ]
+            for seed in raw.results["multi-length"]
+        ]
+        expected = tables.interval_text([five - four for four, five in ends])
+        self.assertEqual(rendered.split("-->")[1].split("<!--")[0], expected)
+
+    def test_extremes_table_takes_a_dict_of_keys(self):
+        text = (
+            '<!-- generated: causal_wikitext2 extremes_table({"train/grad_norm": "max", '
+            '"train/min_denominator": "min"}) --><!-- end generated -->'
+        )
+        lines = results_page.render(text, _RAW, changed=_unknown).splitlines()
+        self.assertEqual(
+            lines[1],
+            "| run | seeds | max train/grad_norm (per seed) | "
+            "min train/min_denominator (per seed) |",
+        )
+        self.assertRegex(lines[3], r"^\| \S.* \| 3 \| [\d.]+, [\d.]+, [\d.]+ \| –, –, – \|$")
+
+    def test_targets_of_a_study_without_length_scores_are_its_validation_tokens(self):
+        text = "<!-- generated: causal_wikitext2 targets() --><!-- end generated -->"
+        path = os.path.join(_RAW, "causal_wikitext2", "softmax_+_RoPE", "seed0", "metrics.jsonl")
+        with open(path, encoding="utf-8") as f:
+            tokens = [r["valid/tokens_128"] for r in map(json.loads, f) if "valid/tokens_128" in r]
+        rendered = results_page.render(text, _RAW, changed=_unknown)
+        self.assertEqual(rendered.split("-->")[1].split("<!--")[0], f"{tokens[-1]:,}")
+
+    def test_extremes_is_the_range_of_the_tables_per_seed_values(self):
+        table = results_page.render(
+            '<!-- generated: causal_wikitext2 extremes_table({"train/grad_norm": "max"}) -->'
+            "<!-- end generated -->",
+            _RAW,
+            changed=_unknown,
+        )
+        row = next(line for line in table.splitlines() if line.startswith("| softmax + RoPE |"))
+        per_seed = sorted(row.strip(" |").split(" | ")[2].split(", "), key=float)
+
+        def extremes(how, key="train/grad_norm"):
+            text = (
+                f'<!-- generated: causal_wikitext2 extremes("softmax + RoPE", "{key}", '
+                f'"{how}") --><!-- end generated -->'
+            )
+            return (
+                results_page.render(text, _RAW, changed=_unknown).split("-->")[1].split("<!--")[0]
+            )
+
+        self.assertEqual(extremes("max"), f"{per_seed[0]} to {per_seed[-1]}")
+        self.assertNotEqual(extremes("min"), extremes("max"))
+        with self.assertRaisesRegex(ValueError, "never logged 'train/min_denominator'"):
+            extremes("min", "train/min_denominator")
+
+    def test_position_table_reads_each_seeds_file(self):
+        raw = tiny.workdir()
+        shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
+        text = (
+            '<!-- generated: causal_wikitext2 position_table("softmax + learned") -->'
+            "<!-- end generated -->"
+        )
+        with self.assertRaisesRegex(ValueError, "run experiments/position_table.py"):
+            results_page.render(text, raw)
+        change = {"moved": 1.3, "row_norm": 0.2, "row_norm_initial": 0.22, "neighbor_cosine": 0.01}
+        for seed in range(3):
+            record = {"step": 200, "position": change, "word": {**change, "moved": 2.9 + seed}}
+            path = f"{raw}/causal_wikitext2/softmax_+_learned/seed{seed}/position_table.json"
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(record, f)
+        rows = results_page.render(text, raw).splitlines()[3:6]
+        self.assertEqual(
+            rows[2], "| 2 | 200 | 1.300 | 0.200 (0.220) | +0.010 | 4.900 | 0.200 (0.220) |"
+        )
+        steps = text.replace("position_table(", "position_table_steps(")
+        with self.assertRaisesRegex(ValueError, "position_table.py --every_checkpoint"):
+            results_page.render(steps, raw)
+        for seed in range(3):
+            records = [{"step": s, "position": change, "word": change} for s in (100, 200)]
+            path = f"{raw}/causal_wikitext2/softmax_+_learned/seed{seed}/position_table_steps.json"
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(records, f)
+        rows = results_page.render(steps, raw).splitlines()[3:9]
+        self.assertEqual(
+            [r.split(" | ")[:2] for r in rows[:3]], [["| 0", "100"], ["| 0", "200"], ["| 1", "100"]]
+        )
+
+    def test_attention_distance_table_and_figure(self):
+        raw = tiny.workdir()
+        shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
+        text = (
+            "<!-- generated: causal_wikitext2 attention_distance_table(8, [2, 4]) -->"
+            "<!-- end generated -->\n<!-- generated: causal_wikitext2 "
+            "attention_distance_figure(8) --><!-- end generated -->"
+        )
+        with self.assertRaisesRegex(ValueError, "run experiments/attention_distance.py"):
+            results_page.render(text, raw)
+        decay = 1.0 / (1.0 + np.arange(8))  # [L]: 1/(1 + r), two heads alike, two layers
+        weight = np.stack([np.stack([decay, decay]) / 8, np.stack([decay, decay]) / 4])
+        record = {"step": 200, "length": 8, "uniform": 1 / 8, "weight": weight.tolist()}
+        with open(
+            f"{raw}/causal_wikitext2/softmax_+_RoPE/seed0/attention_distance_8.json",
+            "w",
+            encoding="utf-8",
+        ) as f:
+            json.dump(record, f)
+        figures = tiny.workdir()
+        rendered = results_page.render(text, raw, figures_dir=figures)
+        rows = [line for line in rendered.splitlines() if line.startswith("| ")]
+        # at 1: 1/2 x 8/8 = 0.5 and 1/2 x 8/4 = 1.0; at 2 / at 1 = (1/3) / (1/2)
+        self.assertEqual(rows[1], "| softmax + RoPE | 0 | 0.50 | 0.667 | 0.400 |")
+        self.assertEqual(rows[2], "| softmax + RoPE | 1 | 1.00 | 0.667 | 0.400 |")
+        self.assertTrue(rows[3].startswith("| RoPE's bound f(r)/f(1), d = 64 |"))
+        self.assertTrue(os.path.exists(f"{figures}/causal_wikitext2_attention_8.png"))
+
+    def test_reproduced_says_each_rerun_or_none(self):
+        raw = tiny.workdir()
+        shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
+        for found in glob.glob(f"{raw}/causal_wikitext2/*/seed*/reproduced.json"):
+            os.remove(found)  # the committed reruns: this test makes its own
+        text = "<!-- generated: causal_wikitext2 reproduced() --><!-- end generated -->"
+        self.assertIn("-->Not rerun at a later commit.<!--", results_page.render(text, raw))
+        record = {
+            "steps": 21,
+            "metrics": 9,
+            "identical": True,
+            "largest": {},
+            "commit": "abc" * 8,
+            "dirty": False,
+        }
+        path = f"{raw}/causal_wikitext2/softmax_+_RoPE/seed0/reproduced.json"
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(record, f)
+        self.assertIn(
+            "-->softmax + RoPE, seed 0, rerun at abcabca: bit-identical (21 logged "
+            "steps, 9 metrics).<!--",
+            results_page.render(text, raw),
+        )
+        with open(path, "w", encoding="utf-8") as f:  # a rerun outside a git checkout
+            json.dump(record | {"commit": None, "dirty": None}, f)
+        self.assertIn("rerun at an unknown commit: bit-identical", results_page.render(text, raw))
+        with open(path, "w", encoding="utf-8") as f:  # the machine names its kind of core
+            json.dump(record | {"machine": {"cpu": "AMD EPYC, AVX-512"}}, f)
+        self.assertIn(
+            "rerun at abcabca on AMD EPYC, AVX-512: bit-identical", results_page.render(text, raw)
+        )
+
+
+if __name__ == "__main__":
+    absltest.main()

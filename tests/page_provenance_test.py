@@ -1,0 +1,120 @@
+"""Tests for roformer_jax/studies/page_provenance.py, through the page's markers: the header of a
+study (commits, uncommitted changes, the kind of core), its stale mark, and the table of wall
+times."""
+
+import json
+import os
+import shutil
+
+import tiny
+from absl.testing import absltest, parameterized
+from page_cases import _RAW, _read
+
+from roformer_jax.studies import results_page, study_record
+
+
+class PageProvenanceTest(parameterized.TestCase):
+    @parameterized.named_parameters(
+        (
+            "changed",
+            ["configs/studies.py", "roformer_jax/rope.py"],
+            "**Stale:** 2 files of roformer_jax/ and configs/ changed since 9acdbbe "
+            "(`git diff --stat 9acdbbe HEAD -- roformer_jax configs`).",
+        ),
+        ("unchanged", [], "The code is as at 9acdbbe."),
+        ("unknown", None, "(commit unknown: cannot tell whether the code changed since)"),
+    )
+    def test_stale_mark_follows_the_commit_map(self, changed, expected):
+        commits = {"9acdbbe55002bbf1f7e15a94d72a35e7ec0b90fc": changed}
+        text = "<!-- generated: causal_wikitext2 stale() -->old<!-- end generated -->"
+        page = results_page.render(text, _RAW, changed=commits.get)
+        self.assertEqual(page, text.replace("old", expected))
+        self.assertEqual(results_page.differences(text, page), "")  # HEAD moving is no failure
+
+    def test_a_study_trained_at_two_commits_names_both_and_is_stale_from_the_older(self):
+        # One multi-length run trained at 724d487, the other five at 39eb4e9, which study.json
+        # names: the header names both, and the stale mark counts from the older.
+        commits = study_record.read_raw(os.path.join(_RAW, "multilength_wikitext2")).commits
+        self.assertEqual([c[:7] for c in commits], ["724d487", "39eb4e9"])
+        text = (
+            "<!-- generated: multilength_wikitext2 header() --><!-- end generated -->|"
+            "<!-- generated: multilength_wikitext2 stale() --><!-- end generated -->"
+        )
+        header, stale = results_page.render(
+            text, _RAW, changed={commits[0]: ["roformer_jax/rope.py"], commits[1]: []}.get
+        ).split("|")
+        self.assertIn("Ran at commits 724d487, 39eb4e9 (oldest first;", header)
+        self.assertIn(
+            "**Stale:** 1 files of roformer_jax/ and configs/ changed since 724d487", stale
+        )
+
+    def test_a_run_trained_with_uncommitted_changes_marks_the_header(self):
+        # positions_lr_best's study.json names a clean commit; its seed-0 runs trained dirty.
+        text = "<!-- generated: {} header() --><!-- end generated -->"
+        for study, dirty in (("positions_lr_best", True), ("causal_wikitext2", False)):
+            self.assertEqual(study_record.read_raw(os.path.join(_RAW, study)).dirty, dirty)
+            page = results_page.render(text.format(study), _RAW)
+            self.assertEqual(" with uncommitted changes," in page, dirty, study)
+
+    @parameterized.named_parameters(
+        ("whole", 3000.0, "| 50 min 0 s |", "the command took 50 min 0 s."),
+        ("in_pieces", 600.0, "| n/a |", "it ran in pieces, so no single wall time."),
+    )
+    def test_a_command_shorter_than_its_runs_ran_in_pieces(self, wall_s, cell, sentence):
+        # A resumed command records only its own part: 10 min against 44 min of training.
+        raw = tiny.workdir()
+        shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
+        path = f"{raw}/causal_wikitext2/study.json"
+        record = json.loads(_read(path))
+        record["wall_s"] = wall_s
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(record, f)
+        text = (
+            "<!-- generated: raw wall_time_table() --><!-- end generated -->\n"
+            "<!-- generated: causal_wikitext2 header() --><!-- end generated -->"
+        )
+        page = results_page.render(text, raw)
+        # 2 cores x 44 min 9 s of training = 1.5 core-hours.
+        self.assertIn(f"| causal_wikitext2 | 18 | 44 min 9 s | n/a | 1.5 {cell}", page)
+        self.assertIn(sentence, page)
+
+    def test_the_header_names_the_kind_of_core_where_the_record_has_it(self):
+        raw = tiny.workdir()
+        shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
+        text = "<!-- generated: causal_wikitext2 header() --><!-- end generated -->"
+        self.assertIn(" 2 x86_64 cores, JAX", results_page.render(text, raw))  # before it did
+        path = f"{raw}/causal_wikitext2/study.json"
+        record = json.loads(_read(path))
+        record["machine"]["cpu"] = "AMD EPYC, AVX-512"
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(record, f)
+        self.assertIn(" 2 x86_64 cores (AMD EPYC, AVX-512), JAX", results_page.render(text, raw))
+
+    def test_a_study_still_running_has_a_row_of_the_runs_it_has_exported(self):
+        raw = tiny.workdir()
+        shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
+        for run in ("elu+1_none/seed0", "elu+1_none/seed1"):  # no study.json yet
+            shutil.copytree(
+                os.path.join(_RAW, "linear_long_wikitext2", run), f"{raw}/running/{run}"
+            )
+        elapsed = [
+            json.loads(_read(f"{raw}/running/{run}/metrics.jsonl").splitlines()[-1])["elapsed_s"]
+            for run in ("elu+1_none/seed0", "elu+1_none/seed1")
+        ]
+        text = "<!-- generated: raw wall_time_table() --><!-- end generated -->"
+        rows = results_page.render(text, raw).splitlines()
+        self.assertRegex(rows[3], r"^\| causal_wikitext2 \| 18 \|")
+        minutes, seconds = divmod(round(sum(elapsed)), 60)
+        core_hours = 2 * sum(elapsed) / 3600  # the runs' provenance: 2 cores
+        self.assertEqual(
+            rows[4],
+            f"| running (in progress) | 2 so far | {minutes} min {seconds} s "
+            f"| n/a | {core_hours:.1f} | n/a |",
+        )
+        os.remove(f"{raw}/running/elu+1_none/seed1/provenance.json")  # cores unknown
+        rows = results_page.render(text, raw).splitlines()
+        self.assertTrue(rows[4].endswith("| n/a | n/a | n/a |"), rows[4])
+
+
+if __name__ == "__main__":
+    absltest.main()
