@@ -5,6 +5,7 @@ import dataclasses
 import inspect
 from unittest import mock
 
+import chex
 import jax
 import jax.numpy as jnp
 import tiny
@@ -12,7 +13,13 @@ from absl.testing import absltest, parameterized
 from attention_cases import L, _qkv
 
 from roformer_jax.nn import attention, attention_step
-from roformer_jax.nn.attention_kinds import ATTENTION_KINDS, AttentionContext, AttentionKind
+from roformer_jax.nn.attention_kinds import (
+    ATTENTION_KINDS,
+    AttentionContext,
+    AttentionKind,
+    LinearSection,
+    feature_projection,
+)
 from roformer_jax.nn.model import RoFormer
 from roformer_jax.nn.sections import Section
 
@@ -113,6 +120,38 @@ class BuildersTest(parameterized.TestCase):
             model.apply(variables, ids, decode_length=L, mutable=["cache"])
         self.assertEqual(received, [("full", 5.0), ("full", 6.0), ("step", 5.0), ("step", 6.0)])
         self.assertNotIn("toy", tiny.model_config().sections)
+
+
+def _draw(section, layer, update=None):
+    """Layer `layer`'s FAVOR+ features at `update`, for heads of 16 features."""
+    return feature_projection(section, 16, layer, update)
+
+
+class FeatureProjectionTest(absltest.TestCase):
+    """FAVOR+'s random features: drawn per layer from (seed, layer, redraw period)."""
+
+    def test_only_a_random_map_draws(self):
+        self.assertTrue(LinearSection(feature_map="favor").draws_features)
+        self.assertFalse(LinearSection().draws_features)  # elu
+        self.assertIsNone(_draw(LinearSection(), 0))
+        self.assertFalse(tiny.model_config().draws_features)  # softmax
+
+    def test_a_function_of_seed_layer_and_period(self):
+        section = LinearSection(feature_map="favor", random_features=16, feature_redraw=10)
+        chex.assert_shape(_draw(section, 0), (16, 16))
+        chex.assert_trees_all_equal(_draw(section, 1, update=13), _draw(section, 1, update=19))
+        chex.assert_trees_all_equal(_draw(section, 1, update=9), _draw(section, 1))  # the first
+        different = [
+            _draw(section, 1, update=20),  # the next period
+            _draw(section, 0, update=13),  # another layer
+            _draw(dataclasses.replace(section, feature_seed=1), 1, update=13),  # another seed
+        ]
+        for other in different:
+            self.assertGreater(float(jnp.abs(other - _draw(section, 1, update=13)).max()), 0.1)
+        never = dataclasses.replace(section, feature_redraw=0)
+        chex.assert_trees_all_equal(_draw(never, 1, update=10_000), _draw(never, 1))
+        traced = jax.jit(lambda u: _draw(section, 1, update=u))(jnp.int32(13))
+        chex.assert_trees_all_close(traced, _draw(section, 1, update=13), atol=1e-5)
 
 
 class ErrorsTest(parameterized.TestCase):

@@ -374,37 +374,13 @@ def _draw(config, layer, update=None):
 
 
 class RandomFeaturesTest(parameterized.TestCase):
-    """FAVOR+'s random features: drawn per layer from (seed, layer, redraw period)."""
-
-    def test_only_a_random_map_draws(self):
-        self.assertTrue(_favor().draws_features)
-        for config in (_config(attention="linear"), _config()):
-            self.assertFalse(config.draws_features)  # elu; softmax
-            self.assertIsNone(_draw(config, 0))
-
-    def test_a_function_of_seed_layer_and_period(self):
-        config = _favor(feature_redraw=10)
-        draw = _draw
-        chex.assert_shape(draw(config, 0), (16, config.head_dim))
-        chex.assert_trees_all_equal(draw(config, 1, update=13), draw(config, 1, update=19))
-        chex.assert_trees_all_equal(draw(config, 1, update=9), draw(config, 1))  # the first
-        different = [
-            draw(config, 1, update=20),  # the next period
-            draw(config, 0, update=13),  # another layer
-            draw(config.with_section("linear", feature_seed=1), 1, update=13),  # another seed
-        ]
-        for other in different:
-            self.assertGreater(float(jnp.abs(other - draw(config, 1, update=13)).max()), 0.1)
-        never = config.with_section("linear", feature_redraw=0)
-        chex.assert_trees_all_equal(draw(never, 1, update=10_000), draw(never, 1))
-        traced = jax.jit(lambda u: draw(config, 1, update=u))(jnp.int32(13))
-        chex.assert_trees_all_close(traced, draw(config, 1, update=13), atol=1e-5)
+    """FAVOR+'s random features in the model: redrawn by update, evaluated on the last draw."""
 
     def test_evaluation_uses_the_draw_of_the_last_update(self):
         # After 10 updates with a redraw every 10, the parameters last trained with period
         # 0's features; after 11, with period 1's.
         config = _favor(feature_redraw=10)
-        draw = _draw
+        draw = _draw  # FeatureProjectionTest (attention_kinds_test.py) tests the draws
         last = model_lib.evaluation_update
         self.assertIsNone(last(None))
         self.assertEqual(int(last(0)), 0)  # untrained: the first draw

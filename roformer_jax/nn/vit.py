@@ -3,9 +3,9 @@
 Dosovitskiy et al. 2021 (ViT): an image cut into p × p patches, each flattened and projected
 to D, is a sequence of L tokens for `roformer_jax.nn.model.Encoder`; a linear classifier reads
 the mean of the encoder's outputs. Where each patch lies, its (row, col), reaches the encoder
-through `ModelConfig.position`: "rope_nd" with position_axes=2 is RoPE-Axial (Heo et al. 2024,
-"Rotary Position Embedding for Vision Transformer": half the pairs turn with the row, half with
-the column), "rope_learned" with rope_per_head is RoPE-Mixed (frequencies learned per head),
+through `ModelConfig.position`: "rope_nd" with its section's axes=2 is RoPE-Axial (Heo et al.
+2024, "Rotary Position Embedding for Vision Transformer": half the pairs turn with the row, half
+with the column), "rope_learned" with per_head is RoPE-Mixed (frequencies learned per head),
 "none" is a bag of patches. Or through ViT's own learned absolute table of R × S rows
 (`table_grid`, with position="none"), which a larger image meets bilinearly resized to its
 grid, as ViT and DeiT resize theirs to fine-tune at a higher resolution.
