@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
 
-from roformer_jax.training import runtime  # noqa: E402
+from roformer_jax.training import metrics, runtime  # noqa: E402
 from roformer_jax.training.config import experiment_config_from_dict  # noqa: E402
 from roformer_jax.training.loop import train_and_evaluate  # noqa: E402
 
@@ -66,7 +66,7 @@ def main(argv):
     except runtime.TrainingInterrupted as e:
         logging.warning("%s", e)
         sys.exit(1)
-    logging.info("final metrics: %s", ", ".join(f"{k} {v:.6g}" for k, v in final.items()))
+    logging.info("final metrics: %s", metrics.summary(final))
 
 
 if __name__ == "__main__":

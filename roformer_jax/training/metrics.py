@@ -215,6 +215,12 @@ def log_progress(record: dict, *, total_steps: int, eta_s: float | None = None) 
     logging.info("  ".join(parts))
 
 
+def summary(record: dict) -> str:
+    """ "key value, ..." of a run's final record; a value the run could not measure (None:
+    train/tokens_per_s of a session whose one step compiled) reads "n/a"."""
+    return ", ".join(f"{k} {'n/a' if v is None else format(v, '.6g')}" for k, v in record.items())
+
+
 def _hms(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
