@@ -14,6 +14,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from roformer_jax.data.data_config import DataConfig
 from roformer_jax.data.tokenizer import tokenizer_vocab_size
 from roformer_jax.nn.model_config import ModelConfig
@@ -122,12 +124,31 @@ def experiment_config_from_dict(d: Mapping) -> ExperimentConfig:
 
 
 def section_from_dict(cls, values: Mapping, section: str):
+    """cls(**values), refusing unknown keys and float values that are not finite."""
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - fields)
     if unknown:
         raise ValueError(f"unknown keys in config.{section}: {unknown}; known: {sorted(fields)}")
+    check_finite(values, f"config.{section}")
     # JSON and ConfigDict overrides may turn tuples into lists; frozen configs want tuples.
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+
+# Every setting is used in float32 on the devices: 1e39 is inf there.
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def check_finite(value: Any, name: str) -> None:
+    """Raises ValueError naming the first float in `value` (nested dicts, lists, tuples) that
+    is NaN or past float32's range; a NaN passes every `x <= 0` check of a field after it."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            check_finite(item, f"{name}.{key}")
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            check_finite(item, f"{name}[{i}]")
+    elif isinstance(value, float) and not abs(value) <= _FLOAT32_MAX:
+        raise ValueError(f"{name}={value} is not a finite float32 number")
 
 
 ABSENT = "<absent>"  # how `config_diff` shows a key one side lacks
