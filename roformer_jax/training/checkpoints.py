@@ -6,6 +6,12 @@ Each step folder `workdir/checkpoints/<step>/` holds two items, written atomical
   meta   JSON: the experiment config it was trained with, and the trainer's host-side
          progress (pending metric sums, elapsed time) so a resumed run logs the same numbers
 
+Every step proves its bytes: `save` refuses a state that is not finite and writes into meta
+a SHA-256 digest of every array (at save time, on the host copy: the train step never waits
+for it); `restore` recomputes them, so that a flipped bit in a data file, which orbax reads
+without complaint, makes the step damaged like a garbled one. Steps saved before digests
+existed are checked for finiteness only.
+
 Every process calls `save` and `restore` (orbax synchronizes them and lets the primary
 process write); `restore` refuses a checkpoint of a different model before reading any array.
 A step that cannot be read (a garbled or truncated file, written over after orbax finished
@@ -15,11 +21,13 @@ it) is moved aside to `<directory>.damaged/` with a warning, and the next older 
 from __future__ import annotations
 
 import gc
+import hashlib
 import logging as std_logging
 import os
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 from jax.experimental import multihost_utils
@@ -53,7 +61,15 @@ class Checkpoints:
         """Writes `state` (a pytree of host arrays) and `meta` (JSON) as step `step`.
 
         Asynchronous: returns once the arrays are handed to orbax; `close` waits for it.
+        Raises FloatingPointError, saving nothing, when an array of `state` holds NaN or inf.
         """
+        bad = _non_finite(state)
+        if bad:
+            raise FloatingPointError(
+                f"the state of step {step} is not finite ({bad} holds NaN or inf); not saved "
+                f"to {self.directory}"
+            )
+        meta = {**meta, INTEGRITY: {"finite": True, "sha256": digests(state)}}
         self._manager.save(
             step,
             args=ocp.args.Composite(
@@ -96,7 +112,8 @@ class Checkpoints:
                 state = self._manager.restore(
                     step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state))
                 ).state
-            except Exception as e:  # noqa: BLE001 -- any unreadable state is damage
+                _check_integrity(state, meta.pop(INTEGRITY, None))
+            except Exception as e:  # noqa: BLE001 -- any unreadable or altered state is damage
                 self._set_aside(step, "state", e)
                 continue
             return state, meta
@@ -148,6 +165,43 @@ class Checkpoints:
         if self._damaged:  # only then: a collection takes seconds in a process that has jitted
             gc.collect()  # so that the abandoned reads are reported to the filter
         std_logging.getLogger("asyncio").removeFilter(self._quiet)
+
+
+INTEGRITY = "integrity"  # meta's key: {"finite": True, "sha256": digests(state)}
+
+
+def digests(state: Any) -> dict[str, str]:
+    """{tree path: SHA-256 of the array's dtype, shape and bytes} of every leaf of `state`."""
+    leaves = jax.tree_util.tree_flatten_with_path(state)[0]
+    return {jax.tree_util.keystr(path): _digest(np.asarray(x)) for path, x in leaves}
+
+
+def _digest(x: np.ndarray) -> str:
+    h = hashlib.sha256(f"{x.dtype.str}{x.shape}".encode())
+    h.update(np.ascontiguousarray(x).tobytes())
+    return h.hexdigest()
+
+
+def _non_finite(state: Any) -> str | None:
+    """The tree path of the first floating array of `state` with a NaN or inf, or None."""
+    for path, x in jax.tree_util.tree_flatten_with_path(state)[0]:
+        x = np.asarray(x)
+        if np.issubdtype(x.dtype, np.inexact) and not np.isfinite(x).all():
+            return jax.tree_util.keystr(path)
+    return None
+
+
+def _check_integrity(state: Any, integrity: dict | None) -> None:
+    """Raises ValueError naming the first array of a restored `state` whose bytes differ from
+    the digest written at its save, or that is not finite."""
+    if integrity is not None:
+        saved = integrity["sha256"]
+        for path, digest in digests(state).items():
+            if saved.get(path) != digest:
+                raise ValueError(f"{path} does not match the SHA-256 written at its save")
+    bad = _non_finite(state)
+    if bad:
+        raise ValueError(f"{bad} holds NaN or inf")
 
 
 class _ReadsOfDamagedSteps(std_logging.Filter):
