@@ -90,6 +90,9 @@ class ExperimentConfig:
 
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "optim": OptimConfig, "train": TrainConfig}
+# config.json's record of the changes a resume made on purpose (training.workdir): not a
+# setting, so building a config and comparing two leave it out.
+HISTORY = "history"
 
 
 def experiment_config_from_dict(d: Mapping) -> ExperimentConfig:
@@ -101,7 +104,7 @@ def experiment_config_from_dict(d: Mapping) -> ExperimentConfig:
     features (FAVOR+), so that each seed of a study draws its own; others keep None, so the
     configs of runs saved before the field existed still compare equal.
     """
-    unknown = sorted(set(d) - set(SECTIONS) - {"seed"})
+    unknown = sorted(set(d) - set(SECTIONS) - {"seed", HISTORY})
     if unknown:
         raise ValueError(f"unknown config keys {unknown}; expected {sorted(SECTIONS)} and seed")
     data = section_from_dict(DataConfig, d.get("data", {}), "data")
@@ -164,7 +167,8 @@ def config_diff(
     `current` has counts as its value in `defaults` on the saved side (a field added since
     the save), or as ABSENT without defaults. Keys in `ignore` are left out.
     """
-    saved, now = _flat(_as_json(saved)), _flat(_as_json(current))
+    saved = {k: v for k, v in _as_json(saved).items() if k != HISTORY}
+    saved, now = _flat(saved), _flat(_as_json(current))
     default = _flat(_as_json(defaults)) if defaults is not None else {}
     return {
         key: (saved.get(key, default.get(key, ABSENT)), now.get(key, ABSENT))
