@@ -56,12 +56,31 @@ def _tensorboardx():
 
 
 def read_metrics(workdir: str) -> list[dict]:
-    """The records of workdir/metrics.jsonl, in order ([] if there is none)."""
+    """The records of workdir/metrics.jsonl, in order ([] if there is none).
+
+    A last line cut off (no newline: a run killed while it wrote) is dropped with a warning;
+    any other line that is not JSON is a ValueError naming the file and line.
+    """
     path = os.path.join(workdir, METRICS_FILE)
     if not os.path.exists(path):
         return []
     with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        lines = f.read().split("\n")
+    cut_off = lines.pop()  # "" after the newline that ends every whole record
+    if cut_off.strip():
+        logging.warning("%s ends in a cut-off record; dropped: %.80s", path, cut_off)
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise ValueError(
+                f"{path}, line {number}, is not JSON ({e}); delete that line, or use a new "
+                "--workdir"
+            ) from None
+    return records
 
 
 class MetricsWriter:
