@@ -24,6 +24,7 @@ import gc
 import hashlib
 import logging as std_logging
 import os
+import sys
 from typing import Any
 
 import jax
@@ -91,6 +92,7 @@ class Checkpoints:
         # Before any read: the collector may report a damaged step's abandoned reads as soon as
         # orbax raises, before _set_aside has said what happened.
         std_logging.getLogger("asyncio").addFilter(self._quiet)
+        _quiet_reads_into_closed_loops()
         steps = sorted(self._manager.all_steps(), reverse=True)
         if step is not None:
             if step not in steps:
@@ -223,6 +225,36 @@ class _ReadsOfDamagedSteps(std_logging.Filter):
         return not (
             record.getMessage().startswith(_NEVER_RETRIEVED) and self._directory in str(error)
         )
+
+
+def _quiet_reads_into_closed_loops() -> None:
+    """Drops the reports of orbax's reads that finish after a failed restore (installed once
+    per process, before the first restore: the first read may finish as orbax raises).
+
+    orbax runs a restore in an event loop that it closes as soon as one array fails; the reads
+    of the other arrays finish later in tensorstore's threads and hand their results to the
+    closed loop, whose RuntimeError("Event loop is closed") tensorstore reports through
+    sys.unraisablehook, a traceback per array. Other reports reach the previous hook.
+    """
+    previous = sys.unraisablehook
+    if getattr(previous, "quiets_closed_loops", False):
+        return
+
+    def hook(report):
+        last = report.exc_traceback
+        while last is not None and last.tb_next is not None:
+            last = last.tb_next
+        closed = (
+            report.exc_type is RuntimeError
+            and str(report.exc_value) == "Event loop is closed"
+            and last is not None
+            and last.tb_frame.f_code.co_name == "_check_closed"
+        )
+        if not closed:
+            previous(report)
+
+    hook.quiets_closed_loops = True
+    sys.unraisablehook = hook
 
 
 _NEVER_RETRIEVED = ("Task exception was never retrieved", "Future exception was never retrieved")
