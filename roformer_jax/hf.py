@@ -43,7 +43,7 @@ import numpy as np
 import safetensors.numpy
 from safetensors import safe_open
 
-from roformer_jax.nn import heads
+from roformer_jax.nn import heads, input_range
 from roformer_jax.nn.model import RoFormer
 
 # (ModelConfig field, HF RoFormerConfig key, HF default).
@@ -345,6 +345,7 @@ def load_hf_roformer(path: str, **overrides) -> tuple[RoFormer | heads.TaskModel
     with open(os.path.join(path, "config.json")) as f:
         hf_config = json.load(f)
     config = config_from_hf(hf_config, **overrides)
+    input_range.check_vocab_file(os.path.join(path, "vocab.txt"), config.vocab_size)
     head, num_labels, summary_type = _task_of(hf_config)
     state = {k.removeprefix(_PREFIX): v for k, v in read_hf_state_dict(path).items()}
     if head is None:

@@ -27,6 +27,7 @@ from absl import logging
 from roformer_jax.data import doc_pairs, staging
 from roformer_jax.data.batches import held_out_pairs
 from roformer_jax.data.corpus import Corpus, load_corpus
+from roformer_jax.nn import input_range
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import provenance, runtime
 from roformer_jax.training import workdir as workdir_lib
@@ -141,6 +142,11 @@ def _data(cfg: ExperimentConfig, workdir: str, stages, devices: runtime.Devices)
             f"the tokenizer has {corpus.tokenizer.vocab_size} ids but model.vocab_size is "
             f"{cfg.model.vocab_size}; leave model.vocab_size None to follow the tokenizer"
         )
+    for name, tokens in (("train", corpus.train_tokens), ("valid", corpus.valid_tokens)):
+        # Once per session, on the host: the jitted model reads NaN past its table.
+        input_range.check_in_table(
+            tokens, cfg.model.vocab_size, f"{corpus.path}'s {name} ids", "model.vocab_size"
+        )
     eval_rows = tcfg.eval_batch_size or tcfg.batch_size
     valid_sets = staging.valid_sets(
         corpus,
@@ -161,6 +167,13 @@ def _data(cfg: ExperimentConfig, workdir: str, stages, devices: runtime.Devices)
             )
         except doc_pairs.TooFewDocuments as e:
             logging.warning("held-out pairs skipped: %s", e)
+    for batch in [*(batches[0] for batches in valid_sets.values() if batches), *pair_sets[:1]]:
+        input_range.check_batch(
+            batch,
+            vocab_size=cfg.model.vocab_size,
+            type_vocab_size=cfg.model.type_vocab_size,
+            max_length=cfg.model.max_length,
+        )
     train = functools.partial(staging.staged_batches, corpus, stages, seed=cfg.seed, **hosts)
     return RunData(corpus, train, valid_sets, pair_sets)
 
