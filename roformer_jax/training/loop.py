@@ -64,7 +64,10 @@ def train_and_evaluate(
         return _train_and_evaluate(cfg, workdir, until, resume_with_changes)
 
 
-def _train_and_evaluate(cfg, workdir, until, resume_with_changes) -> dict:
+def _train_and_evaluate(
+    cfg: ExperimentConfig, workdir: str, until: int | None, resume_with_changes: bool
+) -> dict:
+    """train_and_evaluate in a workdir this process holds."""
     devices = runtime.Devices()
     stages = _stages(cfg, devices)
     checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"), keep=cfg.train.keep_checkpoints)
