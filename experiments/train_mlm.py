@@ -4,9 +4,11 @@ causal model, a decoder by next-token prediction): parses flags, calls the libra
   python experiments/train_mlm.py --config=configs/roformer_small.py --workdir=/tmp/rs \
       --config.model.position=learned --config.train.steps=2000
 
-Rerunning with the same --workdir resumes from its latest checkpoint. --verbosity=1 adds the
-libraries' logs (orbax, jax) and the traceback of a bad config value. Several hosts: start
-the same command on every host with --distributed (see README, "Multi-host").
+Rerunning with the same --workdir resumes from its latest checkpoint; a config that changes
+what the run computes is refused there unless --resume_with_changes (docs/training.md).
+--verbosity=1 adds the libraries' logs (orbax, jax) and the traceback of a bad config value.
+Several hosts: start the same command on every host with --distributed (see README,
+"Multi-host").
 """
 
 import os
@@ -20,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
 
-from roformer_jax.training import runtime  # noqa: E402
+from roformer_jax.training import metrics, runtime  # noqa: E402
 from roformer_jax.training.config import experiment_config_from_dict  # noqa: E402
 from roformer_jax.training.loop import train_and_evaluate  # noqa: E402
 
@@ -31,6 +33,12 @@ _CONFIG = config_flags.DEFINE_config_file(
     lock_config=True,
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics and logs go here.")
+_RESUME_WITH_CHANGES = flags.DEFINE_bool(
+    "resume_with_changes",
+    False,
+    "Resume even where the config changes what the run computes (seed, data, model, "
+    "optimizer, schedule); the changes are recorded in config.json and provenance.json.",
+)
 _DISTRIBUTED = flags.DEFINE_bool(
     "distributed",
     False,
@@ -62,11 +70,13 @@ def main(argv):
         jax.local_devices(),
     )
     try:
-        final = train_and_evaluate(cfg, _WORKDIR.value)
+        final = train_and_evaluate(
+            cfg, _WORKDIR.value, resume_with_changes=_RESUME_WITH_CHANGES.value
+        )
     except runtime.TrainingInterrupted as e:
         logging.warning("%s", e)
         sys.exit(1)
-    logging.info("final metrics: %s", ", ".join(f"{k} {v:.6g}" for k, v in final.items()))
+    logging.info("final metrics: %s", metrics.summary(final))
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ Glossary: L sequence length, H head dim, D hidden size, E embedding size, V voca
 import functools
 import json
 import os
+import pickle
 import re
 
 import flax
@@ -42,7 +43,7 @@ import numpy as np
 import safetensors.numpy
 from safetensors import safe_open
 
-from roformer_jax.nn import heads
+from roformer_jax.nn import heads, input_range
 from roformer_jax.nn.model import RoFormer
 
 # (ModelConfig field, HF RoFormerConfig key, HF default).
@@ -233,11 +234,19 @@ def _weight_files(path: str) -> tuple[str, list[str]]:
         if os.path.exists(index) and name != "flax_model.msgpack":
             with open(index) as f:
                 shards = sorted(set(json.load(f)["weight_map"].values()))
-            return name, [os.path.join(path, s) for s in shards]
+            return name, [_inside(path, shard, index) for shard in shards]
     raise ValueError(
         f"no model.safetensors, pytorch_model.bin or flax_model.msgpack in {path} "
         f"(found {sorted(os.listdir(path))})"
     )
+
+
+def _inside(folder: str, shard: str, index: str) -> str:
+    """folder/shard; a ValueError where the index points outside the checkpoint's folder."""
+    file = os.path.realpath(os.path.join(folder, shard))
+    if os.path.commonpath([file, os.path.realpath(folder)]) != os.path.realpath(folder):
+        raise ValueError(f"{index} names a shard outside {folder}: {shard!r}; refused")
+    return file
 
 
 def _read_safetensors(file: str) -> dict[str, np.ndarray]:
@@ -254,7 +263,20 @@ def _read_torch(file: str) -> dict[str, np.ndarray]:
             f"{file} is a torch pickle and reading it needs torch; install torch, or convert the "
             "checkpoint to model.safetensors"
         ) from None
-    state = torch.load(file, map_location="cpu", weights_only=True)
+    # Before 2.6, weights_only=True could still run code (CVE-2025-32434).
+    if tuple(int(n) for n in re.findall(r"\d+", torch.__version__)[:2]) < (2, 6):
+        raise ValueError(
+            f"{file} is a torch pickle, and torch {torch.__version__}'s weights_only load can "
+            "run code in it; install torch >= 2.6, or convert it to model.safetensors"
+        )
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:  # torch's text advises weights_only=False: not ours
+        reason = re.search(r"WeightsUnpickler error:\s*(\S.*)", str(e))
+        raise ValueError(
+            f"{file} holds objects other than tensors, which could run code; refused"
+            + (f" ({reason.group(1)})" if reason else "")
+        ) from None
     return {k: v.float().numpy() for k, v in state.items()}
 
 
@@ -320,6 +342,7 @@ def load_hf_roformer(path: str, **overrides) -> tuple[RoFormer | heads.TaskModel
     with open(os.path.join(path, "config.json")) as f:
         hf_config = json.load(f)
     config = config_from_hf(hf_config, **overrides)
+    input_range.check_vocab_file(os.path.join(path, "vocab.txt"), config.vocab_size)
     head, num_labels, summary_type = _task_of(hf_config)
     state = {k.removeprefix(_PREFIX): v for k, v in read_hf_state_dict(path).items()}
     if head is None:

@@ -4,7 +4,7 @@ import dataclasses
 
 from absl.testing import absltest
 
-from configs import tiny
+from configs import finetune_classification, tiny
 from roformer_jax.nn.model_config import ModelConfig
 from roformer_jax.training.config import (
     ABSENT,
@@ -12,6 +12,7 @@ from roformer_jax.training.config import (
     default_experiment_config,
     experiment_config_from_dict,
 )
+from roformer_jax.training.finetune_config import finetune_experiment_from_dict
 
 
 class ConfigFromDictTest(absltest.TestCase):
@@ -32,6 +33,24 @@ class ConfigFromDictTest(absltest.TestCase):
         d["data"]["tokenizer"] = "/no/such/vocab.txt"
         with self.assertRaisesRegex(FileNotFoundError, "neither 'wordpiece'"):
             experiment_config_from_dict(d)
+
+    def test_a_float_setting_must_be_finite_in_float32(self):
+        nan, inf = float("nan"), float("inf")
+        for section, key, value in (
+            ("optim", "learning_rate", nan),  # passes "<= 0"
+            ("optim", "learning_rate", 1e39),  # inf in float32
+            ("optim", "weight_decay", nan),
+            ("optim", "clip_norm", -inf),
+            ("data", "mask_prob", nan),
+        ):
+            d = tiny.get_config().to_dict()
+            d[section][key] = value
+            with self.assertRaisesRegex(ValueError, rf"^config.{section}.{key}=.* not a finite"):
+                experiment_config_from_dict(d)
+        d = finetune_classification.get_config().to_dict()
+        d["optim"]["learning_rate"] = nan
+        with self.assertRaisesRegex(ValueError, r"config.optim.learning_rate=nan"):
+            finetune_experiment_from_dict(d)
 
     def test_bad_stages(self):
         d = tiny.get_config().to_dict()

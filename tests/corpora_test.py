@@ -168,6 +168,10 @@ class ReadDocumentsTest(parameterized.TestCase):
         with self.assertRaisesRegex(FileNotFoundError, "matches no files"):
             read_documents(os.path.join(self.dir, "*.nope"))
 
+    def test_a_device_is_not_a_corpus(self):
+        with self.assertRaisesRegex(ValueError, "'/dev/zero' is not a regular file"):
+            read_documents("/dev/zero")
+
     @parameterized.parameters("", "\n \n\t\n")
     def test_empty_corpus(self, text):
         with self.assertRaisesRegex(ValueError, "has no text.*1 file"):
@@ -203,8 +207,8 @@ class HuggingFaceTest(parameterized.TestCase):
     def _with_fake(self, rows, source, **kwargs):
         calls = []
 
-        def load_dataset(name, config, split, streaming):
-            calls.append((name, config, split, streaming))
+        def load_dataset(name, config, split, streaming, trust_remote_code):
+            calls.append((name, config, split, streaming, trust_remote_code))
             if isinstance(rows, Exception):
                 raise rows
             return iter(rows)
@@ -221,7 +225,7 @@ class HuggingFaceTest(parameterized.TestCase):
             {"id": 2, "text": "a\nb"},
         ]
         docs, calls = self._with_fake(rows, "hf:user/wikitext:raw")
-        self.assertEqual(calls, [("user/wikitext", "raw", "train", True)])
+        self.assertEqual(calls, [("user/wikitext", "raw", "train", True, False)])
         self.assertEqual(docs, ["= Title =", "a", "b"])
         docs, _ = self._with_fake(rows, "hf:wikitext", doc_separator="blank")
         self.assertEqual(docs, ["= Title =", "a\nb"])

@@ -1,16 +1,20 @@
-"""Tests for roformer_jax/data/corpus.py: sources, split, cache, statistics and bad input."""
+"""Tests for roformer_jax/data/corpus.py: sources, split, cache, statistics and bad input; a
+damaged cache names its file and what to do."""
 
+import glob
 import os
 import shutil
 import warnings
 from unittest import mock
 
 import numpy as np
+import tiny
 from absl.testing import absltest, parameterized
 from corpus_cases import CorpusTestCase, _write
 
 from roformer_jax.data import corpus as corpus_lib
 from roformer_jax.data.batches import train_batches
+from roformer_jax.data.corpus import load_corpus
 from roformer_jax.data.data_config import DataConfig
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
@@ -193,6 +197,21 @@ class BadInputTest(CorpusTestCase):
     def test_bad_config(self, kwargs, message):
         with self.assertRaisesRegex(ValueError, message):
             DataConfig(**kwargs)
+
+
+class DamagedCacheTest(parameterized.TestCase):
+    @parameterized.parameters("meta.json", "train.npy", "valid.npy")
+    def test_a_cut_off_cache_file_is_named(self, name):
+        tmp = tiny.workdir()
+        cfg = DataConfig(source=tiny.corpus(tmp, documents=200), tokenizer="bytes", seq_len=32)
+        load_corpus(cfg, tmp)
+        (path,) = glob.glob(os.path.join(tmp, "corpus-*", name))
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) // 2)
+        with self.assertRaisesRegex(
+            ValueError, rf"data cache file {path} is damaged .*; delete the folder .* to rebuild"
+        ):
+            load_corpus(cfg, tmp)
 
 
 if __name__ == "__main__":

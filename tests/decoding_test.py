@@ -295,11 +295,21 @@ class GenerateTest(parameterized.TestCase):
         ("empty_prompt", {}, dict(attention_mask=np.zeros((3, P), bool)), r"prompts \[0, 1, 2\]"),
         ("no_rng", {}, dict(temperature=0.7), "needs an rng key"),
         ("top_p", {}, dict(temperature=1.0, top_p=0.0, rng=jax.random.key(0)), "top_p=0.0"),
+        ("eos_past_the_vocab", {}, dict(eos_id=V), rf"eos_id holds {V} .* \[0, {V}\)"),
     )
     def test_bad_input(self, config, kwargs, message):
         model, variables = _model(**config)
         with self.assertRaisesRegex(ValueError, message):
             decoding.generate(model, variables, _prompts(), **{"max_new_tokens": T, **kwargs})
+
+    @parameterized.parameters(V, -1)
+    def test_ids_outside_the_vocabulary_are_refused(self, bad):
+        # The jitted model would read NaN past the table, and wrap a negative id.
+        model, variables = _model()
+        prompts = np.array(_prompts())
+        prompts[1, 2] = bad
+        with self.assertRaisesRegex(ValueError, rf"input_ids holds {bad} \(at \(1, 2\)\)"):
+            decoding.generate(model, variables, prompts, max_new_tokens=T)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ They run with the project's own dependencies; the parity with transformers, whic
 
 import json
 import os
+import pickle
 import sys
 import tempfile
 from unittest import mock
@@ -50,6 +51,13 @@ def _hf_style_rotation(x, table):
     cos_pos = np.stack([cos, cos], axis=-1).reshape(table[None, None].shape)
     rotate_half = np.stack([-x[..., 1::2], x[..., ::2]], axis=-1).reshape(x.shape)
     return x * cos_pos + rotate_half * sin_pos
+
+
+class _RunsCode:
+    """What a malicious pickle holds: unpickling it calls a function of the file's choice."""
+
+    def __reduce__(self):
+        return (os.getcwd, ())
 
 
 class GoldenValuesTest(parameterized.TestCase):
@@ -164,6 +172,32 @@ class SaveLoadTest(parameterized.TestCase):
             hf.save_hf_roformer(config, variables, d)
             os.rename(os.path.join(d, "model.safetensors"), os.path.join(d, "pytorch_model.bin"))
             with self.assertRaisesRegex(ImportError, "pytorch_model.bin is a torch pickle"):
+                hf.load_hf_roformer(d)
+
+    def test_a_pickle_that_runs_code_is_refused_without_torchs_advice(self):
+        config = _tiny_config()
+        _, variables = _random_variables(config)
+        with tempfile.TemporaryDirectory() as d:
+            hf.save_hf_roformer(config, variables, d)
+            os.remove(os.path.join(d, "model.safetensors"))
+            with open(os.path.join(d, "pytorch_model.bin"), "wb") as f:
+                pickle.dump({"x": _RunsCode()}, f, protocol=2)
+            with self.assertRaisesRegex(ValueError, r"objects other than tensors.*refused") as e:
+                hf.load_hf_roformer(d)
+            self.assertNotIn("weights_only", str(e.exception))
+            with mock.patch("torch.__version__", "2.5.1"):
+                with self.assertRaisesRegex(ValueError, r"torch 2.5.1's weights_only load can run"):
+                    hf.load_hf_roformer(d)
+
+    def test_a_shard_outside_the_checkpoint_is_refused(self):
+        config = _tiny_config()
+        _, variables = _random_variables(config)
+        with tempfile.TemporaryDirectory() as d:
+            hf.save_hf_roformer(config, variables, d)
+            os.remove(os.path.join(d, "model.safetensors"))
+            with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+                json.dump({"weight_map": {"a": "../elsewhere/model.safetensors"}}, f)
+            with self.assertRaisesRegex(ValueError, r"names a shard outside .*'\.\./elsewhere"):
                 hf.load_hf_roformer(d)
 
     def test_save_rejects_what_hf_cannot_express(self):

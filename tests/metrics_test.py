@@ -112,6 +112,22 @@ class WriterTest(absltest.TestCase):
             self.assertEqual(json.loads(f.readline())["step"], 1)
         self.assertNotEmpty(os.listdir(os.path.join(workdir, metrics.TENSORBOARD_DIR)))
 
+    def test_a_cut_off_last_record_is_dropped_and_a_garbled_one_named(self):
+        workdir = tiny.workdir()
+        path = os.path.join(workdir, metrics.METRICS_FILE)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write('{"step": 1, "train/loss": 1.0}\n{"step": 2, "train/lo')  # killed mid-write
+        with self.assertLogs(level="WARNING") as logs:
+            writer = metrics.MetricsWriter(workdir, resume_step=2)
+        self.assertIn(f"{path} ends in a cut-off record", logs.output[0])
+        writer.write({"step": 2, "train/loss": 2.0})
+        writer.close()
+        self.assertEqual([r["step"] for r in metrics.read_metrics(workdir)], [1, 2])
+        with open(path, "w", encoding="utf-8") as f:
+            f.write('{"step": 1}\n{"step": 2, "tr\n{"step": 3}\n')
+        with self.assertRaisesRegex(ValueError, rf"^{path}, line 2, is not JSON"):
+            metrics.read_metrics(workdir)
+
     def test_disabled_writer_writes_nothing(self):
         workdir = tiny.workdir()
         writer = metrics.MetricsWriter(workdir, enabled=False)

@@ -90,6 +90,31 @@ class QuietLogsTest(absltest.TestCase):
         self.assertNotIn("Traceback", run.stderr)
         self.assertRegex(run.stderr.strip().splitlines()[-1], r"^ValueError: learning_rate")
 
+    def test_a_misspelt_key_is_one_line_with_its_suggestion(self):
+        run = _train_mlm(f"--workdir={tiny.workdir()}", "--config.train.stepz=3")
+        self.assertEqual(run.returncode, 1)
+        self.assertEqual(
+            run.stderr.strip().splitlines(),
+            [
+                "ValueError: --config.train.stepz: the config has no key 'stepz'. "
+                'Did you mean "steps" instead of "stepz"?'
+            ],
+        )
+
+    def test_a_session_of_one_step_exits_0(self):
+        # Its one step compiles and is not timed: train/tokens_per_s is None.
+        run = _train_mlm(
+            f"--workdir={tiny.workdir()}",
+            "--config.model.num_layers=1",
+            "--config.data.seq_len=32",
+            "--config.data.valid_lengths=(32,)",
+            "--config.train.steps=1",
+            "--config.train.eval_batches=1",
+            "--config.data.max_chars=50000",
+        )
+        self.assertEqual(run.returncode, 0, run.stderr[-3000:])
+        self.assertIn("train/tokens_per_s n/a", run.stderr.strip().splitlines()[-1])
+
 
 if __name__ == "__main__":
     absltest.main()

@@ -171,6 +171,8 @@ def _path_files(source: str) -> list[str]:
         if not found:
             raise FileNotFoundError(f"glob {source!r} matches no files")
         return found
+    if os.path.exists(source):  # /dev/zero, a FIFO: endless, or read once and gone
+        raise ValueError(f"corpus source {source!r} is not a regular file nor a directory")
     *others, last = (entry.syntax for entry in SOURCES.values())
     raise FileNotFoundError(
         f"corpus source {source!r} does not exist; give {', '.join(others)}, or {last}"
@@ -284,7 +286,11 @@ def _hf_lines(source: str) -> Iterator[str]:
             "and network access; or save the text to files and pass their path"
         ) from None
     try:
-        rows = iter(datasets.load_dataset(name, config or None, split="train", streaming=True))
+        # A dataset's own loading script is code from its author: never run it.
+        rows = datasets.load_dataset(
+            name, config or None, split="train", streaming=True, trust_remote_code=False
+        )
+        rows = iter(rows)
         first = next(rows, None)
     except Exception as e:
         raise RuntimeError(

@@ -99,18 +99,30 @@ def load_corpus(cfg: DataConfig, cache_dir: str) -> Corpus:
     path = os.path.join(cache_dir, f"corpus-{key}")
     if not os.path.isfile(os.path.join(path, "meta.json")):
         _build_cache(cfg, tok, path, identity)
-    with open(os.path.join(path, "meta.json"), encoding="utf-8") as f:
-        stats = json.load(f)["stats"]
-    corpus = Corpus(
-        cfg,
-        load_tokenizer(os.path.join(path, "tokenizer")),
-        np.load(os.path.join(path, "train.npy"), mmap_mode="r"),
-        np.load(os.path.join(path, "valid.npy"), mmap_mode="r"),
-        stats,
-        path,
-    )
+    corpus = Corpus(cfg, *_read_cache(path), path)
     corpus.num_train_sequences(cfg.seq_len)  # fails now, with advice, if there is too little
     return corpus
+
+
+def _read_cache(path: str) -> tuple:
+    """(tokenizer, train ids, valid ids, stats) of the cache folder `path`; a ValueError naming
+    the file and what to do where one is cut off or garbled (written over after it was built:
+    meta.json, written last, marks a complete build)."""
+    file = os.path.join(path, "meta.json")
+    try:
+        with open(file, encoding="utf-8") as f:
+            stats = json.load(f)["stats"]
+        file = os.path.join(path, "tokenizer")
+        tokenizer = load_tokenizer(file)
+        ids = []
+        for file in (os.path.join(path, "train.npy"), os.path.join(path, "valid.npy")):
+            ids.append(np.load(file, mmap_mode="r"))
+    except (ValueError, KeyError, OSError) as e:  # JSONDecodeError is a ValueError
+        raise ValueError(
+            f"the data cache file {file} is damaged ({type(e).__name__}: {e}); delete the "
+            f"folder {path} to rebuild it"
+        ) from None
+    return tokenizer, *ids, stats
 
 
 def _cache_key(cfg: DataConfig, files: list[str]) -> tuple[str, dict]:

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from roformer_jax.nn import input_range
 from roformer_jax.nn.model import RoFormer, evaluation_update
 
 
@@ -58,7 +59,8 @@ def generate(
       steps_done: the optimizer updates the parameters have had (a loaded run's `step`),
         which picks random attention features (model.evaluation_update); None: the first draw.
 
-    Jitted (compiled once per model, shapes and sampling settings).
+    Jitted (compiled once per model, shapes and sampling settings). Ids outside the
+    vocabulary are a ValueError here (nn.input_range: the jitted model would read NaN).
     """
     input_ids = jnp.asarray(input_ids)
     if input_ids.ndim != 2:
@@ -66,6 +68,9 @@ def generate(
     mask = jnp.ones_like(input_ids, bool) if attention_mask is None else attention_mask
     mask = jnp.asarray(mask).astype(bool)
     _check(model, input_ids, mask, max_new_tokens, temperature, top_k, top_p, rng)
+    input_range.check_in_table(input_ids, model.config.vocab_size, "input_ids", "the vocabulary")
+    if eos_id is not None:
+        input_range.check_in_table([eos_id], model.config.vocab_size, "eos_id", "the vocabulary")
     run = _compiled(model, int(max_new_tokens), float(temperature), top_k, top_p, eos_id)
     rng = jax.random.key(0) if rng is None else rng
     return run(variables, input_ids, mask, rng, evaluation_update(steps_done))

@@ -6,6 +6,12 @@ Each step folder `workdir/checkpoints/<step>/` holds two items, written atomical
   meta   JSON: the experiment config it was trained with, and the trainer's host-side
          progress (pending metric sums, elapsed time) so a resumed run logs the same numbers
 
+Every step proves its bytes: `save` refuses a state that is not finite and writes into meta
+a SHA-256 digest of every array (at save time, on the host copy: the train step never waits
+for it); `restore` recomputes them, so that a flipped bit in a data file, which orbax reads
+without complaint, makes the step damaged like a garbled one. Steps saved before digests
+existed are checked for finiteness only.
+
 Every process calls `save` and `restore` (orbax synchronizes them and lets the primary
 process write); `restore` refuses a checkpoint of a different model before reading any array.
 A step that cannot be read (a garbled or truncated file, written over after orbax finished
@@ -15,11 +21,14 @@ it) is moved aside to `<directory>.damaged/` with a warning, and the next older 
 from __future__ import annotations
 
 import gc
+import hashlib
 import logging as std_logging
 import os
+import sys
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 from jax.experimental import multihost_utils
@@ -53,7 +62,15 @@ class Checkpoints:
         """Writes `state` (a pytree of host arrays) and `meta` (JSON) as step `step`.
 
         Asynchronous: returns once the arrays are handed to orbax; `close` waits for it.
+        Raises FloatingPointError, saving nothing, when an array of `state` holds NaN or inf.
         """
+        bad = _non_finite(state)
+        if bad:
+            raise FloatingPointError(
+                f"the state of step {step} is not finite ({bad} holds NaN or inf); not saved "
+                f"to {self.directory}"
+            )
+        meta = {**meta, INTEGRITY: {"finite": True, "sha256": digests(state)}}
         self._manager.save(
             step,
             args=ocp.args.Composite(
@@ -75,6 +92,7 @@ class Checkpoints:
         # Before any read: the collector may report a damaged step's abandoned reads as soon as
         # orbax raises, before _set_aside has said what happened.
         std_logging.getLogger("asyncio").addFilter(self._quiet)
+        _quiet_reads_into_closed_loops()
         steps = sorted(self._manager.all_steps(), reverse=True)
         if step is not None:
             if step not in steps:
@@ -96,7 +114,8 @@ class Checkpoints:
                 state = self._manager.restore(
                     step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state))
                 ).state
-            except Exception as e:  # noqa: BLE001 -- any unreadable state is damage
+                _check_integrity(state, meta.pop(INTEGRITY, None))
+            except Exception as e:  # noqa: BLE001 -- any unreadable or altered state is damage
                 self._set_aside(step, "state", e)
                 continue
             return state, meta
@@ -150,6 +169,43 @@ class Checkpoints:
         std_logging.getLogger("asyncio").removeFilter(self._quiet)
 
 
+INTEGRITY = "integrity"  # meta's key: {"finite": True, "sha256": digests(state)}
+
+
+def digests(state: Any) -> dict[str, str]:
+    """{tree path: SHA-256 of the array's dtype, shape and bytes} of every leaf of `state`."""
+    leaves = jax.tree_util.tree_flatten_with_path(state)[0]
+    return {jax.tree_util.keystr(path): _digest(np.asarray(x)) for path, x in leaves}
+
+
+def _digest(x: np.ndarray) -> str:
+    h = hashlib.sha256(f"{x.dtype.str}{x.shape}".encode())
+    h.update(np.ascontiguousarray(x).tobytes())
+    return h.hexdigest()
+
+
+def _non_finite(state: Any) -> str | None:
+    """The tree path of the first floating array of `state` with a NaN or inf, or None."""
+    for path, x in jax.tree_util.tree_flatten_with_path(state)[0]:
+        x = np.asarray(x)
+        if np.issubdtype(x.dtype, np.inexact) and not np.isfinite(x).all():
+            return jax.tree_util.keystr(path)
+    return None
+
+
+def _check_integrity(state: Any, integrity: dict | None) -> None:
+    """Raises ValueError naming the first array of a restored `state` whose bytes differ from
+    the digest written at its save, or that is not finite."""
+    if integrity is not None:
+        saved = integrity["sha256"]
+        for path, digest in digests(state).items():
+            if saved.get(path) != digest:
+                raise ValueError(f"{path} does not match the SHA-256 written at its save")
+    bad = _non_finite(state)
+    if bad:
+        raise ValueError(f"{bad} holds NaN or inf")
+
+
 class _ReadsOfDamagedSteps(std_logging.Filter):
     """Drops asyncio's reports of orbax's abandoned reads in a step we have set aside.
 
@@ -169,6 +225,36 @@ class _ReadsOfDamagedSteps(std_logging.Filter):
         return not (
             record.getMessage().startswith(_NEVER_RETRIEVED) and self._directory in str(error)
         )
+
+
+def _quiet_reads_into_closed_loops() -> None:
+    """Drops the reports of orbax's reads that finish after a failed restore (installed once
+    per process, before the first restore: the first read may finish as orbax raises).
+
+    orbax runs a restore in an event loop that it closes as soon as one array fails; the reads
+    of the other arrays finish later in tensorstore's threads and hand their results to the
+    closed loop, whose RuntimeError("Event loop is closed") tensorstore reports through
+    sys.unraisablehook, a traceback per array. Other reports reach the previous hook.
+    """
+    previous = sys.unraisablehook
+    if getattr(previous, "quiets_closed_loops", False):
+        return
+
+    def hook(report):
+        last = report.exc_traceback
+        while last is not None and last.tb_next is not None:
+            last = last.tb_next
+        closed = (
+            report.exc_type is RuntimeError
+            and str(report.exc_value) == "Event loop is closed"
+            and last is not None
+            and last.tb_frame.f_code.co_name == "_check_closed"
+        )
+        if not closed:
+            previous(report)
+
+    hook.quiets_closed_loops = True
+    sys.unraisablehook = hook
 
 
 _NEVER_RETRIEVED = ("Task exception was never retrieved", "Future exception was never retrieved")

@@ -14,6 +14,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from roformer_jax.data.data_config import DataConfig
 from roformer_jax.data.tokenizer import tokenizer_vocab_size
 from roformer_jax.nn.model_config import ModelConfig, model_config_from_dict, nested_model_dict
@@ -88,6 +90,9 @@ class ExperimentConfig:
 
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "optim": OptimConfig, "train": TrainConfig}
+# config.json's record of the changes a resume made on purpose (training.workdir): not a
+# setting, so building a config and comparing two leave it out.
+HISTORY = "history"
 
 
 def experiment_config_from_dict(d: Mapping) -> ExperimentConfig:
@@ -101,7 +106,7 @@ def experiment_config_from_dict(d: Mapping) -> ExperimentConfig:
     model's dict may be in the flat layout of runs saved before the sections
     (`model_config_from_dict`).
     """
-    unknown = sorted(set(d) - set(SECTIONS) - {"seed"})
+    unknown = sorted(set(d) - set(SECTIONS) - {"seed", HISTORY})
     if unknown:
         raise ValueError(f"unknown config keys {unknown}; expected {sorted(SECTIONS)} and seed")
     data = section_from_dict(DataConfig, d.get("data", {}), "data")
@@ -124,12 +129,31 @@ def experiment_config_from_dict(d: Mapping) -> ExperimentConfig:
 
 
 def section_from_dict(cls, values: Mapping, section: str):
+    """cls(**values), refusing unknown keys and float values that are not finite."""
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - fields)
     if unknown:
         raise ValueError(f"unknown keys in config.{section}: {unknown}; known: {sorted(fields)}")
+    check_finite(values, f"config.{section}")
     # JSON and ConfigDict overrides may turn tuples into lists; frozen configs want tuples.
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+
+# Every setting is used in float32 on the devices: 1e39 is inf there.
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def check_finite(value: Any, name: str) -> None:
+    """Raises ValueError naming the first float in `value` (nested dicts, lists, tuples) that
+    is NaN or past float32's range; a NaN passes every `x <= 0` check of a field after it."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            check_finite(item, f"{name}.{key}")
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            check_finite(item, f"{name}[{i}]")
+    elif isinstance(value, float) and not abs(value) <= _FLOAT32_MAX:
+        raise ValueError(f"{name}={value} is not a finite float32 number")
 
 
 ABSENT = "<absent>"  # how `config_diff` shows a key one side lacks
@@ -148,7 +172,8 @@ def config_diff(
     `ignore` are left out.
     """
     model = isinstance(current, ModelConfig) or isinstance(defaults, ModelConfig)
-    saved, now = _flat(_as_json(_nested(saved, model))), _flat(_as_json(_nested(current, model)))
+    saved = {k: v for k, v in _as_json(_nested(saved, model)).items() if k != HISTORY}
+    saved, now = _flat(saved), _flat(_as_json(_nested(current, model)))
     default = _flat(_as_json(defaults)) if defaults is not None else {}
     return {
         key: (saved.get(key, default.get(key, ABSENT)), now.get(key, ABSENT))

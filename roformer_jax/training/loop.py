@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
@@ -28,8 +27,10 @@ from absl import logging
 from roformer_jax.data import doc_pairs, staging
 from roformer_jax.data.batches import held_out_pairs
 from roformer_jax.data.corpus import Corpus, load_corpus
+from roformer_jax.nn import input_range
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import provenance, runtime
+from roformer_jax.training import workdir as workdir_lib
 from roformer_jax.training.checkpoints import Checkpoints
 from roformer_jax.training.config import ExperimentConfig, TrainConfig
 from roformer_jax.training.runs import model_and_optimizer, params_from, run_rngs, state_shapes
@@ -37,20 +38,42 @@ from roformer_jax.training.step import make_eval_step, make_train_step
 from roformer_jax.training.train_loop import Due, TrainLoop
 
 
-def train_and_evaluate(cfg: ExperimentConfig, workdir: str, *, until: int | None = None) -> dict:
+def train_and_evaluate(
+    cfg: ExperimentConfig,
+    workdir: str,
+    *,
+    until: int | None = None,
+    resume_with_changes: bool = False,
+) -> dict:
     """Trains `cfg` in `workdir`, resuming from its latest checkpoint; returns final metrics.
 
     until: stop after this step, with a checkpoint there: the start of the run, on its whole
     schedule (the learning rate still decays to train.steps), which a later call finishes.
+    resume_with_changes: resume even where `cfg` changes what the run computes (the seed,
+    data, model, optimizer, schedule); the changes are recorded (training.workdir).
 
     Writes workdir/config.json, provenance.json (the code and machine of each session),
     metrics.jsonl, tensorboard/ and checkpoints/ (process 0).
     Raises FloatingPointError on a non-finite loss or gradient (no checkpoint is written
     after it), runtime.TrainingInterrupted after saving when stopped by a signal, and
-    ValueError when workdir holds a checkpoint of a different model.
+    ValueError when workdir is not empty nor this run's, is in use by another process, holds
+    a checkpoint of a different model, or a run of another config (training.workdir).
     """
+    workdir_lib.check_corpus_outside(cfg.data.source, workdir)
+    with workdir_lib.claimed(workdir):
+        return _train_and_evaluate(cfg, workdir, until, resume_with_changes)
+
+
+def _train_and_evaluate(
+    cfg: ExperimentConfig, workdir: str, until: int | None, resume_with_changes: bool
+) -> dict:
+    """train_and_evaluate in a workdir this process holds."""
     devices = runtime.Devices()
     stages = _stages(cfg, devices)
+    checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"), keep=cfg.train.keep_checkpoints)
+    changes = workdir_lib.resume_changes(
+        workdir, cfg, latest_step=checkpoints.latest_step(), allow=resume_with_changes
+    )
 
     # --- Data: this host's rows of every global batch, and the held-out sets.
     data = _data(cfg, workdir, stages, devices)
@@ -64,7 +87,6 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str, *, until: int | None
     logging.info("%s parameters; %s", f"{n_params:,}", hosts)
 
     # --- Restore, or initialize.
-    checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"), keep=cfg.train.keep_checkpoints)
     restored = checkpoints.restore(abstract_state, cfg.model)
     if restored is None:
         state, progress = _initial_state(cfg, init, init_rng, tx, data.corpus)
@@ -72,7 +94,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str, *, until: int | None
         state, progress = jax.device_put(restored[0]), restored[1]
     start = int(state.step)
     logging.info("%s at step %d", "resuming" if start else "starting", start)
-    _record_session(cfg, workdir, start)
+    _record_session(cfg, workdir, start, changes)
 
     # --- Step functions: one code path, jitted on one device or pmapped.
     train_step, eval_step = _step_functions(cfg, model, tx)
@@ -123,6 +145,11 @@ def _data(cfg: ExperimentConfig, workdir: str, stages, devices: runtime.Devices)
             f"the tokenizer has {corpus.tokenizer.vocab_size} ids but model.vocab_size is "
             f"{cfg.model.vocab_size}; leave model.vocab_size None to follow the tokenizer"
         )
+    for name, tokens in (("train", corpus.train_tokens), ("valid", corpus.valid_tokens)):
+        # Once per session, on the host: the jitted model reads NaN past its table.
+        input_range.check_in_table(
+            tokens, cfg.model.vocab_size, f"{corpus.path}'s {name} ids", "model.vocab_size"
+        )
     eval_rows = tcfg.eval_batch_size or tcfg.batch_size
     valid_sets = staging.valid_sets(
         corpus,
@@ -143,6 +170,13 @@ def _data(cfg: ExperimentConfig, workdir: str, stages, devices: runtime.Devices)
             )
         except doc_pairs.TooFewDocuments as e:
             logging.warning("held-out pairs skipped: %s", e)
+    for batch in [*(batches[0] for batches in valid_sets.values() if batches), *pair_sets[:1]]:
+        input_range.check_batch(
+            batch,
+            vocab_size=cfg.model.vocab_size,
+            type_vocab_size=cfg.model.type_vocab_size,
+            max_length=cfg.model.max_length,
+        )
     train = functools.partial(staging.staged_batches, corpus, stages, seed=cfg.seed, **hosts)
     return RunData(corpus, train, valid_sets, pair_sets)
 
@@ -161,14 +195,14 @@ def _initial_state(cfg: ExperimentConfig, init, init_rng, tx, corpus: Corpus):
     return state, {"window": metrics_lib.empty_window()}
 
 
-def _record_session(cfg: ExperimentConfig, workdir: str, start: int) -> None:
-    """workdir/config.json, and this session in provenance.json (process 0 only)."""
+def _record_session(cfg: ExperimentConfig, workdir: str, start: int, changes: dict) -> None:
+    """workdir/config.json with the changes of this session, and this session in
+    provenance.json (process 0 only)."""
     if jax.process_index() != 0:
         return
-    with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
-        json.dump(dataclasses.asdict(cfg), f, indent=2)
+    workdir_lib.record_config(workdir, cfg, changes, start_step=start)
     if start < cfg.train.steps:  # a finished run rerun trains nothing: no session
-        provenance.record_session(workdir, start_step=start)
+        provenance.record_session(workdir, start_step=start, config_changes=changes)
 
 
 def _step_functions(cfg: ExperimentConfig, model, tx):

@@ -56,12 +56,31 @@ def _tensorboardx():
 
 
 def read_metrics(workdir: str) -> list[dict]:
-    """The records of workdir/metrics.jsonl, in order ([] if there is none)."""
+    """The records of workdir/metrics.jsonl, in order ([] if there is none).
+
+    A last line cut off (no newline: a run killed while it wrote) is dropped with a warning;
+    any other line that is not JSON is a ValueError naming the file and line.
+    """
     path = os.path.join(workdir, METRICS_FILE)
     if not os.path.exists(path):
         return []
     with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        lines = f.read().split("\n")
+    cut_off = lines.pop()  # "" after the newline that ends every whole record
+    if cut_off.strip():
+        logging.warning("%s ends in a cut-off record; dropped: %.80s", path, cut_off)
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise ValueError(
+                f"{path}, line {number}, is not JSON ({e}); delete that line, or use a new "
+                "--workdir"
+            ) from None
+    return records
 
 
 class MetricsWriter:
@@ -213,6 +232,12 @@ def log_progress(record: dict, *, total_steps: int, eta_s: float | None = None) 
     if "valid/pair_accuracy" in record:
         parts.append(f"valid pairs {record['valid/pair_accuracy']:.3f}")
     logging.info("  ".join(parts))
+
+
+def summary(record: dict) -> str:
+    """ "key value, ..." of a run's final record; a value the run could not measure (None:
+    train/tokens_per_s of a session whose one step compiled) reads "n/a"."""
+    return ", ".join(f"{k} {'n/a' if v is None else format(v, '.6g')}" for k, v in record.items())
 
 
 def _hms(seconds: float) -> str:

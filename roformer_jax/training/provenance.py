@@ -103,14 +103,20 @@ def machine() -> dict:
     }
 
 
-def record_session(workdir: str, *, start_step: int) -> dict:
-    """Appends this session to workdir/provenance.json (written atomically); returns it."""
+def record_session(workdir: str, *, start_step: int, config_changes: dict | None = None) -> dict:
+    """Appends this session to workdir/provenance.json (written atomically); returns it.
+
+    config_changes: {dotted key: (before, now)} of the settings this session changed on
+    resuming (training.workdir), recorded where there are any.
+    """
     session = {
         **code_version(),
         "start_step": start_step,
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
     }
+    if config_changes:
+        session["config_changes"] = {k: list(v) for k, v in config_changes.items()}
     record = read(workdir) or {"sessions": []}
     record["sessions"].append(session)
     path = os.path.join(workdir, FILE)

@@ -11,7 +11,6 @@ the run's newest readable checkpoint, with the corpus and tokenizer it was train
 from __future__ import annotations
 
 import functools
-import json
 import os
 from typing import Any, NamedTuple
 
@@ -22,6 +21,7 @@ from absl import logging
 from roformer_jax.data.corpus import Corpus, load_corpus
 from roformer_jax.nn.model import PRETRAINING_HEADS, RoFormer
 from roformer_jax.training import optim
+from roformer_jax.training import workdir as workdir_lib
 from roformer_jax.training.checkpoints import Checkpoints
 from roformer_jax.training.config import ExperimentConfig, experiment_config_from_dict
 from roformer_jax.training.step import TrainState
@@ -79,11 +79,11 @@ def checkpoint_steps(workdir: str) -> list[int]:
 
 
 def _config_and_checkpoints(workdir: str) -> tuple[ExperimentConfig, Checkpoints]:
-    path = os.path.join(workdir, "config.json")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{workdir} holds no training run (no config.json)")
-    with open(path, encoding="utf-8") as f:
-        cfg = experiment_config_from_dict(json.load(f))
+    path = os.path.join(workdir, workdir_lib.CONFIG_FILE)
+    saved = workdir_lib.read_config(workdir) if os.path.exists(path) else None
+    if saved is None:
+        raise FileNotFoundError(f"{workdir} holds no training run (no config.json of one)")
+    cfg = experiment_config_from_dict(saved)
     directory = os.path.join(workdir, "checkpoints")
     return cfg, Checkpoints(directory, keep=cfg.train.keep_checkpoints)
 

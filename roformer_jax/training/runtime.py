@@ -8,7 +8,8 @@ Terminal. `run_main` is every entry point's `app.run`: it keeps the log to what 
 on (this codebase's records, and everyone's warnings; orbax's option dumps, checkpoint
 internals and jax chatter only at --verbosity=1 or more), and prints a ValueError or
 FileNotFoundError, mistakes in what the user gave, as one last line instead of a traceback
-(--verbosity=1 shows the traceback too).
+(--verbosity=1 shows the traceback too). A misspelt --config.x override, which ml_collections
+refuses while the flags are parsed, is one line too, with its suggestion.
 """
 
 from __future__ import annotations
@@ -229,9 +230,11 @@ def quiet_library_logs() -> None:
 
 def run_main(main) -> None:
     """`app.run(main)` with a quiet log and user errors as a last line (see module doc)."""
+    started = []
 
     @functools.wraps(main)
     def wrapped(argv):
+        started.append(True)
         quiet_library_logs()
         try:
             return main(argv)
@@ -242,4 +245,25 @@ def run_main(main) -> None:
             print(f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
             sys.exit(1)
 
-    app.run(wrapped)
+    try:
+        app.run(wrapped)
+    except (AttributeError, KeyError) as e:
+        if started:  # raised by main: a bug, whose traceback is what its reader needs
+            raise
+        # ml_collections' lock_config refuses a misspelt --config.x override while absl
+        # parses the flags, before main, as a chain of KeyError and AttributeError.
+        print(f"ValueError: {_unknown_override(e)}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+def _unknown_override(error: Exception) -> str:
+    """One line naming the override ml_collections refused, and its suggestion if any."""
+    while error.args and isinstance(error.args[0], Exception):  # AttributeError(KeyError(...))
+        error = error.args[0]
+    key, _, suggestion = str(error.args[0] if error.args else error).partition("\n")
+    key = key.strip("'\"")
+    flag = next(
+        (a.split("=")[0] for a in sys.argv[1:] if a.startswith("--config.") and key in a),
+        "--config",
+    )
+    return f"{flag}: the config has no key {key!r}. {suggestion}".strip()

@@ -1,0 +1,188 @@
+"""A workdir that knows its run: what may write into it, and what a resume may change.
+
+    with workdir.claimed(path):                  # the folder is a run's, and this process's
+        changes = workdir.resume_changes(path, cfg, allow=False)
+        workdir.record_config(path, cfg, changes, start_step=step)
+
+A run writes into an empty folder or one that holds its own run (a config.json of
+sections this package writes, or only what a run writes before its config.json); any other
+folder, e.g. an HF checkpoint or a corpus, is refused naming what is there. An exclusive
+`flock` on workdir/run.lock keeps a second process out while the run trains; the kernel
+drops it when its process dies, so a run killed by `kill -9` blocks no resume.
+
+A resume compares the config.json the run wrote with the new config (`config.config_diff`,
+nested keys, nothing known of the model's fields). `RESUMABLE` lists what it may change
+silently; a longer train.steps is recorded but never refused ("train further"); any other
+difference is refused, listed, unless the caller allows it (train_mlm.py
+--resume_with_changes), and then recorded: config.json holds the new config and, under
+"history", each session's changes; provenance.json's session names them too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import fcntl
+import json
+import os
+from typing import Any
+
+import jax
+
+from roformer_jax.training import config as config_lib
+from roformer_jax.training.config import ExperimentConfig
+
+CONFIG_FILE = "config.json"
+LOCK_FILE = "run.lock"
+# What a run writes before its config.json (its lock, checkpoints folder and data cache): a
+# folder holding only these is a run stopped while it started, not a foreign folder.
+_BEFORE_CONFIG = (LOCK_FILE, "checkpoints", "data")
+
+# What a resume may change without changing what the run computes: how often it logs,
+# evaluates and checkpoints, how many checkpoints it keeps, where its cache lives, how the
+# batch is split over devices and micro-batches (the same numbers up to float32 summation
+# order), and init_from, which a resumed run ignores. train.steps is apart: a longer run is
+# the common "train further" (recorded), a shorter one leaves checkpoints past its end.
+RESUMABLE = (
+    "train.log_every",
+    "train.eval_every",
+    "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "train.data_cache_dir",
+    "train.eval_batch_size",
+    "train.grad_accum",
+    "train.init_from",
+)
+
+
+@contextlib.contextmanager
+def claimed(workdir: str):
+    """Checks that `workdir` is empty or a run's (`check_folder`), creates it, and holds its
+    lock for the block (process 0; other hosts share its folder or write none of these files).
+
+    Raises ValueError for a foreign folder or one whose lock another process holds.
+    """
+    check_folder(workdir)
+    os.makedirs(workdir, exist_ok=True)
+    if jax.process_index() != 0:
+        yield
+        return
+    with open(os.path.join(workdir, LOCK_FILE), "a", encoding="utf-8") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            raise ValueError(
+                f"{workdir} is in use by another process (it holds {lock.name}); wait for it "
+                "to finish, or use another --workdir"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def check_folder(workdir: str) -> None:
+    """Raises ValueError unless `workdir` is absent, empty, or holds a run (module doc)."""
+    if not os.path.isdir(workdir):
+        if os.path.exists(workdir):
+            raise ValueError(f"--workdir {workdir} is a file, not a folder")
+        return
+    entries = sorted(os.listdir(workdir))
+    saved = read_config(workdir) if CONFIG_FILE in entries else None
+    if saved is not None or set(entries) <= set(_BEFORE_CONFIG):
+        return
+    what = f"a {CONFIG_FILE} of no training run" if CONFIG_FILE in entries else "no run"
+    shown = ", ".join(entries[:8]) + (", ..." if len(entries) > 8 else "")
+    raise ValueError(
+        f"--workdir {workdir} holds {what} ({shown}); a run writes into an empty folder or "
+        "its own. Use a new --workdir"
+    )
+
+
+def read_config(workdir: str) -> dict | None:
+    """The run's config.json as a dict, or None when it is not a run's (an HF config.json).
+
+    Raises ValueError naming the file when it is cut off or not JSON.
+    """
+    path = os.path.join(workdir, CONFIG_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(
+            f"{path} is cut off or not JSON ({e}); restore it from the newest checkpoint's "
+            "meta/metadata ('config'), or use a new --workdir"
+        ) from None
+    sections = set(config_lib.SECTIONS) | {"seed", config_lib.HISTORY}
+    if not isinstance(saved, dict) or "train" not in saved or not set(saved) <= sections:
+        return None
+    return saved
+
+
+def resume_changes(
+    workdir: str, cfg: ExperimentConfig, *, latest_step: int | None, allow: bool
+) -> dict[str, tuple[Any, Any]]:
+    """{dotted key: (saved, new)} of what `cfg` changes of the run in `workdir` ({} for a new
+    run), leaving out RESUMABLE keys.
+
+    Raises ValueError listing the changes when one changes the run's meaning and `allow` is
+    False, and when train.steps falls below the newest checkpoint (`latest_step`).
+    """
+    saved = read_config(workdir) if os.path.exists(os.path.join(workdir, CONFIG_FILE)) else None
+    if saved is None:
+        return {}
+    changes = config_lib.config_diff(
+        saved, cfg, defaults=config_lib.default_experiment_config(), ignore=RESUMABLE
+    )
+    if latest_step is not None and cfg.train.steps < latest_step:
+        raise ValueError(
+            f"train.steps={cfg.train.steps} is below the newest checkpoint of {workdir} (step "
+            f"{latest_step}); use a new --workdir to train a shorter run"
+        )
+    refused = {k: v for k, v in changes.items() if not (k == "train.steps" and v[1] > v[0])}
+    if refused and not allow:
+        listed = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in refused.items())
+        raise ValueError(
+            f"{workdir} holds a run of another config ({listed}). Use a new --workdir, or "
+            "--resume_with_changes to change this run on purpose (recorded in config.json)"
+        )
+    return changes
+
+
+def record_config(workdir: str, cfg: ExperimentConfig, changes: dict, *, start_step: int):
+    """Writes workdir/config.json atomically: `cfg`, and under "history" every earlier
+    session's changes with this one's (when it has any)."""
+    saved = read_config(workdir) if os.path.exists(os.path.join(workdir, CONFIG_FILE)) else None
+    history = list((saved or {}).get(config_lib.HISTORY, []))
+    if changes:
+        changed = {k: [old, new] for k, (old, new) in changes.items()}
+        history.append({"start_step": start_step, "changed": changed})
+    record = dataclasses.asdict(cfg)
+    if history:
+        record[config_lib.HISTORY] = history
+    write_json_atomically(os.path.join(workdir, CONFIG_FILE), record)
+
+
+def write_json_atomically(path: str, value: Any) -> None:
+    """`path` holds the JSON of `value` whole, or its old content: never a cut-off file."""
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+
+
+def check_corpus_outside(source: str, workdir: str) -> None:
+    """Raises ValueError when the corpus at `source` (a local file or folder) and the run's
+    `workdir` overlap: a run would read its own checkpoints and metrics as text on resume."""
+    if not os.path.exists(source):
+        return  # "builtin", "hf:...": not a local path
+    corpus, run = os.path.realpath(source), os.path.realpath(workdir)
+    if os.path.commonpath([corpus, run]) in (corpus, run):
+        raise ValueError(
+            f"data.source {source} and --workdir {workdir} overlap: a run would read its own "
+            "files as text. Put the workdir outside the corpus folder"
+        )
