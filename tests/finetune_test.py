@@ -143,6 +143,26 @@ class EndToEndTest(absltest.TestCase):
         self.assertEqual([r["step"] for r in metrics_lib.read_metrics(workdir)], [2, 4, 6])
 
 
+class WorkdirTest(absltest.TestCase):
+    def test_a_foreign_folder_is_refused_and_left_as_it_was(self):
+        # An HF checkpoint folder given as --workdir: its config.json is not a fine-tuning
+        # run's, and nothing is written into it.
+        foreign = tiny_tasks.hf_dir()
+        before = {
+            name: os.path.getmtime(os.path.join(foreign, name)) for name in os.listdir(foreign)
+        }
+        with self.assertRaisesRegex(ValueError, f"--workdir {foreign} holds a config.json of no"):
+            ft.finetune(tiny_tasks.config(), foreign)
+        after = {
+            name: os.path.getmtime(os.path.join(foreign, name)) for name in os.listdir(foreign)
+        }
+        self.assertEqual(after, before)
+
+    def test_a_finished_run_is_its_own_folder(self):
+        whole, final, _ = _classification_run()
+        self.assertEqual(ft.finetune(tiny_tasks.config(), whole), final)  # nothing left to train
+
+
 class LearningTest(absltest.TestCase):
     def test_multiple_choice_learns_which_choice_repeats_the_context(self):
         # A task a cross-encoder learns from random weights in 50 steps: which of two random

@@ -43,6 +43,7 @@ from roformer_jax.nn.model import evaluation_update
 from roformer_jax.nn.model_config import ModelConfig
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import runtime
+from roformer_jax.training import workdir as workdir_lib
 from roformer_jax.training.checkpoints import Checkpoints
 from roformer_jax.training.finetune_config import FinetuneExperiment, TaskConfig
 from roformer_jax.training.step import make_sums_train_step
@@ -185,7 +186,15 @@ class _Run(NamedTuple):
 
 def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
     """Fine-tunes in `workdir`, resuming from its latest checkpoint; returns the final metrics
-    (also in <workdir>/final_metrics.json): the best epoch's valid/* and its test/*."""
+    (also in <workdir>/final_metrics.json): the best epoch's valid/* and its test/*.
+
+    `workdir` must be empty or a fine-tuning run's, and one process trains in it at a time
+    (`workdir.claimed`)."""
+    with workdir_lib.claimed(workdir, workdir_lib.FINETUNING):
+        return _finetune(cfg, workdir)
+
+
+def _finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
     fcfg, devices = cfg.finetune, runtime.Devices()
     if devices.process_count > 1:
         raise ValueError("fine-tuning runs on one host (its devices: any number)")
@@ -216,10 +225,9 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
     logging.info(
         "%s at step %d of %d", "resuming" if state.step else "starting", int(state.step), data.total
     )
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
-        json.dump(dataclasses.asdict(cfg), f, indent=2)
-
+    workdir_lib.write_json_atomically(
+        os.path.join(workdir, workdir_lib.CONFIG_FILE), dataclasses.asdict(cfg)
+    )
     train_step, predict = _step_functions(model, tx, data.kind)
     evaluate = functools.partial(_evaluate, predict, devices, eval_batch, data)
     run = _Run(cfg, workdir, devices, data, model_cfg, schedule, abstract_state, evaluate)

@@ -32,12 +32,29 @@ import jax
 
 from roformer_jax.training import config as config_lib
 from roformer_jax.training.config import ExperimentConfig
+from roformer_jax.training.finetune_config import FinetuneExperiment
 
 CONFIG_FILE = "config.json"
 LOCK_FILE = "run.lock"
-# What a run writes before its config.json (its lock, checkpoints folder and data cache): a
-# folder holding only these is a run stopped while it started, not a foreign folder.
-_BEFORE_CONFIG = (LOCK_FILE, "checkpoints", "data")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFiles:
+    """What one command's run holds: the top-level keys its config.json may have, the one it
+    must have, and what it writes before its config.json (a folder holding only these is a
+    run stopped while it started, not a foreign folder)."""
+
+    keys: frozenset[str]
+    required: str
+    before_config: tuple[str, ...] = (LOCK_FILE, "checkpoints", "data")
+
+
+PRETRAINING = RunFiles(frozenset(config_lib.SECTIONS) | {"seed", config_lib.HISTORY}, "train")
+FINETUNING = RunFiles(
+    frozenset(f.name for f in dataclasses.fields(FinetuneExperiment)),
+    "finetune",
+    (LOCK_FILE, "checkpoints", "best", "data"),
+)
 
 # What a resume may change without changing what the run computes: how often it logs,
 # evaluates and checkpoints, how many checkpoints it keeps, where its cache lives, how the
@@ -57,13 +74,13 @@ RESUMABLE = (
 
 
 @contextlib.contextmanager
-def claimed(workdir: str):
-    """Checks that `workdir` is empty or a run's (`check_folder`), creates it, and holds its
+def claimed(workdir: str, run: RunFiles = PRETRAINING):
+    """Checks that `workdir` is empty or a `run`'s (`check_folder`), creates it, and holds its
     lock for the block (process 0; other hosts share its folder or write none of these files).
 
     Raises ValueError for a foreign folder or one whose lock another process holds.
     """
-    check_folder(workdir)
+    check_folder(workdir, run)
     os.makedirs(workdir, exist_ok=True)
     if jax.process_index() != 0:
         yield
@@ -84,15 +101,15 @@ def claimed(workdir: str):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def check_folder(workdir: str) -> None:
-    """Raises ValueError unless `workdir` is absent, empty, or holds a run (module doc)."""
+def check_folder(workdir: str, run: RunFiles = PRETRAINING) -> None:
+    """Raises ValueError unless `workdir` is absent, empty, or holds a `run` (module doc)."""
     if not os.path.isdir(workdir):
         if os.path.exists(workdir):
             raise ValueError(f"--workdir {workdir} is a file, not a folder")
         return
     entries = sorted(os.listdir(workdir))
-    saved = read_config(workdir) if CONFIG_FILE in entries else None
-    if saved is not None or set(entries) <= set(_BEFORE_CONFIG):
+    saved = read_config(workdir, run) if CONFIG_FILE in entries else None
+    if saved is not None or set(entries) <= set(run.before_config):
         return
     what = f"a {CONFIG_FILE} of no training run" if CONFIG_FILE in entries else "no run"
     shown = ", ".join(entries[:8]) + (", ..." if len(entries) > 8 else "")
@@ -102,8 +119,8 @@ def check_folder(workdir: str) -> None:
     )
 
 
-def read_config(workdir: str) -> dict | None:
-    """The run's config.json as a dict, or None when it is not a run's (an HF config.json).
+def read_config(workdir: str, run: RunFiles = PRETRAINING) -> dict | None:
+    """The `run`'s config.json as a dict, or None when it is not one (an HF config.json).
 
     Raises ValueError naming the file when it is cut off or not JSON.
     """
@@ -116,8 +133,7 @@ def read_config(workdir: str) -> dict | None:
             f"{path} is cut off or not JSON ({e}); restore it from the newest checkpoint's "
             "meta/metadata ('config'), or use a new --workdir"
         ) from None
-    sections = set(config_lib.SECTIONS) | {"seed", config_lib.HISTORY}
-    if not isinstance(saved, dict) or "train" not in saved or not set(saved) <= sections:
+    if not isinstance(saved, dict) or run.required not in saved or not set(saved) <= run.keys:
         return None
     return saved
 
