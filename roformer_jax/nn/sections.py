@@ -78,7 +78,10 @@ class Section:
                 near = difflib.get_close_matches(key, fields, n=1)
                 hint = f"; did you mean {near[0]!r}?" if near else f"; fields are {fields}"
                 raise ValueError(f"unknown key {where}.{key}{hint}")
-        return cls(**value)
+        try:
+            return cls(**value)
+        except ValueError as error:  # which section, for a config of many
+            raise ValueError(f"{where}: {error}") from None
 
     def changed(self) -> dict[str, Any]:
         """{field: value} of the fields away from their defaults."""
