@@ -4,13 +4,10 @@ to end on `tiny`.
 Every run trains configs/tiny.py on a small generated corpus with the byte tokenizer.
 """
 
-import contextlib
-import functools
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from unittest import mock
@@ -18,9 +15,19 @@ from unittest import mock
 import chex
 import jax
 import numpy as np
-import tiny
 import traces
 from absl.testing import absltest, parameterized
+from loop_cases import (
+    _FAVOR,
+    _ROOT,
+    _TMP,
+    _at,
+    _config,
+    _free_port,
+    _initial_state,
+    _records,
+    _reference_run,
+)
 
 from roformer_jax.data import batches as batches_lib
 from roformer_jax.data.length_eval import length_eval_set
@@ -28,79 +35,11 @@ from roformer_jax.nn import decoding
 from roformer_jax.training import loop, provenance, runs, runtime
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import step as step_lib
-from roformer_jax.training.config import ExperimentConfig
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_TMP = tiny.workdir("train_test_")
 
 
 def tearDownModule():
     shutil.rmtree(_TMP, ignore_errors=True)
     _reference_run.cache_clear()  # their workdirs are gone
-
-
-def _config(**overrides) -> ExperimentConfig:
-    """configs/tiny.py, one layer, on the generated corpus (tiny.corpus), 3 short steps.
-
-    overrides: section__field=value, e.g. train__steps=8, or a top-level field (seed=1).
-    """
-    short = dict(
-        data__source=tiny.corpus(_TMP),
-        data__seq_len=32,
-        data__valid_lengths=(64,),
-        data__max_chars=None,
-        model__num_layers=1,
-        model__hidden_dropout=0.0,
-        model__attention_dropout=0.0,
-        optim__warmup_steps=1,
-        train__steps=3,
-        train__batch_size=8,
-        train__log_every=1,
-        train__eval_every=2,
-        train__checkpoint_every=2,
-        train__eval_batches=2,
-        train__data_cache_dir=os.path.join(_TMP, "data"),
-    )
-    return tiny.experiment_config(**{**short, **overrides})
-
-
-def _records(workdir):
-    """metrics.jsonl without the wall-clock fields."""
-    return [
-        {k: v for k, v in r.items() if k not in metrics_lib.TIMING_KEYS}
-        for r in metrics_lib.read_metrics(workdir)
-    ]
-
-
-@contextlib.contextmanager
-def _traced_once():
-    """Fails a run whose train step is traced twice (a retrace after the first step)."""
-    with traces.counted() as traced:
-        yield
-    if traced["train_step"] > 1:
-        raise AssertionError(f"the train step was traced {traced['train_step']} times")
-
-
-# Overrides that make `_config()` a causal LM, or FAVOR+ with RoPE in the numerator (eq. 19)
-# whose random features are redrawn after 2 of the 3 steps.
-_CLM = {"data__objective": "clm", "model__causal": True}
-_FAVOR = {
-    "model__attention": "linear",
-    "model__sections__linear__feature_map": "favor",
-    "model__sections__linear__random_features": 16,
-    "model__sections__linear__feature_redraw": 2,
-    "seed": 3,
-}
-_VARIANTS = {"mlm": {}, "clm": _CLM, "favor": _FAVOR}
-
-
-@functools.cache
-def _reference_run(variant: str = "mlm") -> tuple[str, dict]:
-    """The 3-step run of `_config()` with the overrides of `_VARIANTS[variant]`."""
-    workdir = os.path.join(_TMP, "reference" if variant == "mlm" else f"reference_{variant}")
-    with _traced_once():
-        final = loop.train_and_evaluate(_config(**_VARIANTS[variant]), workdir)
-    return workdir, final
 
 
 class EndToEndTest(parameterized.TestCase):
@@ -287,12 +226,6 @@ class EndToEndTest(parameterized.TestCase):
                 np.testing.assert_allclose(b[key], a[key], rtol=2e-5, err_msg=key)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class DevicesAndHostsTest(absltest.TestCase):
     """configs/tiny.py in one layer on rows of 32, dropout on, FAVOR+ attention whose
     features are redrawn after 2 of the 3 steps: the same numbers on 1 device and on 2 hosts
@@ -373,26 +306,6 @@ class DevicesAndHostsTest(absltest.TestCase):
         # run shows both splits (each is red alone when broken).
         expected = self._run("one")
         self._assert_same_numbers(self._run("hosts2x4", devices=4, processes=2), expected)
-
-
-def _initial_state(cfg: ExperimentConfig, workdir: str) -> step_lib.TrainState:
-    """Trains `cfg` in `workdir`; returns the state its loop started from, as host arrays."""
-    states = []
-    real = runtime.Devices.replicate
-
-    def replicate(self, tree):  # the loop replicates its initial (or restored) state once
-        states.append(jax.device_get(tree))
-        return real(self, tree)
-
-    with mock.patch.object(runtime.Devices, "replicate", replicate):
-        loop.train_and_evaluate(cfg, workdir)
-    return states[0]
-
-
-def _at(tree, path):
-    for key in path:
-        tree = tree[key]
-    return tree
 
 
 class InitFromTest(absltest.TestCase):
