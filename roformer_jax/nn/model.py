@@ -30,7 +30,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from roformer_jax.nn import _threefry, model_inputs
+from roformer_jax.nn import _threefry, decay, model_inputs
 from roformer_jax.nn.attention_kinds import AttentionContext
 from roformer_jax.nn.model_config import ACTIVATIONS, DTYPES, ModelConfig
 
@@ -117,6 +117,35 @@ class Embeddings(nn.Module):
         return Dropout(cfg.hidden_dropout)(x, deterministic, example_ids)
 
 
+def _retention_gate(cfg: ModelConfig, x):
+    """RetNet's fixed log gates log γ_n for every token: [B, L, N] float32."""
+    return jnp.broadcast_to(decay.retention(cfg.num_heads), (*x.shape[:2], cfg.num_heads))
+
+
+def _forget_gate(cfg: ModelConfig, x):
+    """FoX's log forget gates log σ(w_n·x_t + b_n) of x [B, L, D]: [B, L, N] float32; the
+    projection "forget_gate" (D -> N, with a bias) is created in the calling module."""
+    logits = _dense(cfg, cfg.num_heads, "forget_gate")(x)
+    return jax.nn.log_sigmoid(logits.astype(jnp.float32))
+
+
+# How each decay gate of attention_kinds.GATES but "none" makes its log gates from x.
+GATE_MAKERS = {"fixed": _retention_gate, "learned": _forget_gate}
+
+
+def _log_decay(cfg: ModelConfig, x):
+    """The log gates [B, L, N] of the attention section's `gate`, or None for "none"."""
+    gate = getattr(cfg.attention_section, "gate", "none")
+    if gate == "none":
+        return None
+    if not cfg.causal:
+        raise ValueError(
+            f"sections.{cfg.attention}.gate={gate!r} decays what came before each token, "
+            "which needs causal=True"
+        )
+    return GATE_MAKERS[gate](cfg, x)
+
+
 class SelfAttention(nn.Module):
     """Projections q [B, L, N, H], k, v [B, L, K, H] → attention kind → output projection
     [B, L, D], for x [B, L, D] in a layer of `context` (`AttentionContext`).
@@ -126,7 +155,8 @@ class SelfAttention(nn.Module):
     `AttentionKind.step`) in the "cache" collection, and the L tokens of each call come after
     those of the calls before. A kind that reports its denominators (in training) returns
     them with its output; the smallest |denominator| is sown into "intermediates" as
-    "min_denominator" (step.py logs it).
+    "min_denominator" (step.py logs it). The section's decay gate, if any, is made here from
+    x (it may own parameters) and given to the kind as log_decay [B, L, N].
     """
 
     config: ModelConfig
@@ -153,6 +183,9 @@ class SelfAttention(nn.Module):
             where["rotation"] = rotation
             if cfg.rotary_value:  # HF RoFormer's option: v is rotated too, and not rotated back.
                 v = rotation.k(v)
+        log_decay = _log_decay(cfg, x)
+        if log_decay is not None:
+            where["log_decay"] = log_decay
         kind, section = cfg.kind, cfg.attention_section
         if context.decode_length is None:
             if encoding.bias is not None:
@@ -169,7 +202,17 @@ class SelfAttention(nn.Module):
             memory = self.get_variable("cache", "memory")  # None at the first call
             out, memory = kind.step(memory, q, k, v, mask=context.mask, **where, **options)
             self.put_variable("cache", "memory", memory)
-        return _dense(cfg, d, "output")(out.reshape(b, length, d))  # [B, L, D]
+        out = out.reshape(b, length, d)
+        if getattr(section, "output_gate", False):  # FoX's, on each of the D features
+            gate = nn.Dense(
+                d,
+                use_bias=False,
+                dtype=DTYPES[cfg.dtype],
+                kernel_init=nn.initializers.normal(cfg.initializer_range),
+                name="output_gate",
+            )
+            out = out * jax.nn.sigmoid(gate(x))
+        return _dense(cfg, d, "output")(out)  # [B, L, D]
 
 
 class Layer(nn.Module):
