@@ -8,9 +8,10 @@ Shapes: B = 1, N = 8 (B·N = 8), H = 64, float32, L = M. Kinds: softmax with RoP
 RoPE. Modes: "fwd" (the output) and "fwd+bwd" (gradients of sum(out) w.r.t. q, k and v).
 Variants (--variants) of every kind: "full" (k, v with N heads), "K=2" and "K=1" (grouped-query
 and multi-query attention: k, v with K heads), "segments" (packed rows: documents of
---document tokens, `segment_ids`, RoPE at positions restarting in each). The summary gives
-each variant's time over the same kind's "full" in the same run (targets: grouped heads not
-slower than full ones, segments at most 1.2x).
+--document tokens, `segment_ids`, RoPE at positions restarting in each), "gated" (with
+--causal only: a decay gate, `log_decay` of RetNet's fixed gates, the gated forms of
+nn/decay.py). The summary gives each variant's time over the same kind's "full" in the same
+run (targets: grouped heads not slower than full ones, segments at most 1.2x).
 
 Each case runs in its own subprocess, so that its peak resident memory is its own:
   ms        median wall time of a jitted call (after a compiling call); ms_min in the JSON
@@ -54,7 +55,7 @@ import numpy as np
 from absl import app, flags
 from timing import report, time_call
 
-from roformer_jax.nn import attention, rope, segments
+from roformer_jax.nn import attention, decay, rope, segments
 
 _QUICK = flags.DEFINE_bool("quick", False, "L = 512, 1024, 2048 and fewer repeats.")
 _LENGTHS = flags.DEFINE_list("lengths", [str(512 << i) for i in range(6)], "Sequence lengths.")
@@ -79,8 +80,15 @@ _MALLOC = flags.DEFINE_list(
     "malloc", ["default"], f"Allocator settings to run every case under: {', '.join(MALLOCS)}."
 )
 _CASE = flags.DEFINE_string("case", None, "Internal: 'kind,L,mode,variant' run in this process.")
-# Each variant's key/value heads (None: N) and whether rows are packed documents.
-VARIANTS = {"full": (None, False), "K=2": (2, False), "K=1": (1, False), "segments": (None, True)}
+# Each variant's key/value heads (None: N), whether rows are packed documents and whether a
+# decay gate weighs the keys (causal forms only).
+VARIANTS = {
+    "full": (None, False, False),
+    "K=2": (2, False, False),
+    "K=1": (1, False, False),
+    "segments": (None, True, False),
+    "gated": (None, False, True),
+}
 _VARIANTS = flags.DEFINE_list("variants", list(VARIANTS), "Variants of each kind to time.")
 _DOCUMENT = flags.DEFINE_integer(
     "document", 384, "Tokens per packed document (segments; not a multiple of the chunk)."
@@ -107,6 +115,9 @@ def make_fn(kind, length, mode, causal, variant="full"):
         positions = segments.segment_positions(ids)
     if rotated:
         kw = {**kw, "rotation": rope.rope_rotation(positions)}
+    if VARIANTS[variant][2]:
+        shape = (1, length, _HEADS.value)
+        kw = {**kw, "log_decay": jnp.broadcast_to(decay.retention(_HEADS.value), shape)}
 
     def forward(q, k, v):
         return fn(q, k, v, causal=causal, **kw)
@@ -343,6 +354,7 @@ def main(argv):
         for kind in _KINDS.value or KINDS
         for mode in MODES
         for variant in _VARIANTS.value
+        if _CAUSAL.value or not VARIANTS[variant][2]  # a gate decays what came before
     ]
     for length in lengths:
         trials = [

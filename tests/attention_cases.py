@@ -120,8 +120,12 @@ def _reference(
     k_positions=None,
     layout="interleaved",
     rotary_dim=None,
+    log_decay=None,
+    segment_ids=None,
 ):
-    """Explicit O(L·M) formula: similarity matrices [B, N, L, M], then weights @ v."""
+    """Explicit O(L·M) formula: similarity matrices [B, N, L, M], then weights @ v; with
+    log_decay [B, L, N], both similarities times `decay_weights`; with segment_ids [B, L],
+    only keys of the query's segment (ids that never recur)."""
     k_positions = q_positions if k_positions is None else k_positions
     rope_kw = dict(layout=layout, rotary_dim=rotary_dim)
 
@@ -158,7 +162,24 @@ def _reference(
         valid = jnp.tril(valid)
     if mask is not None:
         valid = valid & mask[:, None, None, :]
+    if segment_ids is not None:
+        valid = valid & (segment_ids[:, None, :, None] == segment_ids[:, None, None, :])
+    if log_decay is not None:
+        weights = decay_weights(log_decay)
+        sim, den_sim = sim * weights, den_sim * weights
     num = jnp.einsum("BNLM,BMNH->BLNH", jnp.where(valid, sim, 0.0), v)
     den = jnp.where(valid, den_sim, 0.0).sum(-1).transpose(0, 2, 1)[..., None]
     den = jnp.where(den < 0, jnp.minimum(den, -EPS), jnp.maximum(den, EPS))
     return num / den
+
+
+def decay_weights(log_decay):
+    """exp(Σ_{t=j+1..i} log_decay[t]) for j <= i, else 0: [B, L, N] -> [B, N, L, L] float64,
+    each sum written out term by term in numpy."""
+    a = np.asarray(log_decay, np.float64)
+    b, length, n = a.shape
+    weights = np.zeros((b, n, length, length))
+    for i in range(length):
+        for j in range(i + 1):
+            weights[:, :, i, j] = np.exp(a[:, j + 1 : i + 1].sum(axis=1))
+    return weights

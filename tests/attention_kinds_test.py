@@ -38,8 +38,8 @@ class KindsTableTest(parameterized.TestCase):
         kind = ATTENTION_KINDS[name]
         q, k, v = _qkv(0)
         for form, names, common, memory in (
-            (kind.full, kind.options, {"mask", "causal", "rotation"}, ()),
-            (kind.step, kind.step_options, {"mask", "rotation"}, (None,)),
+            (kind.full, kind.options, {"mask", "causal", "rotation", "log_decay"}, ()),
+            (kind.step, kind.step_options, {"mask", "rotation", "log_decay"}, (None,)),
         ):
             parameters = inspect.signature(form).parameters.values()
             declared = {p.name for p in parameters if p.kind is p.KEYWORD_ONLY} - common

@@ -62,7 +62,28 @@ POSITIONS = [
         sections={"rope": {"scaling": DYNAMIC}},
     ),
 ]
-COMBINATIONS = ROPE_KINDS + [dict(c, num_layers=1) for c in POSITIONS]
+# Decay gates (attention_kinds.GateSection): FoX without positions and with RoPE (and two
+# key/value heads, a cache of K keys but N gates), retention (a fixed gate, RoPE in eq. 19's
+# numerator), cosine with a learned gate.
+GATES = [
+    dict(
+        testcase_name="fox_none",
+        position="none",
+        attention="softmax",
+        sections={"softmax": {"gate": "learned", "output_gate": True}},
+    ),
+    dict(
+        testcase_name="fox_rope_gqa",
+        attention="softmax",
+        num_kv_heads=2,
+        sections={"softmax": {"gate": "learned"}},
+    ),
+    dict(testcase_name="retention", attention="linear", sections={"linear": {"gate": "fixed"}}),
+    dict(
+        testcase_name="gated_cosine", attention="cosine", sections={"cosine": {"gate": "learned"}}
+    ),
+]
+COMBINATIONS = ROPE_KINDS + [dict(c, num_layers=1) for c in POSITIONS + GATES]
 
 
 def _model(**overrides):
@@ -212,6 +233,8 @@ class GenerateTest(parameterized.TestCase):
         dict(testcase_name="linear_eq19", attention="linear"),
         dict(testcase_name="cosine_rope", attention="cosine"),
         dict(testcase_name="softmax_learned", attention="softmax", position="learned"),
+        dict(testcase_name="fox", attention="softmax", sections={"softmax": {"gate": "learned"}}),
+        dict(testcase_name="retention", attention="linear", sections={"linear": {"gate": "fixed"}}),
     )
     def test_greedy_equals_recomputing_the_growing_sequence(self, **overrides):
         # Two layers: in one, greedy tokens missed a cosine state that forgot earlier tokens.

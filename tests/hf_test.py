@@ -207,6 +207,7 @@ class SaveLoadTest(parameterized.TestCase):
             (dict(pre_ln=True), "pre_ln"),
             (dict(num_kv_heads=2), "'num_kv_heads': 2"),
             (dict(sections={"softmax": {"window": 4}}), "'sections.softmax.window': 4"),
+            (dict(causal=True, sections={"softmax": {"gate": "fixed"}}), "sections.softmax.gate"),
         ):
             config = _tiny_config(**overrides)
             _, variables = _random_variables(config)

@@ -25,10 +25,9 @@ def _init(config, length=L, seed=0, **kwargs):
     Weights are N(0, 0.2²), ten times the init scale, so that attention is far from uniform
     and positions matter; LayerNorm scales are 1 + N(0, 0.1²).
     """
-    # causal and the dropout rates change what the model computes, not its parameters.
-    shaped_alike = dataclasses.replace(
-        config, causal=False, hidden_dropout=0.0, attention_dropout=0.0
-    )
+    # The dropout rates change what the model computes, not its parameters (causal is kept:
+    # a decay gate needs it).
+    shaped_alike = dataclasses.replace(config, hidden_dropout=0.0, attention_dropout=0.0)
     variables = _variables(shaped_alike, length, seed, tuple(sorted(kwargs.items())))
     # Fresh dicts around the shared (immutable) arrays: a test may edit its tree.
     return model_lib.RoFormer(config, **kwargs), jax.tree.map(lambda x: x, variables)

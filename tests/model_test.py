@@ -233,6 +233,14 @@ PACKED = [
     dict(testcase_name="rope_linear", attention="linear"),
     dict(testcase_name="rope_linear_causal", attention="linear", causal=True),
     dict(testcase_name="rope_cosine_causal", attention="cosine", causal=True),
+    # A decay gate restarts with each document: FoX, and retention in chunks across them.
+    dict(testcase_name="fox", causal=True, sections={"softmax": {"gate": "learned"}}),
+    dict(
+        testcase_name="retention",
+        attention="linear",
+        causal=True,
+        sections={"linear": {"gate": "fixed"}},
+    ),
 ]
 
 

@@ -22,6 +22,12 @@ arguments:
                 packed one after another). Padding is still marked by mask=False, whatever
                 its id. Positions restarting per segment are the caller's
                 (`segments.segment_positions`), as every rotation is.
+  log_decay     [B, L, N] log gates (<= 0, per query head), causal only: key j's term at
+                query i is weighted by exp(Σ_{t=j+1..i} log_decay[t]) (`decay_sums`), a
+                decay that segments restart. Softmax adds the sum to its scores (FoX, Lin
+                et al. 2025); the linear kinds multiply their numerator's and denominator's
+                terms by its exp (with RoPE in the numerator and a constant gate: RetNet's
+                retention, Sun et al. 2023, the denominator kept). 0: no decay.
 Softmax attention also takes `bias` [B or 1, N, L, M], added to the scores (ALiBi), and a
 sliding `window`; the linear kinds cannot take a bias, since they never form the scores.
 Linear attention's feature maps φ (elu + 1, ..., FAVOR+'s random features) are the table of
@@ -41,7 +47,7 @@ Speed is measured in benchmarks/attention.py; what makes the CPU path fast is in
 import jax
 import jax.numpy as jnp
 
-from roformer_jax.nn import _attention_cpu, segments
+from roformer_jax.nn import _attention_cpu, decay, segments
 from roformer_jax.nn.attention_core import (
     KernelOptions,
     LinearOptions,
@@ -59,7 +65,7 @@ from roformer_jax.nn.attention_core import (
 from roformer_jax.nn.rope import Rotation
 
 
-def _check_shapes(q, k, v, mask, causal, segment_ids=None) -> None:
+def _check_shapes(q, k, v, mask, causal, segment_ids=None, log_decay=None) -> None:
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(
             f"q, k, v must be [B, L, N, H], [B, M, K, H], [B, M, K, H]; got shapes "
@@ -81,6 +87,21 @@ def _check_shapes(q, k, v, mask, causal, segment_ids=None) -> None:
         raise ValueError(f"causal attention needs L == M; got L={length}, M={k.shape[1]}")
     if segment_ids is not None:
         segments.check_segment_ids(segment_ids, b, length, k.shape[1])
+    if log_decay is not None:
+        decay.check_log_decay(log_decay, q.shape, causal)
+
+
+def decay_sums(log_decay):
+    """Σ_{t=j+1..i} log_decay[t], the log of key j's weight at query i: [B, L, N] ->
+    [B, N, L, L] (0 where j >= i).
+
+    Each entry sums its own terms (t > j, then a running sum over i), so a gate is exact
+    however long the product before it; O(L²), as softmax's scores.
+    """
+    x = jnp.swapaxes(log_decay, 1, 2)  # [B, N, L]
+    t = jnp.arange(x.shape[-1])
+    terms = jnp.where(t[:, None] > t[None, :], x[..., :, None], 0.0)  # [B, N, L(t), L(j)]
+    return jnp.cumsum(terms, axis=-2)  # [B, N, L(i), L(j)]
 
 
 def _segment_index(segment_ids):
@@ -115,8 +136,11 @@ def softmax_attention(
     example_ids=None,
     segment_ids=None,
     window: int | None = None,
+    log_decay=None,
 ):
-    """softmax(R q (R k)ᵀ / √H + bias) v: R the rotation (when given), bias [B or 1, N, L, M].
+    """softmax(R q (R k)ᵀ / √H + bias) v: R the rotation (when given), bias [B or 1, N, L, M];
+    with log_decay [B, L, N] (causal), `decay_sums` added to the scores: FoX's forgetting
+    attention.
 
     Scores and softmax are computed in float32 (float64 for float64 inputs). O(L·M) memory.
     `dropout_rate` > 0 drops attention weights (scaled by 1/(1 - rate)); needs `dropout_rng`.
@@ -126,12 +150,15 @@ def softmax_attention(
     the rows' indices; it composes with mask, segment_ids and grouped heads.
     Returns [B, L, N, H] in q's dtype.
     """
-    _check_shapes(q, k, v, mask, causal, segment_ids)
+    _check_shapes(q, k, v, mask, causal, segment_ids, log_decay)
     check_window(window)
     if dropout_rate > 0.0 and dropout_rng is None:
         raise ValueError(f"dropout_rate={dropout_rate} needs a dropout_rng")
     if rotation is not None:
         q, k = rotation.q(q), rotation.k(k)
+    if log_decay is not None:
+        decay = decay_sums(log_decay.astype(compute_dtype(q)))
+        bias = decay if bias is None else bias + decay
     visible = _visible(mask, causal, segment_ids, window, q.shape[1], k.shape[1])
     return softmax_over_visible(q, k, v, visible, bias, dropout_rate, dropout_rng, example_ids)
 
@@ -180,6 +207,7 @@ def linear_attention(
     rotation: Rotation | None = None,
     segment_ids=None,
     return_min_denominator=False,
+    log_decay=None,
     **options,
 ):
     """Linear attention Σ_j sim(i, j) v_j / Σ_j sim'(i, j) with a feature map φ.
@@ -204,10 +232,12 @@ def linear_attention(
     too. feature_map: a key of feature_maps.FEATURE_MAPS ("elu" = elu + 1, "relu", "softplus",
     "favor" = FAVOR+'s random features, whose matrix [F, H] is `projection`, drawn by the
     caller with FEATURE_MAPS["favor"].draw). No dropout.
+    log_decay (causal): sim and sim' both times exp(`decay_sums`), in chunks as the causal
+    sums are (`attention_core.kernel_sums`).
     Returns [B, L, N, H] in q's dtype; with return_min_denominator, (that, the smallest
     |denominator| of a real query before the guard, a float32 scalar).
     """
-    _check_shapes(q, k, v, mask, causal, segment_ids)
+    _check_shapes(q, k, v, mask, causal, segment_ids, log_decay)
     options = LinearOptions(**options)
     options.check(q.shape[-1])
     out_dtype, dtype = q.dtype, compute_dtype(q)
@@ -221,7 +251,15 @@ def linear_attention(
     else:
         qn, kn, den = linear_features(q, k, rotation=rotation, options=options)
         out, den = _kernel_form(
-            qn, kn, v, den, mask=mask, causal=causal, segment_ids=segment_ids, options=options
+            qn,
+            kn,
+            v,
+            den,
+            mask=mask,
+            causal=causal,
+            segment_ids=segment_ids,
+            options=options,
+            log_decay=log_decay,
         )
     return _result(out, den, mask, out_dtype, return_min_denominator)
 
@@ -236,6 +274,7 @@ def cosine_attention(
     rotation: Rotation | None = None,
     segment_ids=None,
     return_min_denominator=False,
+    log_decay=None,
     **options,
 ):
     """Normalised-cosine attention: weights (1 + cos(R_i q_i, R_j k_j)) / Σ_j (same).
@@ -248,23 +287,33 @@ def cosine_attention(
     options: the fields of `attention_core.KernelOptions` (eps=1e-6, chunk_size=64), which
     its decode step takes too.
     Returns [B, L, N, H] in q's dtype; with return_min_denominator, (that, the smallest
-    denominator of a real query, a float32 scalar), as `linear_attention`.
+    denominator of a real query, a float32 scalar), as `linear_attention`; log_decay
+    (causal) weights each term by exp(`decay_sums`), as there.
     """
-    _check_shapes(q, k, v, mask, causal, segment_ids)
+    _check_shapes(q, k, v, mask, causal, segment_ids, log_decay)
     options = KernelOptions(**options)
     out_dtype, dtype = q.dtype, compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
     qf, kf = cosine_features(q, k, rotation)
     out, den = _kernel_form(
-        qf, kf, v, None, mask=mask, causal=causal, segment_ids=segment_ids, options=options
+        qf,
+        kf,
+        v,
+        None,
+        mask=mask,
+        causal=causal,
+        segment_ids=segment_ids,
+        options=options,
+        log_decay=log_decay,
     )
     return _result(out, den, mask, out_dtype, return_min_denominator)
 
 
-def _kernel_form(qf, kf, v, den_features, *, mask, causal, segment_ids, options):
+def _kernel_form(qf, kf, v, den_features, *, mask, causal, segment_ids, options, log_decay):
     """The linear kinds' sums over keys (`attention_core.kernel_attention`): features qf
     [B, N, L, F], kf [B, K, M, F], v [B, M, K, H] -> (out [B, N, L, H], the denominators
-    before the guard [B, N, L, 1]). den_features: None, or the denominator's own (eq. 19)."""
+    before the guard [B, N, L, 1]). den_features: None, or the denominator's own (eq. 19).
+    log_decay: None, or [B, L, N] log gates."""
     out, den, _ = kernel_attention(
         qf,
         kf,
@@ -274,6 +323,7 @@ def _kernel_form(qf, kf, v, den_features, *, mask, causal, segment_ids, options)
         causal=causal,
         options=options,
         segments=_segment_index(segment_ids),
+        log_decay=None if log_decay is None else decay.heads_last(log_decay, qf.dtype),
     )
     return out, den
 

@@ -18,7 +18,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from roformer_jax.nn import _attention_cpu, _threefry, feature_maps
+from roformer_jax.nn import _attention_cpu, _threefry, decay, feature_maps
 
 # Where linear attention applies the rotation (see `attention.linear_attention`).
 PLACEMENTS = ("numerator", "both", "before_feature_map")
@@ -185,7 +185,7 @@ def grouped_product(qf, states):
     return out.reshape(b, n, length, -1)
 
 
-def kernel_sums(qf, kf, values, *, causal, chunk_size, segments=None):
+def kernel_sums(qf, kf, values, *, causal, chunk_size, segments=None, log_decay=None):
     """Σ_j (qf_i·kf_j) values_j over all j, or over j <= i when causal; O(L) memory.
 
     qf [B, N, L, F], kf [B, K, M, F], values [B, K, M, E] -> [B, N, L, E]; query head n reads
@@ -196,6 +196,9 @@ def kernel_sums(qf, kf, values, *, causal, chunk_size, segments=None):
     chunks enter through sums of per-chunk states [J, B, K, F, E] (`_carried`). Sums are
     thus hierarchical (C terms, then J), which also keeps float32 rounding small. Never an
     [L, F, E] tensor, nor anything [L, L].
+    log_decay: None, or [B, N, L] log gates (causal only, K = N: the caller repeats keys and
+    values for each query head): key j's term at query i is weighted by
+    exp(Σ_{t=j+1..i} log_decay[t]) (`decay.chunk_gates`).
     """
     if not causal and segments is None:
         return grouped_product(qf, jnp.einsum("BKMF,BKME->BKFE", kf, values))
@@ -209,6 +212,8 @@ def kernel_sums(qf, kf, values, *, causal, chunk_size, segments=None):
         qf, kf, values = (jnp.pad(x, widths) for x in (qf, kf, values))
         if segments is not None:
             segments = jnp.pad(segments, ((0, 0), (0, pad)), mode="edge")
+        if log_decay is not None:
+            log_decay = jnp.pad(log_decay, ((0, 0), (0, 0), (0, pad)))
     j = (length + pad) // c
     # A chunk's queries of the G heads of a group, [G·C, F], meet the chunk's keys in one
     # product: [B, N, L, F] = [B, K, G, J, C, F] -> [B, K, J, G·C, F] (no copy when G = 1).
@@ -221,15 +226,20 @@ def kernel_sums(qf, kf, values, *, causal, chunk_size, segments=None):
         same = segments[..., :, None] == segments[..., None, :]  # [B, 1, J, C, C]
         visible = same if visible is None else same & visible
     scores = jnp.einsum("BKJQF,BKJDF->BKJQD", qc, kc)
-    scores = jnp.where(jnp.tile(visible, (1,) * (visible.ndim - 2) + (g, 1)), scores, 0.0)
-    out = jnp.einsum("BKJQD,BKJDE->BKJQE", scores, vc) + _carried(qc, kc, vc, segments, g)
+    visible = jnp.tile(visible, (1,) * (visible.ndim - 2) + (g, 1))
+    gates = None
+    if log_decay is not None:
+        inside, gates, q_scale, k_scale = decay.chunk_gates(log_decay.reshape(b, kv, j, c), visible)
+        scores, qc, kc = scores * inside, qc * q_scale, kc * k_scale
+    scores = jnp.where(visible, scores, 0.0)
+    out = jnp.einsum("BKJQD,BKJDE->BKJQE", scores, vc) + _carried(qc, kc, vc, segments, g, gates)
     if not causal:
         out = out + _carried(qc, kc, vc, segments, g, later=True)
     out = out.reshape(b, kv, j, g, c, -1).transpose(0, 1, 3, 2, 4, 5)  # [B, K, G, J, C, E]
     return out.reshape(b, n, j * c, -1)[:, :, :length]
 
 
-def _carried(qc, kc, vc, segments, g, *, later=False):
+def _carried(qc, kc, vc, segments, g, gates=None, *, later=False):
     """What the keys of earlier chunks (`later`: of later chunks) add to each query:
     Σ_j (qf_i·kf_j) values_j over those j, and only the j in i's segment when `segments`
     [B, 1, J, C] is given.
@@ -240,7 +250,13 @@ def _carried(qc, kc, vc, segments, g, *, later=False):
     scan over chunks that restarts where a segment starts at a chunk's first token and
     carries R_j on through a chunk wholly inside one segment. Only the states [J, B, K, F, E]
     of the chunks' last (`later`: first) segments are formed.
+    decay: None, or each chunk's decay [J, B, K, 1, 1] (causal, qc and kc already scaled by
+    `decay.chunk_gates`): the sums carried through a chunk are multiplied by it.
     """
+    if gates is not None and segments is None:
+        states = jnp.einsum("BKJDF,BKJDE->JBKFE", kc, vc)
+        _, prefix = jax.lax.scan(decay.decayed_sum_step, jnp.zeros_like(states[0]), (states, gates))
+        return jnp.einsum("BKJQF,JBKFE->BKJQE", qc, prefix)
     if segments is None:
         states = jnp.einsum("BKJDF,BKJDE->JBKFE", kc, vc)
         # Earlier chunks: an exclusive prefix sum of the states over chunks.
@@ -262,9 +278,9 @@ def _carried(qc, kc, vc, segments, g, *, later=False):
     # The segment at the chunk's reading side continues from the neighbouring chunk: [J, B, 1].
     continued = segments[..., -1 - edge] == jnp.roll(segments[..., edge], shift, axis=-1)
     continued = jnp.moveaxis(continued.at[..., -1 - edge].set(False), 2, 0)
-    gates = (whole[..., None, None], continued[..., None, None])  # [J, B, 1, 1, 1]
+    flags = (whole[..., None, None], continued[..., None, None])  # [J, B, 1, 1, 1]
     _, carried = jax.lax.scan(
-        _carry_step, jnp.zeros_like(states[0]), (states, *gates), reverse=later
+        _carry_step, jnp.zeros_like(states[0]), (states, *flags, gates), reverse=later
     )
     reads = jnp.where(jnp.tile(readers, (1, 1, 1, g))[..., None], qc, 0.0)
     return jnp.einsum("BKJQF,JBKFE->BKJQE", reads, carried)
@@ -273,14 +289,26 @@ def _carried(qc, kc, vc, segments, g, *, later=False):
 def _carry_step(running, chunk):
     """One chunk of `_carried`'s scan. running: the keys' sums of the segment that the chunk
     before (in the scan's order) ended in; returns (the same after this chunk, R_j: those
-    that this chunk's segment at its near side had before it)."""
-    state, whole, continued = chunk
+    that this chunk's segment at its near side had before it); a decay (None: none) of the
+    chunk multiplies what is carried through it."""
+    state, whole, continued, decay = chunk
     before = jnp.where(continued, running, 0.0)
-    return state + jnp.where(whole, before, 0.0), before
+    through = before if decay is None else decay * before
+    return state + jnp.where(whole, through, 0.0), before
 
 
 def kernel_attention(
-    qn, kn, v, *, den_features=None, mask, causal, options: KernelOptions, state=None, segments=None
+    qn,
+    kn,
+    v,
+    *,
+    den_features=None,
+    mask,
+    causal,
+    options: KernelOptions,
+    state=None,
+    segments=None,
+    log_decay=None,
 ):
     """Σ_j (qn_i·kn_j) v_j / guard(Σ_j qd_i·kd_j), all heads-major: queries [B, N, L, F],
     keys and values [B, K, M, F] (query head n reads key/value head n // G).
@@ -295,7 +323,15 @@ def kernel_attention(
     `attention_step.KernelState`), the queries also see those tokens, and the last item is
     the sums with these keys added: the recurrent form of the causal sums, one block of new
     tokens at a time.
+    log_decay: None, or [B, N, L] log gates (causal): each term weighted by
+    exp(Σ_{t=j+1..i} log_decay[t]) (`kernel_sums`), the state's too. The gates differ per
+    query head, so keys, values and the state are then per query head (K = N).
     """
+    if log_decay is not None:
+        n = qn.shape[1]
+        kn, v = decay.per_query_head(kn, n), decay.per_query_head(v, n)
+        if den_features is not None:
+            den_features = (den_features[0], decay.per_query_head(den_features[1], n))
 
     def keys(x):  # padded keys -> 0; where, not *: a NaN in the padding must not leak
         return x if mask is None else jnp.where(mask[:, None, :, None], x, 0.0)
@@ -311,10 +347,20 @@ def kernel_attention(
     for (qx, kx, values), seen in zip(terms, before):
         kx, values = keys(kx), keys(values)
         total = kernel_sums(
-            qx, kx, values, causal=causal, chunk_size=options.chunk_size, segments=segments
+            qx,
+            kx,
+            values,
+            causal=causal,
+            chunk_size=options.chunk_size,
+            segments=segments,
+            log_decay=log_decay,
         )
         if seen is not None:
-            total = total + grouped_product(qx, seen)
+            earlier = grouped_product(qx, seen)
+            if log_decay is not None:  # the earlier tokens' sums decay by the new gates
+                scales, seen, kx = decay.decay_state(seen, kx, log_decay)
+                earlier = scales * earlier
+            total = total + earlier
             after.append(seen + jnp.einsum("BKMF,BKME->BKFE", kx, values))
         sums.append(total)
     num, den = (sums[0][..., :-1], sums[0][..., -1:]) if den_features is None else sums

@@ -2,12 +2,14 @@
 
 A new kind is its functions (attention.py, attention_step.py) plus one entry here; the model
 (model.py) and its config (model_config.py) read the record and name no kind themselves.
-Every full form takes q, k, v and the common keywords mask, causal, rotation; every step
-takes its memory, q, k, v and mask, rotation (attention.py and attention_step.py say what
-each means). Beyond those a form takes exactly the options its record names, and the
-record's builders make their values from the kind's own section of the model config (its
-hyperparameters: `SoftmaxSection`, `LinearSection`), the model config and the layer's context:
-a new option of a kind is written here and in its functions, nowhere else.
+Every full form takes q, k, v and the common keywords mask, causal, rotation, log_decay;
+every step takes its memory, q, k, v and mask, rotation, log_decay (attention.py and
+attention_step.py say what each means). Beyond those a form takes exactly the options its
+record names, and the record's builders make their values from the kind's own section of
+the model config (its hyperparameters: `SoftmaxSection`, `LinearSection`, `CosineSection`),
+the model config and the layer's context: a new option of a kind is written here and in its
+functions, nowhere else. Every kind's section is a `GateSection`: the decay gate whose
+log_decay the model makes (model.py).
 """
 
 import dataclasses
@@ -63,7 +65,8 @@ class AttentionKind:
         `options` (a bias comes from the position encoding).
       build_step_options: (section, config, context, layer) -> the options `step` is called
         with.
-      section: the `Section` subclass of the kind's hyperparameters, or None.
+      section: the `GateSection` subclass of the kind's hyperparameters (the model reads
+        its gate), or None: no hyperparameters and no gate.
     """
 
     full: Callable[..., jax.Array | tuple[jax.Array, jax.Array]]
@@ -75,9 +78,42 @@ class AttentionKind:
     section: type[Section] | None = None
 
 
+# The decay gates a model can make (`GateSection.gate`; model.py makes each).
+GATES = ("none", "fixed", "learned")
+
+
 @dataclasses.dataclass(frozen=True)
-class SoftmaxSection(Section):
-    """Softmax attention's hyperparameters.
+class GateSection(Section):
+    """The decay gate of a causal model, which every attention kind takes as `log_decay`.
+
+    gate: "none"; "fixed": RetNet's decay γ_n = 1 - 2^(-5-n) for head n (Sun et al. 2023),
+      which with RoPE in linear attention's numerator is retention, the denominator kept;
+      "learned": FoX's forget gate f_t = σ(w_n·x_t + b_n) of each head n from the layer's
+      input (Lin et al. 2025), w ~ N(0, initializer_range²) and b = 0 as FoX initializes them.
+    output_gate: FoX's output gate: the attention output times σ(W x) before the output
+      projection (W [D, D], no bias), with any gate.
+    """
+
+    gate: str = "none"
+    output_gate: bool = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.gate not in GATES:
+            raise ValueError(f"gate={self.gate!r} is not one of {GATES}")
+
+    def check_model(self, config) -> None:
+        """A gate decays what came before each token: a causal model's only."""
+        if self.gate != "none" and not config.causal:
+            raise ValueError(
+                f"sections.{config.attention}.gate={self.gate!r} decays what came before each "
+                "token, which needs causal=True"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class SoftmaxSection(GateSection):
+    """Softmax attention's hyperparameters, beyond GateSection's.
 
     window: query i sees keys j with |i - j| < window (causal: i - window < j <= i), as
       Mistral's and Gemma's local layers; a decode cache then holds `window` keys. None:
@@ -93,8 +129,13 @@ class SoftmaxSection(Section):
 
 
 @dataclasses.dataclass(frozen=True)
-class LinearSection(Section):
-    """Linear attention's hyperparameters.
+class CosineSection(GateSection):
+    """Cosine attention's hyperparameters: GateSection's only."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearSection(GateSection):
+    """Linear attention's hyperparameters, beyond GateSection's.
 
     feature_map: φ, a key of feature_maps.FEATURE_MAPS.
     placement: where RoPE's rotation goes (eq. 19's "numerator"), one of PLACEMENTS.
@@ -236,5 +277,6 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
         step_options=option_names(KernelOptions),
         build_options=_full_only_options,
         build_step_options=_no_options,
+        section=CosineSection,
     ),
 }

@@ -12,7 +12,8 @@ Softmax keeps every earlier key and value (`KVCache`, O(length) memory), or with
 window only the last `window` (a ring); the linear kinds keep sums over earlier tokens
 (`KernelState`, O(1) in the length): the recurrent decoding that linear attention allows.
 Every memory holds K key/value heads, not N. A step decodes one sequence per row: it takes
-no segment ids.
+no segment ids. Each step also takes the new tokens' log_decay [B, T, N] (attention.py): the
+memory then decays by each new token's gate, and being per query head, holds N heads.
 """
 
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from roformer_jax.nn import decay
 from roformer_jax.nn.attention_core import (
     KernelOptions,
     LinearOptions,
@@ -52,6 +54,9 @@ class KVCache(NamedTuple):
     positions: jax.Array  # int32 [B, S], each key's position (for a bias on the scores)
     valid: jax.Array  # bool [B, S]: written, and not padding
     length: jax.Array  # int32 [], the tokens written so far
+    # With a decay gate, float [B, N, S]: Σ of the gates since each key, t in (j, length];
+    # each step adds its gates' sum to every slot, so no long prefix sum is ever subtracted.
+    decay: jax.Array | None = None
 
 
 class KernelState(NamedTuple):
@@ -80,6 +85,7 @@ def softmax_attention_step(
     rotation: Rotation | None = None,
     bias: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
     window: int | None = None,
+    log_decay=None,
 ):
     """`softmax_attention`, causal, for T new tokens after those in `cache`.
 
@@ -91,22 +97,30 @@ def softmax_attention_step(
     min(window, capacity) slots, which decodes any length. bias: a function
     (query positions [B, T], key positions [B, S']) -> [B or 1, N, T, S'] (ALiBi).
     Writing past the capacity is the caller's to prevent (`length` is traced).
+    log_decay: [B, T, N] log gates of the new tokens, or None (the cache then keeps `decay`,
+    started by the first block's).
     Returns (out [B, T, N, H], cache).
     """
     check_window(window)
     b, t = q.shape[:2]
     if cache is None:
-        cache = _empty_cache(k, v, capacity, window)
+        cache = _empty_cache(k, v, capacity, window, None if log_decay is None else q.shape[2])
     if rotation is not None:
         q, k = rotation.q(q), rotation.k(k)
     positions = jnp.broadcast_to(positions, (b, t))
     new_mask = jnp.ones((b, t), bool) if mask is None else mask
+    # b_i, the new gates' prefix sums [B, N, T]: key j's weight at new query i is
+    # exp(decay_j + b_i), a cached key's decay_j counted to the block's start, a new one's -b_j.
+    gates = None
+    if log_decay is not None:
+        gates = jnp.cumsum(decay.heads_last(log_decay, compute_dtype(q)), axis=-1)
     if window is None:
-        cache = _write(cache, k, v, positions, new_mask, ring=False)
+        cache = _write(cache, k, v, positions, new_mask, ring=False, gates=gates)
         slots = jnp.arange(cache.keys.shape[2])
         earlier = slots[None, :] <= cache.length - t + jnp.arange(t)[:, None]  # [T, S]
         keys, values, key_positions = heads(cache.keys), heads(cache.values), cache.positions
         visible = cache.valid[:, None, None, :] & earlier[None, None]  # [B, 1, T, S]
+        key_decay = cache.decay
     else:
         # The new queries see the ring as it was and the new keys: written first, a new key
         # would overwrite one that an earlier new query still sees.
@@ -119,9 +133,14 @@ def softmax_attention_step(
         visible = jnp.concatenate(
             [cache.valid[:, None, None, :] & old, new_mask[:, None, None, :] & new], axis=-1
         )  # [B, 1, T, S + T]
-        cache = _write(cache, k, v, positions, new_mask, ring=True)
+        key_decay = None if gates is None else jnp.concatenate([cache.decay, -gates], -1)
+        cache = _write(cache, k, v, positions, new_mask, ring=True, gates=gates)
     if bias is not None:
         bias = bias(positions, key_positions)
+    if gates is not None:
+        weights = key_decay[:, :, None, :] + gates[..., :, None]  # log, [B, N, T, S']
+        bias = weights if bias is None else bias + weights
+        cache = cache._replace(decay=cache.decay + gates[..., -1:])
     return softmax_over_visible(q, keys, values, visible, bias), cache
 
 
@@ -132,9 +151,10 @@ def _ring_index(cache: KVCache):
     return last - (last - jnp.arange(slots)) % slots
 
 
-def _write(cache: KVCache, k, v, positions, mask, *, ring: bool) -> KVCache:
+def _write(cache: KVCache, k, v, positions, mask, *, ring: bool, gates=None) -> KVCache:
     """The cache with T new tokens written after `length`: in slots length, length + 1, ...;
-    in a ring taken modulo S, and only the last S tokens of a longer block kept."""
+    in a ring taken modulo S, and only the last S tokens of a longer block kept. gates: the
+    new gates' prefix sums [B, N, T] (the decay of new key j is -gates_j), or None."""
     slots, t = cache.keys.shape[2], k.shape[1]
     start = cache.length
     keep = min(t, slots) if ring else t
@@ -152,12 +172,14 @@ def _write(cache: KVCache, k, v, positions, mask, *, ring: bool) -> KVCache:
         positions=write(cache.positions, positions),
         valid=write(cache.valid, mask),
         length=start + t,
+        decay=None if gates is None else write(cache.decay, -gates, axis=2),
     )
 
 
-def _empty_cache(k, v, capacity: int | None, window: int | None) -> KVCache:
+def _empty_cache(k, v, capacity: int | None, window: int | None, gated_heads=None) -> KVCache:
     """A KV cache, none written, for keys and values like k, v [B, T, K, H]: `capacity`
-    slots, or with a window min(window, capacity) slots (a ring)."""
+    slots, or with a window min(window, capacity) slots (a ring); with the decays of
+    `gated_heads` query heads (None: no gate)."""
     b, t, n, h = k.shape
     if window is not None:
         slots = window if capacity is None else min(window, capacity)
@@ -171,14 +193,17 @@ def _empty_cache(k, v, capacity: int | None, window: int | None) -> KVCache:
         positions=jnp.zeros((b, slots), jnp.int32),
         valid=jnp.zeros((b, slots), bool),
         length=jnp.zeros((), jnp.int32),
+        decay=None if gated_heads is None else jnp.zeros((b, gated_heads, slots), compute_dtype(k)),
     )
 
 
-def _kernel_step(state, qn, kn, v, *, den_features, mask, options: KernelOptions):
+def _kernel_step(state, qn, kn, v, *, den_features, mask, options: KernelOptions, log_decay):
     """`kernel_attention`, causal, for new tokens after those summed in `state`; a prompt of
-    many tokens goes through in chunks, O(T) memory as the causal form."""
+    many tokens goes through in chunks, O(T) memory as the causal form. log_decay: None, or
+    [B, T, N] (the state is then per query head)."""
     if state is None:  # nothing summed yet: Σ over no tokens
-        b, n, _, f = kn.shape
+        b, _, _, f = kn.shape
+        n = kn.shape[1] if log_decay is None else qn.shape[1]
         e = v.shape[-1] + (den_features is None)
         state = KernelState(
             jnp.zeros((b, n, f, e), kn.dtype),
@@ -196,12 +221,21 @@ def _kernel_step(state, qn, kn, v, *, den_features, mask, options: KernelOptions
         causal=True,
         options=options,
         state=carried,
+        log_decay=None if log_decay is None else decay.heads_last(log_decay, qn.dtype),
     )
     return out, KernelState(*after)
 
 
 def linear_attention_step(
-    state: KernelState | None, q, k, v, *, mask=None, rotation: Rotation | None = None, **options
+    state: KernelState | None,
+    q,
+    k,
+    v,
+    *,
+    mask=None,
+    rotation: Rotation | None = None,
+    log_decay=None,
+    **options,
 ):
     """`linear_attention`, causal, for T new tokens after those summed in `state`.
 
@@ -216,12 +250,22 @@ def linear_attention_step(
     out_dtype, dtype = q.dtype, compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
     qn, kn, den = linear_features(q, k, rotation=rotation, options=options)
-    out, state = _kernel_step(state, qn, kn, heads(v), den_features=den, mask=mask, options=options)
+    out, state = _kernel_step(
+        state, qn, kn, heads(v), den_features=den, mask=mask, options=options, log_decay=log_decay
+    )
     return heads(out).astype(out_dtype), state
 
 
 def cosine_attention_step(
-    state: KernelState | None, q, k, v, *, mask=None, rotation: Rotation | None = None, **options
+    state: KernelState | None,
+    q,
+    k,
+    v,
+    *,
+    mask=None,
+    rotation: Rotation | None = None,
+    log_decay=None,
+    **options,
 ):
     """`cosine_attention`, causal, for T new tokens after those summed in `state`.
 
@@ -233,6 +277,6 @@ def cosine_attention_step(
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
     qf, kf = cosine_features(q, k, rotation)
     out, state = _kernel_step(
-        state, qf, kf, heads(v), den_features=None, mask=mask, options=options
+        state, qf, kf, heads(v), den_features=None, mask=mask, options=options, log_decay=log_decay
     )
     return heads(out).astype(out_dtype), state

@@ -30,7 +30,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from roformer_jax.nn import _threefry, model_inputs
+from roformer_jax.nn import _threefry, gates, model_inputs
 from roformer_jax.nn.attention_kinds import AttentionContext
 from roformer_jax.nn.model_config import ACTIVATIONS, DTYPES, ModelConfig
 
@@ -126,7 +126,8 @@ class SelfAttention(nn.Module):
     `AttentionKind.step`) in the "cache" collection, and the L tokens of each call come after
     those of the calls before. A kind that reports its denominators (in training) returns
     them with its output; the smallest |denominator| is sown into "intermediates" as
-    "min_denominator" (step.py logs it).
+    "min_denominator" (step.py logs it). The section's decay gate, if any, is made here from
+    x (it may own parameters) and given to the kind as log_decay [B, L, N].
     """
 
     config: ModelConfig
@@ -153,6 +154,9 @@ class SelfAttention(nn.Module):
             where["rotation"] = rotation
             if cfg.rotary_value:  # HF RoFormer's option: v is rotated too, and not rotated back.
                 v = rotation.k(v)
+        log_decay = gates.log_gates(cfg, x)  # [B, L, N], or None: no decay gate
+        if log_decay is not None:
+            where["log_decay"] = log_decay
         kind, section = cfg.kind, cfg.attention_section
         if context.decode_length is None:
             if encoding.bias is not None:
@@ -169,7 +173,8 @@ class SelfAttention(nn.Module):
             memory = self.get_variable("cache", "memory")  # None at the first call
             out, memory = kind.step(memory, q, k, v, mask=context.mask, **where, **options)
             self.put_variable("cache", "memory", memory)
-        return _dense(cfg, d, "output")(out.reshape(b, length, d))  # [B, L, D]
+        out = gates.output_gate(cfg, x, out.reshape(b, length, d))
+        return _dense(cfg, d, "output")(out)  # [B, L, D]
 
 
 class Layer(nn.Module):

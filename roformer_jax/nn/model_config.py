@@ -97,6 +97,9 @@ class ModelConfig:
                     f"{name!r}"
                 )
         self.encoding.check(self.position_section, self)
+        for section in (self.position_section, self.attention_section):
+            if section is not None:
+                section.check_model(self)
         if self.rotary_value and self.encoding.rotation is None:
             raise ValueError(
                 f"rotary_value=True rotates v as q and k are rotated, but position="

@@ -83,6 +83,11 @@ class Section:
         except ValueError as error:  # which section, for a config of many
             raise ValueError(f"{where}: {error}") from None
 
+    def check_model(self, config) -> None:
+        """Raises ValueError for a model (`config`, a ModelConfig) this section cannot serve;
+        called for the chosen entries' sections. Its own fields are checked when made."""
+        del config
+
     def changed(self) -> dict[str, Any]:
         """{field: value} of the fields away from their defaults."""
         default = type(self)()
