@@ -183,3 +183,23 @@ def decay_weights(log_decay):
         for j in range(i + 1):
             weights[:, :, i, j] = np.exp(a[:, j + 1 : i + 1].sum(axis=1))
     return weights
+
+
+def softmax_reference(q, k, v, visible, sinks=None):
+    """softmax(q kᵀ / √H) v in float64 numpy over `visible` (bool [B, N or 1, L, M]), key/value
+    head n // G for query head n; with sinks [N], e^{sinks_n} joins each denominator (gpt-oss).
+    A row with nothing visible and no sink gets zeros."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    g = q.shape[2] // k.shape[2]
+    k, v = np.repeat(k, g, axis=2), np.repeat(v, g, axis=2)  # HF's repeat_kv order
+    scores = np.einsum("BLNH,BMNH->BNLM", q, k) / np.sqrt(q.shape[-1])
+    visible = np.broadcast_to(np.asarray(visible), scores.shape)
+    top = np.where(visible, scores, -np.inf).max(-1, keepdims=True, initial=0.0)
+    if sinks is not None:
+        sink = np.asarray(sinks, np.float64)[None, :, None, None]
+        top = np.maximum(top, sink)
+    e = np.where(visible, np.exp(scores - top), 0.0)
+    den = e.sum(-1, keepdims=True)
+    if sinks is not None:
+        den = den + np.exp(sink - top)
+    return np.einsum("BNLM,BMNH->BLNH", e / np.maximum(den, 1e-300), v)

@@ -28,8 +28,9 @@ arguments:
                 et al. 2025); the linear kinds multiply their numerator's and denominator's
                 terms by its exp (with RoPE in the numerator and a constant gate: RetNet's
                 retention, Sun et al. 2023, the denominator kept). 0: no decay.
-Softmax attention also takes `bias` [B or 1, N, L, M], added to the scores (ALiBi), and a
-sliding `window`; the linear kinds cannot take a bias, since they never form the scores.
+Softmax attention also takes `bias` [B or 1, N, L, M], added to the scores (ALiBi), a
+sliding `window`, a `chunk` (`masks.py`) and `sinks` (`sinks.py`); the linear kinds cannot
+take a bias or sinks, since they never form the scores.
 Linear attention's feature maps φ (elu + 1, ..., FAVOR+'s random features) are the table of
 `feature_maps.py`.
 
@@ -47,11 +48,10 @@ Speed is measured in benchmarks/attention.py; what makes the CPU path fast is in
 import jax
 import jax.numpy as jnp
 
-from roformer_jax.nn import _attention_cpu, decay, segments
+from roformer_jax.nn import _attention_cpu, decay, masks, segments
 from roformer_jax.nn.attention_core import (
     KernelOptions,
     LinearOptions,
-    check_window,
     compute_dtype,
     cosine_features,
     feature_sums,
@@ -63,6 +63,7 @@ from roformer_jax.nn.attention_core import (
     softmax_over_visible,
 )
 from roformer_jax.nn.rope import Rotation
+from roformer_jax.nn.sinks import check_sinks, refuse
 
 
 def _check_shapes(q, k, v, mask, causal, segment_ids=None, log_decay=None) -> None:
@@ -108,14 +109,13 @@ def _segment_index(segment_ids):
     return None if segment_ids is None else segments.segment_index(segment_ids)
 
 
-def _visible(mask, causal, segment_ids, window, length, keys):
+def _visible(mask, causal, segment_ids, window, chunk, length, keys):
     """Which keys each query sees: bool, broadcastable to [B, 1, L, M]."""
     visible = jnp.ones((1, 1, 1, keys), bool) if mask is None else mask[:, None, None, :]
-    offset = jnp.arange(length)[:, None] - jnp.arange(keys)[None, :]  # i - j, [L, M]
-    if causal:
-        visible = visible & (offset >= 0)
-    if window is not None:  # i - window < j (<= i when causal), or |i - j| < window
-        visible = visible & (jnp.abs(offset) < window)
+    by_index = masks.sees(
+        jnp.arange(length), jnp.arange(keys), causal=causal, window=window, chunk=chunk
+    )
+    visible = visible & by_index  # [B or 1, 1, L, M]
     if segment_ids is not None:
         index = segments.segment_index(segment_ids)
         visible = visible & (index[:, None, :, None] == index[:, None, None, :])
@@ -136,6 +136,8 @@ def softmax_attention(
     example_ids=None,
     segment_ids=None,
     window: int | None = None,
+    chunk: int | None = None,
+    sinks=None,
     log_decay=None,
 ):
     """softmax(R q (R k)ᵀ / √H + bias) v: R the rotation (when given), bias [B or 1, N, L, M];
@@ -148,10 +150,17 @@ def softmax_attention(
     window: None, or an int >= 1: sliding-window attention (Mistral; Gemma's local layers),
     query i sees the keys j with |i - j| < window (causal: i - window < j <= i), counted in
     the rows' indices; it composes with mask, segment_ids and grouped heads.
+    chunk: None, or an int C >= 1: chunked attention (Llama 4's chunked layers), query i sees
+    key j only when i // C == j // C (causal inside a chunk when causal), counted as window is.
+    sinks: None, or [N], one logit per query head joining the denominator (gpt-oss):
+    out_i = Σ_j e^{s_ij} v_j / (Σ_j e^{s_ij} + e^{sinks_n}) (`sinks.py`).
     Returns [B, L, N, H] in q's dtype.
     """
     _check_shapes(q, k, v, mask, causal, segment_ids, log_decay)
-    check_window(window)
+    masks.check_span(window, "window")
+    masks.check_span(chunk, "chunk")
+    if sinks is not None:
+        check_sinks(sinks, q.shape[2])
     if dropout_rate > 0.0 and dropout_rng is None:
         raise ValueError(f"dropout_rate={dropout_rate} needs a dropout_rng")
     if rotation is not None:
@@ -159,8 +168,10 @@ def softmax_attention(
     if log_decay is not None:
         decay = decay_sums(log_decay.astype(compute_dtype(q)))
         bias = decay if bias is None else bias + decay
-    visible = _visible(mask, causal, segment_ids, window, q.shape[1], k.shape[1])
-    return softmax_over_visible(q, k, v, visible, bias, dropout_rate, dropout_rng, example_ids)
+    visible = _visible(mask, causal, segment_ids, window, chunk, q.shape[1], k.shape[1])
+    return softmax_over_visible(
+        q, k, v, visible, bias, dropout_rate, dropout_rng, example_ids, sinks
+    )
 
 
 def _numerator_rope(q, k, v, *, phi, mask, eps, rotation):
@@ -238,6 +249,7 @@ def linear_attention(
     |denominator| of a real query before the guard, a float32 scalar).
     """
     _check_shapes(q, k, v, mask, causal, segment_ids, log_decay)
+    refuse("linear attention", options)
     options = LinearOptions(**options)
     options.check(q.shape[-1])
     out_dtype, dtype = q.dtype, compute_dtype(q)
@@ -291,6 +303,7 @@ def cosine_attention(
     (causal) weights each term by exp(`decay_sums`), as there.
     """
     _check_shapes(q, k, v, mask, causal, segment_ids, log_decay)
+    refuse("cosine attention", options)
     options = KernelOptions(**options)
     out_dtype, dtype = q.dtype, compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)

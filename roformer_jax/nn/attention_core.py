@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from roformer_jax.nn import _attention_cpu, _threefry, decay, feature_maps
+from roformer_jax.nn.sinks import softmax_with_sinks
 
 # Where linear attention applies the rotation (see `attention.linear_attention`).
 PLACEMENTS = ("numerator", "both", "before_feature_map")
@@ -80,26 +81,21 @@ def option_names(options: type) -> frozenset[str]:
     return frozenset(field.name for field in dataclasses.fields(options))
 
 
-def check_window(window) -> None:
-    """Raises ValueError unless window (softmax's sliding window) is None or an int >= 1."""
-    if window is not None and (not isinstance(window, int) or window < 1):
-        raise ValueError(f"window={window!r}; expected None or an int >= 1 (keys per query)")
-
-
 def softmax_over_visible(
-    q, k, v, visible, bias, dropout_rate=0.0, dropout_rng=None, example_ids=None
+    q, k, v, visible, bias, dropout_rate=0.0, dropout_rng=None, example_ids=None, sinks=None
 ):
     """softmax(q kᵀ / √H + bias) v over the visible keys; q, k already rotated.
 
     q [B, L, N, H], k, v [B, M, K, H]; visible: bool, broadcastable to [B, N, L, M]; bias
     [B or 1, N, L, M] or None. A row with no visible key gets zeros. Dropout as in
-    `attention.softmax_attention`. Returns [B, L, N, H] in q's dtype.
+    `attention.softmax_attention`; sinks [N] or None, as `sinks.softmax_with_sinks`.
+    Returns [B, L, N, H] in q's dtype.
     """
     if bias is not None:
         _check_bias(bias, q, k)
     dtype = compute_dtype(q)
     # The fused form forms its scores in float32: float64 inputs keep the einsum form's.
-    if dropout_rate == 0.0 and not on_cpu() and dtype == jnp.float32:
+    if dropout_rate == 0.0 and sinks is None and not on_cpu() and dtype == jnp.float32:
         return _fused_softmax(q, k, v, visible, bias)
     b, length, n, h = q.shape
     kv, keys = k.shape[2], k.shape[1]
@@ -120,7 +116,11 @@ def softmax_over_visible(
     scores = jnp.einsum("BKGLH,BMKH->BKGLM", q, k, preferred_element_type=dtype) * (h**-0.5)
     if bias is not None:
         scores = scores + grouped(bias).astype(dtype)
-    weights = jax.nn.softmax(jnp.where(visible, scores, jnp.finfo(dtype).min), axis=-1)
+    logits = jnp.where(visible, scores, jnp.finfo(dtype).min)
+    if sinks is None:
+        weights = jax.nn.softmax(logits, axis=-1)
+    else:
+        weights = softmax_with_sinks(logits, grouped(sinks[None, :, None, None]))
     # A row with no visible key would otherwise be a uniform average over padding.
     weights = jnp.where(visible, weights, 0.0)
     if dropout_rate > 0.0:

@@ -22,11 +22,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from roformer_jax.nn import decay
+from roformer_jax.nn import decay, masks
 from roformer_jax.nn.attention_core import (
     KernelOptions,
     LinearOptions,
-    check_window,
     compute_dtype,
     cosine_features,
     heads,
@@ -35,6 +34,7 @@ from roformer_jax.nn.attention_core import (
     softmax_over_visible,
 )
 from roformer_jax.nn.rope import Rotation
+from roformer_jax.nn.sinks import check_sinks, refuse
 
 
 class KVCache(NamedTuple):
@@ -85,6 +85,8 @@ def softmax_attention_step(
     rotation: Rotation | None = None,
     bias: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
     window: int | None = None,
+    chunk: int | None = None,
+    sinks=None,
     log_decay=None,
 ):
     """`softmax_attention`, causal, for T new tokens after those in `cache`.
@@ -94,17 +96,23 @@ def softmax_attention_step(
     once, when written: new queries are rotated at their own positions, never re-counted
     from 0. cache None: the first block, into a new cache of `capacity` slots, or with a
     `window` (as `softmax_attention`'s, counted in tokens of the row) a ring of
-    min(window, capacity) slots, which decodes any length. bias: a function
-    (query positions [B, T], key positions [B, S']) -> [B or 1, N, T, S'] (ALiBi).
+    min(window, capacity) slots, which decodes any length; a `chunk` C (as
+    `softmax_attention`'s) likewise needs a ring of C slots only. sinks [N]: as there.
+    bias: a function (query positions [B, T], key positions [B, S']) -> [B or 1, N, T, S']
+    (ALiBi).
     Writing past the capacity is the caller's to prevent (`length` is traced).
     log_decay: [B, T, N] log gates of the new tokens, or None (the cache then keeps `decay`,
     started by the first block's).
     Returns (out [B, T, N, H], cache).
     """
-    check_window(window)
+    masks.check_span(window, "window")
+    masks.check_span(chunk, "chunk")
+    if sinks is not None:
+        check_sinks(sinks, q.shape[2])
+    span = masks.ring_span(window, chunk)
     b, t = q.shape[:2]
     if cache is None:
-        cache = _empty_cache(k, v, capacity, window, None if log_decay is None else q.shape[2])
+        cache = _empty_cache(k, v, capacity, span, None if log_decay is None else q.shape[2])
     if rotation is not None:
         q, k = rotation.q(q), rotation.k(k)
     positions = jnp.broadcast_to(positions, (b, t))
@@ -114,34 +122,31 @@ def softmax_attention_step(
     gates = None
     if log_decay is not None:
         gates = jnp.cumsum(decay.heads_last(log_decay, compute_dtype(q)), axis=-1)
-    if window is None:
+    query_index = cache.length + jnp.arange(t)  # [T], the new tokens' indices in the row
+    if span is None:
         cache = _write(cache, k, v, positions, new_mask, ring=False, gates=gates)
-        slots = jnp.arange(cache.keys.shape[2])
-        earlier = slots[None, :] <= cache.length - t + jnp.arange(t)[:, None]  # [T, S]
+        key_index = jnp.arange(cache.keys.shape[2])  # token t in slot t
         keys, values, key_positions = heads(cache.keys), heads(cache.values), cache.positions
-        visible = cache.valid[:, None, None, :] & earlier[None, None]  # [B, 1, T, S]
-        key_decay = cache.decay
+        valid, key_decay = cache.valid, cache.decay
     else:
         # The new queries see the ring as it was and the new keys: written first, a new key
         # would overwrite one that an earlier new query still sees.
-        old = _ring_index(cache)[None, :] > cache.length + jnp.arange(t)[:, None] - window
-        offset = jnp.arange(t)[:, None] - jnp.arange(t)[None, :]  # [T, T]
-        new = (offset >= 0) & (offset < window)
+        key_index = jnp.concatenate([_ring_index(cache), query_index])  # [S + T]
         keys = jnp.concatenate([heads(cache.keys), k.astype(cache.keys.dtype)], axis=1)
         values = jnp.concatenate([heads(cache.values), v.astype(cache.values.dtype)], axis=1)
         key_positions = jnp.concatenate([cache.positions, positions], axis=1)
-        visible = jnp.concatenate(
-            [cache.valid[:, None, None, :] & old, new_mask[:, None, None, :] & new], axis=-1
-        )  # [B, 1, T, S + T]
+        valid = jnp.concatenate([cache.valid, new_mask], axis=1)
         key_decay = None if gates is None else jnp.concatenate([cache.decay, -gates], -1)
         cache = _write(cache, k, v, positions, new_mask, ring=True, gates=gates)
+    seen = masks.sees(query_index, key_index, causal=True, window=window, chunk=chunk)
+    visible = valid[:, None, None, :] & seen[None, None]  # [B, 1, T, S or S + T]
     if bias is not None:
         bias = bias(positions, key_positions)
     if gates is not None:
         weights = key_decay[:, :, None, :] + gates[..., :, None]  # log, [B, N, T, S']
         bias = weights if bias is None else bias + weights
         cache = cache._replace(decay=cache.decay + gates[..., -1:])
-    return softmax_over_visible(q, keys, values, visible, bias), cache
+    return softmax_over_visible(q, keys, values, visible, bias, sinks=sinks), cache
 
 
 def _ring_index(cache: KVCache):
@@ -245,6 +250,7 @@ def linear_attention_step(
     and Σ_j φ(k_j), each updated in O(F·H) per token, so a RoFormer with linear attention
     generates in constant time and memory per token. Returns (out [B, T, N, H], state).
     """
+    refuse("linear attention", options)
     options = LinearOptions(**options)
     options.check(q.shape[-1])
     out_dtype, dtype = q.dtype, compute_dtype(q)
@@ -272,6 +278,7 @@ def cosine_attention_step(
     options: the fields of `attention_core.KernelOptions`, as the full form takes them.
     The state is Σ_j [1, b_j][v_j, 1]ᵀ ([B, N, H + 1, H + 1]). Returns (out, state).
     """
+    refuse("cosine attention", options)
     options = KernelOptions(**options)
     out_dtype, dtype = q.dtype, compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
