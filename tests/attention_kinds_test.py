@@ -167,3 +167,76 @@ class ErrorsTest(parameterized.TestCase):
 
 if __name__ == "__main__":
     absltest.main()
+
+
+TYPES = ("sliding", "chunked", "full")
+BY_TYPE = {"sliding": {"window": 3}, "chunked": {"chunk": 4, "sinks": True}}
+
+
+class PerLayerTest(parameterized.TestCase):
+    """SoftmaxSection's settings per layer type: each layer its own options and sinks."""
+
+    def _config(self, softmax=None, rope=None):
+        return tiny.model_config(
+            num_layers=3,
+            causal=True,
+            sections={"softmax": softmax or {}, "rope": rope or {}},
+        )
+
+    @parameterized.parameters("softmax", "rope")
+    def test_each_layer_builds_its_types_options(self, where):
+        # layer_types given in softmax's section, or in RoPE's: one list serves both.
+        types = {"layer_types": TYPES}
+        cfg = self._config(
+            softmax={"by_type": BY_TYPE, **(types if where == "softmax" else {})},
+            rope=types if where == "rope" else None,
+        )
+        kind, section = cfg.kind, cfg.attention_section
+        context = AttentionContext(None, jnp.arange(L), deterministic=True, decode_length=L)
+        built = [kind.build_options(section, cfg, context, i, None) for i in range(3)]
+        steps = [kind.build_step_options(section, cfg, context, i) for i in range(3)]
+        for options in (built, steps):
+            self.assertEqual(
+                [(o["window"], o["chunk"]) for o in options], [(3, None), (None, 4), (None, None)]
+            )
+        parameters = [set(kind.parameters(section, cfg, i)) for i in range(3)]
+        self.assertEqual(parameters, [set(), {"sinks"}, set()])
+
+    def test_sinks_are_parameters_of_their_layers(self):
+        cfg = self._config(softmax={"layer_types": TYPES, "by_type": BY_TYPE})
+        ids = jnp.arange(2 * L).reshape(2, L) % 50
+        variables = RoFormer(cfg).init(jax.random.key(0), ids)
+        layers = variables["params"]["encoder"]
+        have = ["sinks" in layers[f"layer_{i}"]["attention"] for i in range(3)]
+        self.assertEqual(have, [False, True, False])
+        sinks = layers["layer_1"]["attention"]["sinks"]
+        chex.assert_shape(sinks, (cfg.num_heads,))
+        # They reach the softmax: a large sink takes the layer's attention away.
+        bumped = jax.tree_util.tree_map(lambda x: x, variables)  # a copy
+        bumped["params"]["encoder"]["layer_1"]["attention"]["sinks"] = sinks + 50.0
+        model = RoFormer(cfg)
+        self.assertGreater(
+            float(
+                jnp.abs(model.apply(bumped, ids).logits - model.apply(variables, ids).logits).max()
+            ),
+            1e-3,
+        )
+
+    def test_a_default_section_is_every_layer_alike(self):
+        cfg = self._config()
+        self.assertEqual(cfg.attention_section.for_layer(2, cfg), cfg.attention_section)
+
+    @parameterized.parameters(
+        ({"by_type": {"full": {"windw": 3}}}, r"by_type\['full'\] sets \['windw'\]"),
+        ({"by_type": {"full": {"chunk": 0}}}, r"by_type\['full'\]: chunk=0 must be >= 1"),
+        ({"chunk": 0}, r"chunk=0 must be >= 1"),
+        ({"by_type": {"full": {"chunk": 2}}}, r"sections.softmax.by_type=.* needs layer_types"),
+        ({"layer_types": ("full",)}, r"layer_types has 1 entries for 3 layers"),
+    )
+    def test_errors_name_the_field(self, softmax, message):
+        with self.assertRaisesRegex(ValueError, message):
+            self._config(softmax=softmax)
+
+    def test_types_given_twice_must_agree(self):
+        with self.assertRaisesRegex(ValueError, "differs from sections.rope.layer_types"):
+            self._config(softmax={"layer_types": TYPES}, rope={"layer_types": ("full",) * 3})

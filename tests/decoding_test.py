@@ -83,7 +83,28 @@ GATES = [
         testcase_name="gated_cosine", attention="cosine", sections={"cosine": {"gate": "learned"}}
     ),
 ]
-COMBINATIONS = ROPE_KINDS + [dict(c, num_layers=1) for c in POSITIONS + GATES]
+# Softmax per layer (attention_kinds.SoftmaxSection.by_type), three layers as Gemma 3's,
+# Llama 4's and gpt-oss's configs give them: a window of 3 (a ring), chunks of 4 with sinks
+# (a ring of 4), every key with sinks.
+LAYERS = [
+    dict(
+        testcase_name="per_layer_softmax",
+        attention="softmax",
+        num_layers=3,
+        num_kv_heads=2,
+        sections={
+            "softmax": {
+                "layer_types": ("sliding", "chunked", "full"),
+                "by_type": {
+                    "sliding": {"window": 3},
+                    "chunked": {"chunk": 4, "sinks": True},
+                    "full": {"sinks": True},
+                },
+            }
+        },
+    ),
+]
+COMBINATIONS = ROPE_KINDS + [dict(c, num_layers=1) for c in POSITIONS + GATES] + LAYERS
 
 
 def _model(**overrides):

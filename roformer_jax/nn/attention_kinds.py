@@ -21,7 +21,7 @@ import jax
 from roformer_jax.nn import attention, attention_step
 from roformer_jax.nn.attention_core import PLACEMENTS, KernelOptions, LinearOptions, option_names
 from roformer_jax.nn.feature_maps import FEATURE_MAPS
-from roformer_jax.nn.sections import Section
+from roformer_jax.nn.sections import FrozenDict, Section
 
 
 class AttentionContext(NamedTuple):
@@ -47,6 +47,11 @@ class AttentionContext(NamedTuple):
     update: jax.Array | int | None = None
 
 
+def _no_parameters(section, cfg, layer: int) -> dict:
+    del section, cfg, layer
+    return {}
+
+
 @dataclasses.dataclass(frozen=True)
 class AttentionKind:
     """One attention kind.
@@ -67,6 +72,9 @@ class AttentionKind:
         with.
       section: the `GateSection` subclass of the kind's hyperparameters (the model reads
         its gate), or None: no hyperparameters and no gate.
+      parameters: (section, config, layer) -> {option: (initializer, shape)}: the options
+        that are parameters of `layer` (softmax's sinks), which the model makes and passes
+        to `full` and `step`.
     """
 
     full: Callable[..., jax.Array | tuple[jax.Array, jax.Array]]
@@ -76,6 +84,7 @@ class AttentionKind:
     build_options: Callable[..., dict]
     build_step_options: Callable[..., dict]
     section: type[Section] | None = None
+    parameters: Callable[..., dict] = _no_parameters
 
 
 # The decay gates a model can make (`GateSection.gate`; model.py makes each).
@@ -111,21 +120,84 @@ class GateSection(Section):
             )
 
 
+# The fields of SoftmaxSection that a layer type may set for itself (`by_type`).
+LAYER_FIELDS = ("window", "chunk", "sinks")
+
+
 @dataclasses.dataclass(frozen=True)
 class SoftmaxSection(GateSection):
-    """Softmax attention's hyperparameters, beyond GateSection's.
+    """Softmax attention's hyperparameters, beyond GateSection's; per layer as HF's configs
+    give them (Gemma 3's sliding layers, Llama 4's chunked ones, gpt-oss's sinks).
 
     window: query i sees keys j with |i - j| < window (causal: i - window < j <= i), as
       Mistral's and Gemma's local layers; a decode cache then holds `window` keys. None:
       every key.
+    chunk: query i sees key j only when i // chunk == j // chunk (Llama 4's chunked layers);
+      a decode cache then holds `chunk` keys. None: no chunks.
+    sinks: a learned logit per head joining the softmax's denominator (gpt-oss), a
+      parameter of the layer ("sinks" [N], started at 0).
+    layer_types: one name per layer (HF v5's `layer_types`, e.g. "sliding_attention",
+      "full_attention"), or None: the position section's `layer_types` (RoPE's, which
+      names each layer's rotation by the same names), so a config gives them once. Given in
+      both, they must agree.
+    by_type: {layer type: {field of LAYER_FIELDS: value}}, what a type's layers set for
+      themselves; the others take this section's fields. E.g. {"sliding_attention":
+      {"window": 512}} with layer_types ("sliding_attention", "full_attention").
     """
 
     window: int | None = None
+    chunk: int | None = None
+    sinks: bool = False
+    layer_types: tuple[str, ...] | None = None
+    by_type: FrozenDict | None = None
 
     def __post_init__(self):
         super().__post_init__()
-        if self.window is not None and self.window < 1:
-            raise ValueError(f"window={self.window} must be >= 1 (None: every key)")
+        for name in ("window", "chunk"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name}={value} must be >= 1 (None: every key)")
+        for name, fields in (self.by_type or {}).items():
+            unknown = set(fields) - set(LAYER_FIELDS)
+            if unknown:
+                raise ValueError(
+                    f"by_type[{name!r}] sets {sorted(unknown)}; a layer type sets only "
+                    f"{LAYER_FIELDS}"
+                )
+            try:  # its values, checked as the section's own
+                dataclasses.replace(self, by_type=None, **fields)
+            except ValueError as error:
+                raise ValueError(f"by_type[{name!r}]: {error}") from None
+
+    def types(self, config) -> tuple[str, ...] | None:
+        """Each layer's type: this section's `layer_types`, else the position section's."""
+        if self.layer_types is not None:
+            return self.layer_types
+        return getattr(config.position_section, "layer_types", None)
+
+    def check_model(self, config) -> None:
+        super().check_model(config)
+        where = f"sections.{config.attention}"
+        rope_types = getattr(config.position_section, "layer_types", None)
+        if None not in (self.layer_types, rope_types) and self.layer_types != rope_types:
+            raise ValueError(
+                f"{where}.layer_types={self.layer_types} differs from sections."
+                f"{config.position}.layer_types={rope_types}; give them once"
+            )
+        types = self.types(config)
+        if types is not None and len(types) != config.num_layers:
+            raise ValueError(
+                f"{where}.layer_types has {len(types)} entries for {config.num_layers} layers"
+            )
+        if self.by_type and types is None:
+            raise ValueError(f"{where}.by_type={dict(self.by_type)} needs layer_types")
+
+    def for_layer(self, layer: int, config) -> "SoftmaxSection":
+        """The section as `layer` of a model (`config`, a ModelConfig) reads it: its type's
+        `by_type` entry applied, no types left."""
+        types = self.types(config)
+        fields = {} if types is None else (self.by_type or {}).get(types[layer], {})
+        return dataclasses.replace(self, layer_types=None, by_type=None, **fields)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,7 +270,7 @@ def feature_projection(
 def _softmax_options(
     section: SoftmaxSection, cfg, context: AttentionContext, layer: int, make_rng
 ) -> dict:
-    del layer  # every layer alike
+    section = section.for_layer(layer, cfg)
     dropout = not context.deterministic and cfg.attention_dropout > 0.0
     return dict(
         dropout_rate=cfg.attention_dropout if dropout else 0.0,
@@ -206,17 +278,30 @@ def _softmax_options(
         example_ids=context.example_ids,
         segment_ids=context.segment_ids,
         window=section.window,
+        chunk=section.chunk,
     )
 
 
 def _softmax_step_options(section: SoftmaxSection, cfg, context: AttentionContext, layer) -> dict:
     # The KV cache stores each key's position (for a bias) in `capacity` slots, or in a
-    # ring of `window` slots. It keeps one position per key: N-D positions have no bias.
-    del layer
+    # ring of `window` (or `chunk`) slots. It keeps one position per key: N-D positions have
+    # no bias.
+    section = section.for_layer(layer, cfg)
     positions = context.position_ids
     if cfg.axes is not None:
         positions = positions[..., 0]
-    return dict(positions=positions, capacity=context.decode_length, window=section.window)
+    return dict(
+        positions=positions,
+        capacity=context.decode_length,
+        window=section.window,
+        chunk=section.chunk,
+    )
+
+
+def _softmax_parameters(section: SoftmaxSection, cfg, layer: int) -> dict:
+    if not section.for_layer(layer, cfg).sinks:
+        return {}
+    return {"sinks": (jax.nn.initializers.zeros, (cfg.num_heads,))}
 
 
 def _full_only_options(section, cfg, context: AttentionContext, layer: int, make_rng) -> dict:
@@ -254,12 +339,22 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
         full=attention.softmax_attention,
         step=attention_step.softmax_attention_step,
         options=frozenset(
-            {"bias", "dropout_rate", "dropout_rng", "example_ids", "segment_ids", "window"}
+            {
+                "bias",
+                "dropout_rate",
+                "dropout_rng",
+                "example_ids",
+                "segment_ids",
+                "window",
+                "chunk",
+                "sinks",
+            }
         ),
-        step_options=frozenset({"bias", "positions", "capacity", "window"}),
+        step_options=frozenset({"bias", "positions", "capacity", "window", "chunk", "sinks"}),
         build_options=_softmax_options,
         build_step_options=_softmax_step_options,
         section=SoftmaxSection,
+        parameters=_softmax_parameters,
     ),
     "linear": AttentionKind(
         full=attention.linear_attention,

@@ -158,6 +158,8 @@ class SelfAttention(nn.Module):
         if log_decay is not None:
             where["log_decay"] = log_decay
         kind, section = cfg.kind, cfg.attention_section
+        for name, (init, shape) in kind.parameters(section, cfg, self.layer).items():
+            where[name] = self.param(name, init, shape)  # the layer's own: softmax's sinks [N]
         if context.decode_length is None:
             if encoding.bias is not None:
                 where["bias"] = encoding.bias(*hooked, positions, positions)  # [B|1, N, L, L]
