@@ -84,8 +84,9 @@ GATES = [
     ),
 ]
 # Softmax per layer (attention_kinds.SoftmaxSection.by_type), three layers as Gemma 3's,
-# Llama 4's and gpt-oss's configs give them: a window of 3 (a ring), chunks of 4 with sinks
-# (a ring of 4), every key with sinks.
+# Llama 4's and gpt-oss's configs give them: a window of 3 (a ring) with QK-norm, chunks of
+# 4 with sinks (a ring of 4), every key with sinks and Llama 4's query temperature (from
+# position 1 on: floor_scale 2).
 LAYERS = [
     dict(
         testcase_name="per_layer_softmax",
@@ -96,9 +97,9 @@ LAYERS = [
             "softmax": {
                 "layer_types": ("sliding", "chunked", "full"),
                 "by_type": {
-                    "sliding": {"window": 3},
+                    "sliding": {"window": 3, "qk_norm": True},
                     "chunked": {"chunk": 4, "sinks": True},
-                    "full": {"sinks": True},
+                    "full": {"sinks": True, "attn_scale": 0.5, "floor_scale": 2.0},
                 },
             }
         },

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import jax
 
-from roformer_jax.nn import attention, attention_step
+from roformer_jax.nn import attention, attention_step, qk
 from roformer_jax.nn.attention_core import PLACEMENTS, KernelOptions, LinearOptions, option_names
 from roformer_jax.nn.feature_maps import FEATURE_MAPS
 from roformer_jax.nn.sections import FrozenDict, Section
@@ -52,6 +52,11 @@ def _no_parameters(section, cfg, layer: int) -> dict:
     return {}
 
 
+def _as_they_are(section, cfg, layer: int, q, k, positions, param):
+    del section, cfg, layer, positions, param
+    return q, k
+
+
 @dataclasses.dataclass(frozen=True)
 class AttentionKind:
     """One attention kind.
@@ -75,6 +80,10 @@ class AttentionKind:
       parameters: (section, config, layer) -> {option: (initializer, shape)}: the options
         that are parameters of `layer` (softmax's sinks), which the model makes and passes
         to `full` and `step`.
+      prepare: (section, config, layer, q, k, positions, param) -> (q, k): what `layer`
+        does to q [B, L, N, H] and k [B, L, K, H] before the kind (and before RoPE), at
+        positions int [L] or [B, L]; param(name, init, shape) makes a parameter of the layer
+        (Flax's `param`). Softmax's: QK-norm and the query temperature.
     """
 
     full: Callable[..., jax.Array | tuple[jax.Array, jax.Array]]
@@ -85,6 +94,7 @@ class AttentionKind:
     build_step_options: Callable[..., dict]
     section: type[Section] | None = None
     parameters: Callable[..., dict] = _no_parameters
+    prepare: Callable[..., tuple[jax.Array, jax.Array]] = _as_they_are
 
 
 # The decay gates a model can make (`GateSection.gate`; model.py makes each).
@@ -121,7 +131,7 @@ class GateSection(Section):
 
 
 # The fields of SoftmaxSection that a layer type may set for itself (`by_type`).
-LAYER_FIELDS = ("window", "chunk", "sinks")
+LAYER_FIELDS = ("window", "chunk", "sinks", "qk_norm", "attn_scale", "floor_scale")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +146,12 @@ class SoftmaxSection(GateSection):
       a decode cache then holds `chunk` keys. None: no chunks.
     sinks: a learned logit per head joining the softmax's denominator (gpt-oss), a
       parameter of the layer ("sinks" [N], started at 0).
+    qk_norm: q and k each RMS-normalized over a head's features before RoPE (Qwen3, Gemma 3,
+      Llama 4; `qk.rms_norm`, eps `qk_norm_eps`), times a scale [H] of the layer ("q_norm",
+      "k_norm", started at 1).
+    attn_scale, floor_scale: Llama 4's query temperature in its layers without positions,
+      q times 1 + attn_scale · log(floor((p + 1) / floor_scale) + 1) at position p
+      (`qk.query_temperature`); attn_scale 0: none.
     layer_types: one name per layer (HF v5's `layer_types`, e.g. "sliding_attention",
       "full_attention"), or None: the position section's `layer_types` (RoPE's, which
       names each layer's rotation by the same names), so a config gives them once. Given in
@@ -148,6 +164,10 @@ class SoftmaxSection(GateSection):
     window: int | None = None
     chunk: int | None = None
     sinks: bool = False
+    qk_norm: bool = False
+    qk_norm_eps: float = 1e-6
+    attn_scale: float = 0.0
+    floor_scale: float = 8192.0
     layer_types: tuple[str, ...] | None = None
     by_type: FrozenDict | None = None
 
@@ -157,6 +177,9 @@ class SoftmaxSection(GateSection):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name}={value} must be >= 1 (None: every key)")
+        for name in ("qk_norm_eps", "floor_scale"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be positive")
         for name, fields in (self.by_type or {}).items():
             unknown = set(fields) - set(LAYER_FIELDS)
             if unknown:
@@ -327,6 +350,24 @@ def _linear_options(section: LinearSection, cfg, context, layer: int, make_rng) 
     }
 
 
+def _softmax_prepare(section: SoftmaxSection, cfg, layer: int, q, k, positions, param):
+    section = section.for_layer(layer, cfg)
+    if section.qk_norm:
+        ones = jax.nn.initializers.ones
+        q, k = (
+            qk.rms_norm(x, param(name, ones, (cfg.head_dim,)), eps=section.qk_norm_eps)
+            for x, name in ((q, "q_norm"), (k, "k_norm"))
+        )
+    if section.attn_scale:
+        if cfg.axes is not None:
+            positions = positions[..., 0]
+        scale = qk.query_temperature(
+            positions, attn_scale=section.attn_scale, floor_scale=section.floor_scale
+        )
+        q = q * scale[..., None, None].astype(q.dtype)  # [B or 1, L, 1, 1]
+    return q, k
+
+
 def _no_options(section, cfg, context: AttentionContext, layer: int) -> dict:
     del section, cfg, context, layer  # eps and chunk_size keep their defaults
     return {}
@@ -355,6 +396,7 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
         build_step_options=_softmax_step_options,
         section=SoftmaxSection,
         parameters=_softmax_parameters,
+        prepare=_softmax_prepare,
     ),
     "linear": AttentionKind(
         full=attention.linear_attention,

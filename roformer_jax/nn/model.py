@@ -144,6 +144,8 @@ class SelfAttention(nn.Module):
             )  # [B, L, K, H]
             for name in ("key", "value")
         )
+        kind, section = cfg.kind, cfg.attention_section
+        q, k = kind.prepare(section, cfg, self.layer, q, k, context.position_ids, self.param)
         encoding, where = cfg.encoding, {}  # what the position encoding does in attention
         hooked = (cfg.position_section, cfg)  # what every hook of the encoding takes first
         positions = context.position_ids
@@ -157,7 +159,6 @@ class SelfAttention(nn.Module):
         log_decay = gates.log_gates(cfg, x)  # [B, L, N], or None: no decay gate
         if log_decay is not None:
             where["log_decay"] = log_decay
-        kind, section = cfg.kind, cfg.attention_section
         for name, (init, shape) in kind.parameters(section, cfg, self.layer).items():
             where[name] = self.param(name, init, shape)  # the layer's own: softmax's sinks [N]
         if context.decode_length is None:
