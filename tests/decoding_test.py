@@ -62,7 +62,7 @@ POSITIONS = [
         sections={"rope": {"scaling": DYNAMIC}},
     ),
 ]
-# Decay gates (attention_kinds.GateSection): FoX without positions and with RoPE (and two
+# Decay gates (attention_sections.GateSection): FoX without positions and with RoPE (and two
 # key/value heads, a cache of K keys but N gates), retention (a fixed gate, RoPE in eq. 19's
 # numerator), cosine with a learned gate.
 GATES = [
@@ -83,7 +83,7 @@ GATES = [
         testcase_name="gated_cosine", attention="cosine", sections={"cosine": {"gate": "learned"}}
     ),
 ]
-# Softmax per layer (attention_kinds.SoftmaxSection.by_type), three layers as Gemma 3's,
+# Softmax per layer (attention_sections.SoftmaxSection.by_type), three layers as Gemma 3's,
 # Llama 4's and gpt-oss's configs give them: a window of 3 (a ring) with QK-norm, chunks of
 # 4 with sinks (a ring of 4), every key with sinks and Llama 4's query temperature (from
 # position 1 on: floor_scale 2).

@@ -1,4 +1,4 @@
-"""Tests for roformer_jax/nn/gates.py: the decay gates of attention_kinds.GateSection in the
+"""Tests for roformer_jax/nn/gates.py: the decay gates of attention_sections.GateSection in the
 model (FoX's forget and output gates, RetNet's fixed decay), with every kind and position."""
 
 import dataclasses
@@ -10,7 +10,7 @@ import numpy as np
 from absl.testing import absltest, parameterized
 from model_cases import V, _config, _count, _init, _inputs
 
-from roformer_jax.nn import attention_kinds, gates
+from roformer_jax.nn import attention_sections, gates
 from roformer_jax.nn import model as model_lib
 
 # Each gate with each kind, and with positions or without (FoX without positions, FoX +
@@ -29,7 +29,7 @@ def _gated(position, attention, gate, **section):
 
 
 class GateTest(parameterized.TestCase):
-    """The decay gates of attention_kinds.GateSection in the model."""
+    """The decay gates of attention_sections.GateSection in the model."""
 
     @parameterized.named_parameters(*GATED)
     def test_causal_and_gated(self, **gate):
@@ -60,7 +60,7 @@ class GateTest(parameterized.TestCase):
             self.assertEqual(_count(_init(config)[1]) - base, extra, (gate, output_gate))
 
     def test_every_gate_is_made(self):
-        self.assertEqual(set(gates.GATE_MAKERS), set(attention_kinds.GATES) - {"none"})
+        self.assertEqual(set(gates.GATE_MAKERS), set(attention_sections.GATES) - {"none"})
 
     def test_a_gate_needs_a_causal_model(self):
         with self.assertRaisesRegex(ValueError, r"sections.softmax.gate='learned' .* causal"):

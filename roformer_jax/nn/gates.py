@@ -1,10 +1,10 @@
-"""The decay gates of a layer, made from its input: what `attention_kinds.GateSection` names.
+"""The decay gates of a layer, made from its input: what `attention_sections.GateSection` names.
 
 `log_gates` gives the [B, L, N] log gates that every attention kind takes as `log_decay`
 (attention.py: the term of key j at query i weighted by exp(Σ_{t=j+1..i} log_decay[t])), and
 `output_gate` FoX's gate on the attention output. Both run inside the attention module, so the
 projections they create are its parameters ("forget_gate", "output_gate"). A new gate is one
-function and one entry of GATE_MAKERS (and its name in attention_kinds.GATES).
+function and one entry of GATE_MAKERS (and its name in attention_sections.GATES).
 """
 
 import flax.linen as nn
@@ -37,7 +37,7 @@ def _forget_gate(cfg: ModelConfig, x):
     return jax.nn.log_sigmoid(logits.astype(jnp.float32))
 
 
-# How each decay gate of attention_kinds.GATES but "none" makes its log gates from x.
+# How each decay gate of attention_sections.GATES but "none" makes its log gates from x.
 GATE_MAKERS = {"fixed": _retention_gate, "learned": _forget_gate}
 
 
