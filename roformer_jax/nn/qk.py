@@ -23,8 +23,9 @@ def query_temperature(positions, *, attn_scale: float, floor_scale: float):
     """Llama 4's temperature of a query at position p, for long contexts without positions:
     1 + attn_scale · log(floor((p + 1) / floor_scale) + 1).
 
-    positions int [L] or [B, L] -> float32 [L] or [B, L]: 1 for p + 1 < floor_scale, then
-    growing with log p, so attention does not flatten as the keys grow in number.
+    positions int [L] or [B, L] -> float [L] or [B, L] (JAX's default float: float64 when
+    x64 is on): 1 for p + 1 < floor_scale, then growing with log p, so attention does not
+    flatten as the keys grow in number.
     """
-    steps = jnp.floor((jnp.asarray(positions, jnp.float32) + 1.0) / floor_scale)
+    steps = jnp.floor((jnp.asarray(positions) + 1.0) / floor_scale)
     return 1.0 + attn_scale * jnp.log1p(steps)
