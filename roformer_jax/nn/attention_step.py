@@ -123,30 +123,52 @@ def softmax_attention_step(
     if log_decay is not None:
         gates = jnp.cumsum(decay.heads_last(log_decay, compute_dtype(q)), axis=-1)
     query_index = cache.length + jnp.arange(t)  # [T], the new tokens' indices in the row
-    if span is None:
-        cache = _write(cache, k, v, positions, new_mask, ring=False, gates=gates)
-        key_index = jnp.arange(cache.keys.shape[2])  # token t in slot t
-        keys, values, key_positions = heads(cache.keys), heads(cache.values), cache.positions
-        valid, key_decay = cache.valid, cache.decay
-    else:
-        # The new queries see the ring as it was and the new keys: written first, a new key
-        # would overwrite one that an earlier new query still sees.
-        key_index = jnp.concatenate([_ring_index(cache), query_index])  # [S + T]
-        keys = jnp.concatenate([heads(cache.keys), k.astype(cache.keys.dtype)], axis=1)
-        values = jnp.concatenate([heads(cache.values), v.astype(cache.values.dtype)], axis=1)
-        key_positions = jnp.concatenate([cache.positions, positions], axis=1)
-        valid = jnp.concatenate([cache.valid, new_mask], axis=1)
-        key_decay = None if gates is None else jnp.concatenate([cache.decay, -gates], -1)
-        cache = _write(cache, k, v, positions, new_mask, ring=True, gates=gates)
-    seen = masks.sees(query_index, key_index, causal=True, window=window, chunk=chunk)
-    visible = valid[:, None, None, :] & seen[None, None]  # [B, 1, T, S or S + T]
+    cache, seen = _keys_seen(cache, k, v, positions, new_mask, ring=span is not None, gates=gates)
+    by_index = masks.sees(query_index, seen.index, causal=True, window=window, chunk=chunk)
+    visible = seen.valid[:, None, None, :] & by_index[None, None]  # [B, 1, T, S']
     if bias is not None:
-        bias = bias(positions, key_positions)
+        bias = bias(positions, seen.positions)
     if gates is not None:
-        weights = key_decay[:, :, None, :] + gates[..., :, None]  # log, [B, N, T, S']
+        weights = seen.decay[:, :, None, :] + gates[..., :, None]  # log, [B, N, T, S']
         bias = weights if bias is None else bias + weights
         cache = cache._replace(decay=cache.decay + gates[..., -1:])
-    return softmax_over_visible(q, keys, values, visible, bias, sinks=sinks), cache
+    return softmax_over_visible(q, seen.keys, seen.values, visible, bias, sinks=sinks), cache
+
+
+class _Seen(NamedTuple):
+    """The S' keys that new queries may see: [B, S', K, H] keys and values, their positions
+    int [B, S'], valid bool [B, S'], index int [S'] (each one's token in the row) and decay
+    [B, N, S'] (or None)."""
+
+    keys: jax.Array
+    values: jax.Array
+    positions: jax.Array
+    valid: jax.Array
+    index: jax.Array
+    decay: jax.Array | None
+
+
+def _keys_seen(cache: KVCache, k, v, positions, mask, *, ring: bool, gates):
+    """(the cache with T new tokens written, the keys their queries may see, `_Seen`).
+
+    Without a ring: the cache after the write, token t in slot t. With one, the ring as it
+    was and then the new keys: written first, a new key would overwrite one that an earlier
+    new query still sees.
+    """
+    if not ring:
+        cache = _write(cache, k, v, positions, mask, ring=False, gates=gates)
+        index = jnp.arange(cache.keys.shape[2])
+        seen = (heads(cache.keys), heads(cache.values), cache.positions, cache.valid, index)
+        return cache, _Seen(*seen, cache.decay)
+    seen = _Seen(
+        keys=jnp.concatenate([heads(cache.keys), k.astype(cache.keys.dtype)], axis=1),
+        values=jnp.concatenate([heads(cache.values), v.astype(cache.values.dtype)], axis=1),
+        positions=jnp.concatenate([cache.positions, positions], axis=1),
+        valid=jnp.concatenate([cache.valid, mask], axis=1),
+        index=jnp.concatenate([_ring_index(cache), cache.length + jnp.arange(k.shape[1])]),
+        decay=None if gates is None else jnp.concatenate([cache.decay, -gates], -1),
+    )
+    return _write(cache, k, v, positions, mask, ring=True, gates=gates), seen
 
 
 def _ring_index(cache: KVCache):
