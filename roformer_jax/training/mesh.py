@@ -203,18 +203,17 @@ def devices_for(mesh: MeshConfig) -> Devices | MeshDevices:
 
 
 class MeshDevices:
-    """One `jit` over a Mesh of all hosts' devices; runtime.Devices' interface (see there),
-    with global arrays in place of pmap's leading device axis."""
+    """One `jit` over a Mesh of all hosts' devices; runtime.Devices' interface (see there)
+    but `unshard` (fine-tuning's, which runs on runtime.Devices), with global arrays in place
+    of pmap's leading device axis."""
 
     axis = None  # no named axis: the step's sums are global sums under jit
-    parallel = True
 
     def __init__(self, config: MeshConfig):
         self.sizes = config.sizes(jax.device_count())
         self.mesh = jax.make_mesh(
             tuple(self.sizes.values()), AXES, axis_types=(jax.sharding.AxisType.Auto,) * 4
         )
-        self.local = jax.local_devices()
         self.process_index, self.process_count = jax.process_index(), jax.process_count()
 
     def check_model(self, model) -> None:
@@ -259,9 +258,6 @@ class MeshDevices:
 
     def first(self, tree):
         """Host numpy copies of the global values (gathered from every host)."""
-        return jax.tree.map(_host, tree)
-
-    def unshard(self, tree):
         return jax.tree.map(_host, tree)
 
 
