@@ -136,6 +136,7 @@ KINDS = {
     "vit_table": page_vit.vit_table,
     "vit_paired_table": page_vit.vit_paired_table,
     "vit_verdict": page_vit.vit_verdict,
+    "vit_multiplicity": page_vit.vit_multiplicity,
 }
 INLINE = {
     "stale",
@@ -152,6 +153,7 @@ INLINE = {
     "long_doc_bow",
     "extremes",
     "vit_verdict",
+    "vit_multiplicity",
 }
 _USES_PAGE = {
     "stale",
