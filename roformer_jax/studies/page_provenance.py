@@ -7,11 +7,12 @@ study.json's) differs from HEAD in roformer_jax/ or configs/ and counts the file
 no such file changed (a kind of its own: "the code is as at X" read like no mark at all), or
 says "commit unknown" without git or the commit; a ViT study (`vit_stale`) reads its one
 commit from vit_study's record. Every study the page introduces with a header says one of
-these or what a rerun gave (`reproduced`): `unmarked` names those that do not. results_page.differences blanks those marks on both sides
-before comparing: the check asks whether the page's numbers are what the raw files give,
-which a commit to the code does not change; a check that failed on every such commit could
-only be fixed by rerunning the studies, and would teach everyone to ignore it. Writing the
-page refreshes the marks.
+these or what a rerun gave (`reproduced`): `unmarked` names those that do not.
+
+results_page.differences blanks the stale marks on both sides before comparing: the check
+asks whether the page's numbers are what the raw files give, which a commit to the code does
+not change; a check that failed on every such commit could only be fixed by rerunning the
+studies, and would teach everyone to ignore it. Writing the page refreshes the marks.
 """
 
 from __future__ import annotations
