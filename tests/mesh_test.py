@@ -104,6 +104,8 @@ class RulesTest(parameterized.TestCase):
             if a == "softmax" or p != "alibi"  # a bias needs the scores
         ),
         dict(embedding_size=32, pre_ln=True, num_kv_heads=2),
+        dict(causal=True, sections={"softmax": {"gate": "learned", "output_gate": True}}),
+        dict(position="rope_learned", sections={"rope_learned": {"per_head": True}}),
     )
     def test_every_parameter_of_every_kind_has_logical_axes(self, **fields):
         specs = mesh_lib.parameter_specs(_param_shapes(**fields), _SIZES)

@@ -55,7 +55,11 @@ PARAMETER_AXES = (
     (r".*pair_head/bias", (None,)),
     (r".*(attention/output|layer_\d+/output|mlm_head/dense|embeddings_project)/bias", ("embed",)),
     (r".*(LayerNorm|_norm)/(scale|bias)", (None,)),  # a few numbers: gathering costs more
-    (r".*rope_frequencies/frequencies", (None, None)),
+    (r".*rope_frequencies/frequencies", (None, None)),  # [A, P]
+    (r".*rope_frequencies/frequencies", (None, None, None)),  # per head: [N, A, P]
+    (r".*attention/forget_gate/kernel", ("embed", None)),  # [D, N]: a few numbers a head
+    (r".*attention/forget_gate/bias", (None,)),
+    (r".*attention/output_gate/kernel", ("embed", "embed")),  # [D, D]
 )
 
 # (logical axis, the mesh axes it may take), in priority order: each parameter's dimensions
