@@ -98,7 +98,7 @@ def _param_shapes(**fields):
 class RulesTest(parameterized.TestCase):
     @parameterized.parameters(
         *(
-            dict(attention=a, position=p)
+            dict(attention=a, position=p, causal=True)  # causal: what every encoding takes
             for a in ATTENTION_KINDS
             for p in ENCODINGS
             if a == "softmax" or p != "alibi"  # a bias needs the scores

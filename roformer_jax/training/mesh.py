@@ -60,6 +60,8 @@ PARAMETER_AXES = (
     (r".*attention/forget_gate/kernel", ("embed", None)),  # [D, N]: a few numbers a head
     (r".*attention/forget_gate/bias", (None,)),
     (r".*attention/output_gate/kernel", ("embed", "embed")),  # [D, D]
+    (r".*position_gate/kernel", ("embed", None)),  # [D, K]: learned positions' increments
+    (r".*position_gate/bias", (None,)),
 )
 
 # (logical axis, the mesh axes it may take), in priority order: each parameter's dimensions
