@@ -1,6 +1,7 @@
 """Tests for roformer_jax/training/checkpoints.py."""
 
 import asyncio
+import dataclasses
 import glob
 import os
 import sys
@@ -13,6 +14,7 @@ import orbax.checkpoint as ocp
 import tiny
 from absl.testing import absltest, parameterized
 
+from roformer_jax.nn.model import RoFormer
 from roformer_jax.training.checkpoints import Checkpoints
 
 MODEL = {"hidden_size": 64, "position": "rope", "valid": [1, 2]}
@@ -60,6 +62,25 @@ class CheckpointsTest(parameterized.TestCase):
         checkpoints.close()
         np.testing.assert_array_equal(state["params"]["kernel"], np.full((2, 3), 3.0))
         self.assertEqual((int(state["step"]), meta["window"]), (3, 3))
+
+    def test_a_gated_model_with_learned_positions_is_restored(self):
+        # FoX's gates and learned positions: parameters of #55 that the model makes in attention.
+        config = tiny.model_config(
+            causal=True,
+            position="rope_learned_positions",
+            sections={"softmax": {"gate": "learned", "output_gate": True}},
+        )
+        params = RoFormer(config).init(jax.random.key(0), np.zeros((1, 4), np.int32))["params"]
+        attention = params["encoder"]["layer_0"]["attention"]
+        self.assertLessEqual({"forget_gate", "output_gate", "position_gate"}, set(attention))
+        state = {"step": np.int32(1), "params": jax.tree.map(np.asarray, params)}
+        checkpoints = Checkpoints(self.directory, keep=1)
+        checkpoints.save(1, state, {"config": {"model": dataclasses.asdict(config)}})
+        checkpoints.close()
+        checkpoints = Checkpoints(self.directory, keep=1)
+        restored, _ = checkpoints.restore(jax.eval_shape(lambda: state), config)
+        checkpoints.close()
+        jax.tree.map(np.testing.assert_array_equal, restored, state)
 
     def test_restores_a_chosen_step(self):
         self._save(keep=3, steps=(1, 2, 3))

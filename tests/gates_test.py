@@ -2,15 +2,18 @@
 model (FoX's forget and output gates, RetNet's fixed decay), with every kind and position."""
 
 import dataclasses
+from unittest import mock
 
 import chex
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
+from jax.test_util import check_grads
 from model_cases import V, _config, _count, _init, _inputs
 
-from roformer_jax.nn import attention_sections, gates
+from roformer_jax.nn import attention, attention_sections, gates, model_config
 from roformer_jax.nn import model as model_lib
 
 # Each gate with each kind, and with positions or without (FoX without positions, FoX +
@@ -84,6 +87,30 @@ class GateTest(parameterized.TestCase):
         for g in jax.tree.leaves(grads["encoder"]["layer_0"]["attention"]["forget_gate"]):
             self.assertTrue(bool(jnp.all(jnp.isfinite(g))))
             self.assertGreater(float(jnp.max(jnp.abs(g))), 0.0)
+
+    def test_float64_gradients_through_the_forget_gate(self):
+        # The config's dtypes are float32 and bfloat16; float64 here reaches gates.py's own
+        # projection, so that check_grads' finite differences are exact enough.
+        config = _gated("none", "softmax", "learned")
+
+        class Gate(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                return gates.log_gates(config, x)  # [B, L, N]
+
+        def gated_attention(params, x, q, k, v):
+            log_decay = Gate().apply({"params": params}, x)
+            chex.assert_type(log_decay, jnp.float64)
+            return attention.softmax_attention(q, k, v, causal=True, log_decay=log_decay)
+
+        rng = np.random.default_rng(0)
+        b, length, n, h = 2, 5, config.num_heads, config.head_dim
+        with jax.enable_x64(True), mock.patch.dict(model_config.DTYPES, float32=jnp.float64):
+            x = jnp.asarray(rng.normal(size=(b, length, config.hidden_size)))
+            params = Gate().init(jax.random.key(0), x)["params"]
+            params = jax.tree.map(lambda p: jnp.asarray(rng.normal(0, 0.3, p.shape)), params)
+            q, k, v = (jnp.asarray(rng.normal(size=(b, length, n, h))) for _ in range(3))
+            check_grads(gated_attention, (params, x, q, k, v), order=1, modes=("fwd", "rev"))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Tests for roformer_jax/studies/page_provenance.py, through the page's markers: the header of a
-study (commits, uncommitted changes, the kind of core), its stale mark, and the table of wall
-times."""
+study (commits, uncommitted changes, the kind of core), its stale mark (a ViT study's too), that
+every study on the page has a stale or a reproduced line, and the table of wall times."""
 
 import json
 import os
@@ -8,9 +8,9 @@ import shutil
 
 import tiny
 from absl.testing import absltest, parameterized
-from page_cases import _RAW, _read
+from page_cases import _PAGE, _RAW, _read
 
-from roformer_jax.studies import results_page, study_record
+from roformer_jax.studies import page_provenance, results_page, study_record
 
 
 class PageProvenanceTest(parameterized.TestCase):
@@ -21,7 +21,11 @@ class PageProvenanceTest(parameterized.TestCase):
             "**Stale:** 2 files of roformer_jax/ and configs/ changed since 9acdbbe "
             "(`git diff --stat 9acdbbe HEAD -- roformer_jax configs`).",
         ),
-        ("unchanged", [], "The code is as at 9acdbbe."),
+        (
+            "unchanged",
+            [],
+            "**Current:** trained at 9acdbbe; no file of roformer_jax/ or configs/ changed since.",
+        ),
         ("unknown", None, "(commit unknown: cannot tell whether the code changed since)"),
     )
     def test_stale_mark_follows_the_commit_map(self, changed, expected):
@@ -30,6 +34,29 @@ class PageProvenanceTest(parameterized.TestCase):
         page = results_page.render(text, _RAW, changed=commits.get)
         self.assertEqual(page, text.replace("old", expected))
         self.assertEqual(results_page.differences(text, page), "")  # HEAD moving is no failure
+
+    def test_a_vit_study_is_stale_from_its_record_commit(self):
+        text = '<!-- generated: raw vit_stale("vit") -->old<!-- end generated -->'
+        commits = {"76dffe3": ["roformer_jax/nn/vit.py"]}
+        page = results_page.render(text, _RAW, changed=lambda commit: commits.get(commit[:7]))
+        self.assertIn(
+            "**Stale:** 1 files of roformer_jax/ and configs/ changed since 76dffe3", page
+        )
+        self.assertEqual(results_page.differences(text, page), "")  # a stale mark, left out
+
+    def test_every_study_on_the_page_says_stale_current_or_reproduced(self):
+        page = _read(_PAGE)
+        self.assertEqual(page_provenance.unmarked(results_page.blocks(page)), [])
+        # Take the lines away from two studies, a trainer's and a ViT's: both are named.
+        for marker in (
+            '<!-- generated: raw vit_stale("vit_zoom") -->',
+            "<!-- generated: causal_wikitext2 stale() -->",
+            "<!-- generated: causal_wikitext2 reproduced() -->",
+        ):
+            page = page.replace(marker, "<!-- generated: raw wall_time_table() -->")
+        self.assertEqual(
+            page_provenance.unmarked(results_page.blocks(page)), ["causal_wikitext2", "vit_zoom"]
+        )
 
     def test_a_study_trained_at_two_commits_names_both_and_is_stale_from_the_older(self):
         # One multi-length run trained at 724d487, the other five at 39eb4e9, which study.json

@@ -18,6 +18,8 @@ from roformer_jax.nn.sections import Section
 
 B, L, V = 2, 8, 64
 RELATIVE = ("rope", "alibi")  # scores depend on m - n only
+# Positions summed from the input (learned_positions_test.py): a causal model's, ids unread.
+LEARNED = "rope_learned_positions"
 
 
 def _model(position, seed=0, **overrides):
@@ -26,8 +28,8 @@ def _model(position, seed=0, **overrides):
         max_len=16,
         position=position,
         hidden_dropout=0.0,
-        initializer_range=0.2,
-        **overrides,  # 10x BERT's: attention far from uniform
+        initializer_range=0.2,  # 10x BERT's: attention far from uniform
+        **{"causal": position == LEARNED, **overrides},
     )
     model = model_lib.RoFormer(config)
     return model, model.init(jax.random.key(seed), jnp.zeros((1, L), jnp.int32))
@@ -95,7 +97,7 @@ class TableTest(parameterized.TestCase):
         shifted = model.apply(variables, ids, position_ids=jnp.arange(L) + 1000)
         chex.assert_trees_all_close(shifted, base, atol=2e-5)
 
-    @parameterized.parameters(*(p for p in positions.ENCODINGS if p != "none"))
+    @parameterized.parameters(*(p for p in positions.ENCODINGS if p not in ("none", LEARNED)))
     def test_the_positions_matter(self, name):
         # Spread out, not reversed: ALiBi's |m - n| cannot tell a sequence from its mirror.
         model, variables = _model(name)
@@ -106,7 +108,7 @@ class TableTest(parameterized.TestCase):
 
     def test_max_length(self):
         for name, encoding in positions.ENCODINGS.items():
-            config = tiny.model_config(position=name, max_len=16)
+            config = tiny.model_config(position=name, max_len=16, causal=name == LEARNED)
             want = 16 if name in ("learned", "learned_sinusoid") else None
             self.assertEqual(config.max_length, want, name)
             self.assertEqual(encoding.max_length(config.position_section, config), want)
@@ -280,7 +282,7 @@ class StrideSection(Section):
             raise ValueError(f"stride={self.stride} must be >= 1")
 
 
-def _strided(section, config, position_ids, seq_len, layer):
+def _strided(section, config, position_ids, seq_len, layer, x, segment_ids):
     return rope.rope_rotation(section.stride * position_ids)
 
 

@@ -14,6 +14,7 @@ from scipy.special import log_softmax
 
 from roformer_jax.data import masking
 from roformer_jax.nn.model import RoFormer
+from roformer_jax.nn.sections import freeze
 from roformer_jax.training import optim
 from roformer_jax.training.step import (
     TrainState,
@@ -149,6 +150,30 @@ class NextTokenLossTest(absltest.TestCase):
         np.testing.assert_allclose(metrics["loss"] / metrics["count"], np.mean(xent), rtol=1e-5)
         sums = jax.jit(make_eval_step(model))(state.params, batch)
         np.testing.assert_allclose(sums["loss"] / sums["count"], np.mean(xent), rtol=1e-5)
+
+
+class GatedStepTest(parameterized.TestCase):
+    """One train step of a causal model with #55's parameters: FoX's gates, learned positions."""
+
+    @parameterized.named_parameters(
+        (
+            "fox",
+            dict(sections=freeze({"softmax": {"gate": "learned", "output_gate": True}})),
+            ("forget_gate", "output_gate"),
+        ),
+        ("learned_positions", dict(position="rope_learned_positions"), ("position_gate",)),
+    )
+    def test_a_step_trains_the_new_parameters(self, model, trained):
+        _, _, state, batch = _setup(dropout=0.0, objective="clm", **model)
+        step = _train_step(0.0, objective="clm", **model)
+        new, metrics = step(state, batch, jax.random.key(1))
+        self.assertTrue(np.isfinite(float(metrics["loss"])))
+        new, _ = step(new, batch, jax.random.key(2))  # the first update's rate is warmup's 0
+        self.assertEqual(int(new.step), 2)
+        before, after = (s.params["encoder"]["layer_0"]["attention"] for s in (state, new))
+        for name in trained:
+            for old, now in zip(jax.tree.leaves(before[name]), jax.tree.leaves(after[name])):
+                self.assertGreater(float(jnp.max(jnp.abs(now - old))), 0.0, name)
 
 
 class TrainingMetricsTest(parameterized.TestCase):

@@ -139,6 +139,8 @@ class TablesTest(absltest.TestCase):
         self.assertIn("1 of those 2 stays apart from 0: far (p = 0.0033, Holm 0.01)", text)
         self.assertIn("1 does not: edge (p = 0.032, Holm 0.063).", text)
         self.assertIn("none is apart from 0 either", tables.holm_text({"near": family["near"]}, ""))
+        self.assertEqual(tables.holm_kept(family), ["far"])  # the labels the text keeps
+        self.assertEqual(tables.holm_kept({"near": family["near"]}), [])
 
 
 if __name__ == "__main__":

@@ -31,10 +31,11 @@ def _retention_gate(cfg: ModelConfig, x):
 
 
 def _forget_gate(cfg: ModelConfig, x):
-    """FoX's log forget gates log σ(w_n·x_t + b_n) of x [B, L, D]: [B, L, N] float32, from the
-    projection "forget_gate" (D -> N, with a bias)."""
+    """FoX's log forget gates log σ(w_n·x_t + b_n) of x [B, L, D]: [B, L, N] in at least
+    float32 (float64 for a float64 projection: its gradients checked), from the projection
+    "forget_gate" (D -> N, with a bias)."""
     logits = _dense(cfg, cfg.num_heads, "forget_gate")(x)
-    return jax.nn.log_sigmoid(logits.astype(jnp.float32))
+    return jax.nn.log_sigmoid(logits.astype(jnp.promote_types(logits.dtype, jnp.float32)))
 
 
 # How each decay gate of attention_sections.GATES but "none" makes its log gates from x.

@@ -150,7 +150,7 @@ class SelfAttention(nn.Module):
         hooked = (cfg.position_section, cfg)  # what every hook of the encoding takes first
         positions = context.position_ids
         rotation = encoding.rotation and encoding.rotation(
-            *hooked, positions, context.decode_length, self.layer
+            *hooked, positions, context.decode_length, self.layer, x, context.segment_ids
         )  # None in a layer without positions
         if rotation is not None:
             where["rotation"] = rotation

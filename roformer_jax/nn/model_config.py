@@ -8,7 +8,6 @@ sections (`FLAT_FIELDS`).
 """
 
 import dataclasses
-import difflib
 import functools
 import json
 from collections.abc import Callable, Mapping
@@ -19,7 +18,7 @@ import jax.numpy as jnp
 from roformer_jax.nn import rope_scaling as scalings
 from roformer_jax.nn.attention_kinds import ATTENTION_KINDS, AttentionKind
 from roformer_jax.nn.positions import ENCODINGS, PositionEncoding
-from roformer_jax.nn.sections import FrozenDict, Section
+from roformer_jax.nn.sections import FrozenDict, Section, check_keys
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -287,10 +286,5 @@ def nested_model_dict(values: Mapping) -> dict:
 def model_config_from_dict(values: Mapping) -> ModelConfig:
     """A ModelConfig from a dict (a config file's, or a saved run's in either layout)."""
     values = nested_model_dict(values)
-    fields = [f.name for f in dataclasses.fields(ModelConfig)]
-    for key in values:
-        if key not in fields:
-            near = difflib.get_close_matches(key, fields, n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else f"; fields are {sorted(fields)}"
-            raise ValueError(f"unknown key model.{key}{hint}")
+    check_keys(ModelConfig, values, "model")
     return ModelConfig(**values)

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from roformer_jax.nn import rope, rope_nd, rope_phase, rope_scaling
+from roformer_jax.nn import learned_positions, rope, rope_nd, rope_phase, rope_scaling
 from roformer_jax.nn.sections import FrozenDict, Section
 
 Hook = Callable[..., Any]  # (section, config, ...) -> what the hook gives, as below
@@ -51,12 +51,12 @@ class PositionEncoding:
       section: the `Section` subclass of the encoding's hyperparameters, or None.
       embed: (..., position_ids, dtype) -> [(B,) L, E], added to the token embeddings. Runs
         inside the embedding module, so it may create Flax parameters (a learned table).
-      rotation: (..., position_ids, seq_len, layer) -> `rope.Rotation` applied to q and k
-        in that layer, or None for a layer without positions (`RopeSection.layer_rope`).
-        seq_len is the length of the whole sequence: the L rotated, or when decoding the
-        cache's capacity, so that each step rotates as the whole sequence would be rotated
-        (scalings that choose frequencies by the length, xPos's centre). Runs inside the
-        attention module, so it may create Flax parameters (learned frequencies).
+      rotation: (..., position_ids, seq_len, layer, x, segment_ids) -> `rope.Rotation` of q
+        and k in that layer, or None for a layer without positions (`RopeSection.layer_rope`).
+        seq_len: None in a full pass, or when decoding the cache's capacity, so that each step
+        rotates as the whole sequence would (scalings by the length, xPos's centre). x [B, L, D]
+        (the layer's input) and segment_ids int [B, L] or None: for positions learned from x.
+        Runs inside the attention module: it may create parameters and "cache" variables.
       bias: (..., q_positions, k_positions) -> [B or 1, N, L, M] added to softmax scores.
         Attention kinds that never form the scores (linear, cosine) cannot take it.
       max_length: (...) -> the longest sequence it supports, or None for any length.
@@ -207,7 +207,7 @@ def _table_rows(section, config):
 # ---------------------------------------------------------------- relative: q and k rotated
 
 
-def _rope(section: RopeSection, config, position_ids, seq_len, layer):
+def _rope(section: RopeSection, config, position_ids, seq_len, layer, x, segment_ids):
     layer_rope = section.layer_rope(layer, config)
     if layer_rope is None:
         return None
@@ -220,7 +220,7 @@ def _rope(section: RopeSection, config, position_ids, seq_len, layer):
     )
 
 
-def _xpos(section: XposSection, config, position_ids, seq_len, layer):
+def _xpos(section: XposSection, config, position_ids, seq_len, layer, x, segment_ids):
     layer_rope = section.layer_rope(layer, config)
     if layer_rope is None:
         return None
@@ -284,7 +284,7 @@ def _nd_rotation(position_ids, freqs):
     return rope.Rotation(q=rotate, k=rotate)
 
 
-def _rope_nd(section: AxesSection, config, position_ids, seq_len, layer):
+def _rope_nd(section: AxesSection, config, position_ids, seq_len, layer, x, segment_ids):
     freqs = nd_frequencies(section, config, layer)
     return None if freqs is None else _nd_rotation(position_ids, freqs)
 
@@ -299,7 +299,9 @@ class LearnedFrequencies(nn.Module):
         return self.param("frequencies", lambda rng: jnp.asarray(self.init, jnp.float32))
 
 
-def _rope_learned(section: LearnedFrequencySection, config, position_ids, seq_len, layer):
+def _rope_learned(
+    section: LearnedFrequencySection, config, position_ids, seq_len, layer, x, segment_ids
+):
     """Learned frequencies (rotary-embedding-torch's `learned_freq`; with per_head, RoPE-Mixed
     of Heo et al. 2024, eq. 11), each layer its own, initialised to `nd_frequencies`: RoPE's
     for A = 1, RoPE-Axial's for more axes."""
@@ -394,6 +396,9 @@ ENCODINGS: dict[str, PositionEncoding] = {
     ),
     "rope_learned": PositionEncoding(
         section=LearnedFrequencySection, rotation=_rope_learned, check=_nd_check, axes=_axes
+    ),
+    "rope_learned_positions": PositionEncoding(
+        section=learned_positions.LearnedPositionSection, rotation=learned_positions.rotation
     ),
     "alibi": PositionEncoding(bias=_alibi),
     "none": PositionEncoding(),

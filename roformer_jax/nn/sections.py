@@ -72,12 +72,7 @@ class Section:
             return cls()
         if not isinstance(value, Mapping):
             raise ValueError(f"{where} = {value!r} is not a mapping of {cls.__name__}'s fields")
-        fields = [f.name for f in dataclasses.fields(cls)]
-        for key in value:
-            if key not in fields:
-                near = difflib.get_close_matches(key, fields, n=1)
-                hint = f"; did you mean {near[0]!r}?" if near else f"; fields are {fields}"
-                raise ValueError(f"unknown key {where}.{key}{hint}")
+        check_keys(cls, value, where)
         try:
             return cls(**value)
         except ValueError as error:  # which section, for a config of many
@@ -96,6 +91,17 @@ class Section:
             for f in dataclasses.fields(self)
             if getattr(self, f.name) != getattr(default, f.name)
         }
+
+
+def check_keys(cls, keys, where: str) -> None:
+    """Raises ValueError for the first of `keys` that is no field of dataclass `cls`, naming
+    it as `where`.key with the nearest field (a misspelt config key)."""
+    fields = [f.name for f in dataclasses.fields(cls)]
+    for key in keys:
+        if key not in fields:
+            near = difflib.get_close_matches(key, fields, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; fields are {sorted(fields)}"
+            raise ValueError(f"unknown key {where}.{key}{hint}")
 
 
 def _parsed(hint, value, name: str):

@@ -57,7 +57,7 @@ def _q_and_k(module, method_name) -> bool:
 
 def _weights(cfg, layer, q, k, mask, positions):
     encoding, where, hooked = cfg.encoding, {}, (cfg.position_section, cfg)
-    rotation = encoding.rotation and encoding.rotation(*hooked, positions, None, layer)
+    rotation = encoding.rotation and encoding.rotation(*hooked, positions, None, layer, None, None)
     if rotation is not None:
         where["rotation"] = rotation
     if encoding.bias is not None:

@@ -3,12 +3,16 @@ command), whether the code changed since (staleness from git) and every study's 
 
 Staleness: `stale` marks a study whose oldest commit (of its runs' training sessions, else
 study.json's) differs from HEAD in roformer_jax/ or configs/ and counts the files
-(`git diff --name-only <commit> HEAD -- roformer_jax configs`), or says "commit unknown"
-without git or the commit. results_page.differences blanks those marks on both sides
-before comparing: the check asks whether the page's numbers are what the raw files give,
-which a commit to the code does not change; a check that failed on every such commit could
-only be fixed by rerunning the studies, and would teach everyone to ignore it. Writing the
-page refreshes the marks.
+(`git diff --name-only <commit> HEAD -- roformer_jax configs`), marks it **Current** where
+no such file changed (a kind of its own: "the code is as at X" read like no mark at all), or
+says "commit unknown" without git or the commit; a ViT study (`vit_stale`) reads its one
+commit from vit_study's record. Every study the page introduces with a header says one of
+these or what a rerun gave (`reproduced`): `unmarked` names those that do not.
+
+results_page.differences blanks the stale marks on both sides before comparing: the check
+asks whether the page's numbers are what the raw files give, which a commit to the code does
+not change; a check that failed on every such commit could only be fixed by rerunning the
+studies, and would teach everyone to ignore it. Writing the page refreshes the marks.
 """
 
 from __future__ import annotations
@@ -68,15 +72,43 @@ def stale(raw: RawStudy, *, page: Page) -> str:
     # The oldest code that trained any run: what changed since then may touch some numbers.
     code = raw.record["code"]
     commit = raw.commits[0] if raw.commits else code.get("first_commit") or code.get("commit")
+    return _stale_text(commit, page)
+
+
+def vit_stale(page: Page, name: str) -> str:
+    """`stale` for a ViT study (vit_study's raw files: one commit, its record's)."""
+    record, _ = vit_study.read_results(os.path.join(page.raw_root, name))
+    return _stale_text(record["code"].get("commit"), page)
+
+
+def _stale_text(commit: str | None, page: Page) -> str:
+    """**Stale** with the files changed since `commit`, **Current** where none did (a line
+    of its own kind, so that every study says one of the two), or that git cannot tell."""
     changed = page.changed(commit) if commit else None
     if changed is None:
         return "(commit unknown: cannot tell whether the code changed since)"
     if not changed:
-        return f"The code is as at {_short(commit)}."
+        return (
+            f"**Current:** trained at {_short(commit)}; no file of roformer_jax/ or configs/ "
+            "changed since."
+        )
     return (
         f"**Stale:** {len(changed)} files of roformer_jax/ and configs/ changed since "
         f"{_short(commit)} (`git diff --stat {_short(commit)} HEAD -- roformer_jax configs`)."
     )
+
+
+def unmarked(blocks: list[tuple[str, str]]) -> list[str]:
+    """The studies of a page with a header but neither a stale nor a reproduced line, from its
+    markers' (study, kind) pairs: every study must say whether its code changed since or
+    what a rerun gave."""
+    headed = {study for study, kind in blocks if kind in HEADERS}
+    said = {study for study, kind in blocks if kind in STALE or kind == "reproduced"}
+    return sorted(headed - said)
+
+
+HEADERS = {"header", "vit_header"}  # kinds that introduce a study
+STALE = {"stale", "vit_stale"}  # kinds whose text changes with HEAD, not with the raw files
 
 
 def _training_s(raw: RawStudy) -> float:

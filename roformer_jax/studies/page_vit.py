@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from roformer_jax.studies import vit_study
+from roformer_jax.studies import tables, vit_study
 from roformer_jax.studies.page_numbers import FIGURES
 from roformer_jax.studies.page_source import Page
 
@@ -60,9 +60,33 @@ def vit_paired_table(page: Page, name: str) -> str:
     return vit_study.paired_table(*_read_config_results(page, name))
 
 
+def vit_multiplicity(page: Page, name: str) -> str:
+    """tables.holm_text over the study's paired intervals: each pair at every size."""
+    return tables.holm_text(_family(*_read_config_results(page, name)), "each pair at every size")
+
+
 def vit_verdict(page: Page, name: str, pair: str) -> str:
-    """Where the pair's 95% interval lies, size by size (vit_study.verdict); inline."""
-    return vit_study.verdict(*_read_config_results(page, name), pair)
+    """Where the pair's 95% interval lies, size by size (vit_study.verdict), then the sizes
+    where it stays apart from 0 under Holm's correction for the study's whole family
+    (vit_multiplicity's); inline."""
+    config, results = _read_config_results(page, name)
+    kept = tables.holm_kept(_family(config, results))
+    sizes = [str(size) for size in config["eval_sizes"] if _label(pair, size) in kept]
+    holm = f"apart from 0 at {', '.join(sizes)} px" if sizes else "none apart from 0"
+    return f"{vit_study.verdict(config, results, pair)} (under Holm: {holm})"
+
+
+def _family(config: dict, results: dict) -> dict[str, list[float]]:
+    """{"PAIR at SIZE px": accuracy differences over seeds}: every pair at every size."""
+    return {
+        _label(pair, size): vit_study.paired_differences(config, results, pair, size)
+        for pair in config["pairs"]
+        for size in config["eval_sizes"]
+    }
+
+
+def _label(pair: str, size: int) -> str:
+    return f"{pair} at {size} px"
 
 
 def _read_config_results(page: Page, name: str) -> tuple[dict, dict]:

@@ -81,7 +81,7 @@ def differences(page: str, regenerated: str, *, name: str = "docs/results.md") -
     doc); "" where they agree."""
 
     def without_marks(text):
-        return MARKER.sub(lambda m: m.group(0) if m.group(2) != "stale" else "", text)
+        return MARKER.sub(lambda m: "" if m.group(2) in page_provenance.STALE else m.group(0), text)
 
     return "".join(
         difflib.unified_diff(
@@ -91,6 +91,18 @@ def differences(page: str, regenerated: str, *, name: str = "docs/results.md") -
             tofile=f"{name}, regenerated",
         )
     )
+
+
+def blocks(text: str) -> list[tuple[str, str]]:
+    """(study, kind) of every marker of `text`; an ALL marker's study is its first argument
+    where that names a folder (the ViT kinds), as page_provenance.unmarked reads them."""
+    found = []
+    for name, kind, args, _ in MARKER.findall(text):
+        call = ast.parse(f"f({args})", mode="eval").body
+        if name == ALL and call.args:
+            name = ast.literal_eval(call.args[0])
+        found.append((name, kind))
+    return found
 
 
 # Kinds: (RawStudy, *args) -> markdown; (Page) for ALL; _USES_PAGE also get page=.
@@ -132,13 +144,16 @@ KINDS = {
     "finetuning_paired_table": page_long_doc.finetuning_paired_table,
     # The ViT resolution study (experiments/vit_study.py): STUDY is "raw", the folder an argument.
     "vit_header": page_vit.vit_header,
+    "vit_stale": page_provenance.vit_stale,
     "vit_figure": page_vit.vit_figure,
     "vit_table": page_vit.vit_table,
     "vit_paired_table": page_vit.vit_paired_table,
     "vit_verdict": page_vit.vit_verdict,
+    "vit_multiplicity": page_vit.vit_multiplicity,
 }
 INLINE = {
     "stale",
+    "vit_stale",
     "mean",
     "diff",
     "length_change",
@@ -152,6 +167,7 @@ INLINE = {
     "long_doc_bow",
     "extremes",
     "vit_verdict",
+    "vit_multiplicity",
 }
 _USES_PAGE = {
     "stale",

@@ -206,12 +206,11 @@ def holm_text(family: Mapping[str, list[float]], what: str, *, alpha: float = 0.
     under Holm's correction for all of them (family-wise error `alpha`); the labels are
     listed where there are a few. `what` says what the family is ("each run minus BERT,
     final")."""
-    tested = {label: d for label, d in family.items() if len(d) >= 2}
+    tested = _tested(family)
     if not tested:
         return f"*Multiplicity:* no interval of {what} has two seeds or more."
     m = len(tested)
-    p = {label: paired_t_p(d) for label, d in tested.items()}
-    adjusted = dict(zip(p, holm(list(p.values()))))
+    p, adjusted = _holm(tested)
     apart = [label for label in tested if p[label] < alpha]
     kept = [label for label in apart if adjusted[label] < alpha]
     lost = [label for label in apart if adjusted[label] >= alpha]
@@ -239,6 +238,23 @@ def holm_text(family: Mapping[str, list[float]], what: str, *, alpha: float = 0.
     return text + (
         f"; {len(lost)} {_verb(lost, 'do')} not{listed(lost)}." if lost else "; none is lost."
     )
+
+
+def holm_kept(family: Mapping[str, list[float]], *, alpha: float = 0.05) -> list[str]:
+    """The labels of `family` (as holm_text's) whose interval stays apart from 0 under Holm's
+    correction for all its intervals of two seeds or more, in the family's order."""
+    p, adjusted = _holm(_tested(family))
+    return [label for label in p if p[label] < alpha and adjusted[label] < alpha]
+
+
+def _tested(family: Mapping[str, list[float]]) -> dict[str, list[float]]:
+    return {label: d for label, d in family.items() if len(d) >= 2}
+
+
+def _holm(tested: Mapping[str, list[float]]) -> tuple[dict[str, float], dict[str, float]]:
+    """({label: p}, {label: Holm-adjusted p}) of paired t-tests over the family."""
+    p = {label: paired_t_p(d) for label, d in tested.items()}
+    return p, dict(zip(p, holm(list(p.values()))))
 
 
 def _verb(things: list, plural: str) -> str:

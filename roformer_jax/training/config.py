@@ -19,6 +19,7 @@ import numpy as np
 from roformer_jax.data.data_config import DataConfig
 from roformer_jax.data.tokenizer import tokenizer_vocab_size
 from roformer_jax.nn.model_config import ModelConfig, model_config_from_dict, nested_model_dict
+from roformer_jax.training.mesh import MeshConfig
 from roformer_jax.training.optim import OptimConfig
 
 
@@ -75,6 +76,7 @@ class ExperimentConfig:
     optim: OptimConfig
     train: TrainConfig
     seed: int = 0  # parameters, dropout, data order and masks all derive from it
+    mesh: MeshConfig = MeshConfig()  # where it runs: jit / pmap, or one jit over a mesh
 
     def __post_init__(self):
         # A next-token loss on a bidirectional encoder is trivial (position i sees token
@@ -89,7 +91,13 @@ class ExperimentConfig:
             )
 
 
-SECTIONS = {"model": ModelConfig, "data": DataConfig, "optim": OptimConfig, "train": TrainConfig}
+SECTIONS = {
+    "model": ModelConfig,
+    "data": DataConfig,
+    "optim": OptimConfig,
+    "train": TrainConfig,
+    "mesh": MeshConfig,
+}
 # config.json's record of the changes a resume made on purpose (training.workdir): not a
 # setting, so building a config and comparing two leave it out.
 HISTORY = "history"
@@ -125,6 +133,7 @@ def experiment_config_from_dict(d: Mapping) -> ExperimentConfig:
         optim=section_from_dict(OptimConfig, d.get("optim", {}), "optim"),
         train=section_from_dict(TrainConfig, d.get("train", {}), "train"),
         seed=seed,
+        mesh=section_from_dict(MeshConfig, d.get("mesh", {}), "mesh"),
     )
 
 

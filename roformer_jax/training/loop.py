@@ -28,6 +28,7 @@ from roformer_jax.data import doc_pairs, staging
 from roformer_jax.data.batches import held_out_pairs
 from roformer_jax.data.corpus import Corpus, load_corpus
 from roformer_jax.nn import input_range
+from roformer_jax.training import mesh as mesh_lib
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import provenance, runtime
 from roformer_jax.training import workdir as workdir_lib
@@ -68,7 +69,8 @@ def _train_and_evaluate(
     cfg: ExperimentConfig, workdir: str, until: int | None, resume_with_changes: bool
 ) -> dict:
     """train_and_evaluate in a workdir this process holds."""
-    devices = runtime.Devices()
+    devices = mesh_lib.devices_for(cfg.mesh)
+    devices.check_model(cfg.model)
     stages = _stages(cfg, devices)
     checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"), keep=cfg.train.keep_checkpoints)
     changes = workdir_lib.resume_changes(
@@ -94,11 +96,11 @@ def _train_and_evaluate(
         state, progress = jax.device_put(restored[0]), restored[1]
     start = int(state.step)
     logging.info("%s at step %d", "resuming" if start else "starting", start)
-    _record_session(cfg, workdir, start, changes)
 
-    # --- Step functions: one code path, jitted on one device or pmapped.
+    # --- Step functions: one code path, jitted on one device, pmapped, or jitted over a mesh.
     train_step, eval_step = _step_functions(cfg, model, tx)
     state = devices.replicate(state)
+    _record_session(cfg, workdir, start, changes, devices, state)
 
     # --- Loop: log, evaluate, checkpoint.
     steps = cfg.train.steps
@@ -133,7 +135,7 @@ class RunData(NamedTuple):
     pair_sets: list[dict]  # an objective of pairs: held-out pairs for the pair accuracy
 
 
-def _data(cfg: ExperimentConfig, workdir: str, stages, devices: runtime.Devices) -> RunData:
+def _data(cfg: ExperimentConfig, workdir: str, stages, devices) -> RunData:
     """The corpus, the train stream of `stages` and the held-out sets of `cfg`."""
     tcfg, hosts = (
         cfg.train,
@@ -195,14 +197,23 @@ def _initial_state(cfg: ExperimentConfig, init, init_rng, tx, corpus: Corpus):
     return state, {"window": metrics_lib.empty_window()}
 
 
-def _record_session(cfg: ExperimentConfig, workdir: str, start: int, changes: dict) -> None:
+def _record_session(
+    cfg: ExperimentConfig, workdir: str, start: int, changes: dict, devices, state
+) -> None:
     """workdir/config.json with the changes of this session, and this session in
-    provenance.json (process 0 only)."""
+    provenance.json with its mesh and the bytes of the placed `state` on device 0 (process 0
+    only)."""
     if jax.process_index() != 0:
         return
     workdir_lib.record_config(workdir, cfg, changes, start_step=start)
     if start < cfg.train.steps:  # a finished run rerun trains nothing: no session
-        provenance.record_session(workdir, start_step=start, config_changes=changes)
+        provenance.record_session(
+            workdir,
+            start_step=start,
+            config_changes=changes,
+            mesh=devices.sizes,
+            state_bytes_per_device=runtime.bytes_on_device(state, jax.devices()[0]),
+        )
 
 
 def _step_functions(cfg: ExperimentConfig, model, tx):
@@ -214,12 +225,12 @@ def _step_functions(cfg: ExperimentConfig, model, tx):
     """
     # Where targets are not bounded by masking.max_targets (whole words, "clm"), the head
     # runs at every position.
-    return _compiled_steps(model, tx, cfg.train.grad_accum, cfg.data.target_rate)
+    return _compiled_steps(model, tx, cfg.train.grad_accum, cfg.data.target_rate, cfg.mesh)
 
 
 @functools.lru_cache(maxsize=32)
-def _compiled_steps(model, tx, grad_accum: int, mask_prob):
-    devices = runtime.Devices()  # a process's devices do not change
+def _compiled_steps(model, tx, grad_accum: int, mask_prob, mesh: mesh_lib.MeshConfig):
+    devices = mesh_lib.devices_for(mesh)  # a process's devices do not change
     return devices.compile(
         make_train_step(
             model, tx, grad_accum=grad_accum, axis_name=devices.axis, mask_prob=mask_prob
@@ -228,7 +239,7 @@ def _compiled_steps(model, tx, grad_accum: int, mask_prob):
     )
 
 
-def _stages(cfg: ExperimentConfig, devices: runtime.Devices) -> tuple[tuple[int, int, int], ...]:
+def _stages(cfg: ExperimentConfig, devices) -> tuple[tuple[int, int, int], ...]:
     """(steps, seq_len, batch_size) of each stage, checked against the devices and model."""
     tcfg, max_length = cfg.train, cfg.model.max_length
     stages = tcfg.stages or ((tcfg.steps, cfg.data.seq_len, tcfg.batch_size),)
@@ -252,7 +263,7 @@ def _due(tcfg: TrainConfig, done: int) -> Due:
     return Due(*(done % n == 0 or done == tcfg.steps for n in every))
 
 
-def _evaluate(devices: runtime.Devices, eval_step, data: RunData, state) -> dict:
+def _evaluate(devices, eval_step, data: RunData, state) -> dict:
     """valid/{loss,perplexity,accuracy,tokens}_<length> of the replicated `state`: sums over
     all batches (and devices), then ratios; with held-out pairs valid/pair_{loss,accuracy}
     and valid/pairs."""

@@ -103,11 +103,21 @@ def machine() -> dict:
     }
 
 
-def record_session(workdir: str, *, start_step: int, config_changes: dict | None = None) -> dict:
+def record_session(
+    workdir: str,
+    *,
+    start_step: int,
+    config_changes: dict | None = None,
+    mesh: dict[str, int] | None = None,
+    state_bytes_per_device: int | None = None,
+) -> dict:
     """Appends this session to workdir/provenance.json (written atomically); returns it.
 
     config_changes: {dotted key: (before, now)} of the settings this session changed on
-    resuming (training.workdir), recorded where there are any.
+    resuming (training.workdir), recorded where there are any. mesh: the devices along each
+    axis of training.mesh ({"data": 8, "fsdp": 1, "tensor": 1, "context": 1} for pmap over
+    8), and state_bytes_per_device: the bytes of parameters and optimizer state on device 0,
+    recorded where given.
     """
     session = {
         **code_version(),
@@ -115,6 +125,10 @@ def record_session(workdir: str, *, start_step: int, config_changes: dict | None
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
     }
+    if mesh is not None:
+        session["mesh"] = mesh
+    if state_bytes_per_device is not None:
+        session["state_bytes_per_device"] = state_bytes_per_device
     if config_changes:
         session["config_changes"] = {k: list(v) for k, v in config_changes.items()}
     record = read(workdir) or {"sessions": []}

@@ -52,6 +52,14 @@ class Devices:
         self.axis = AXIS if self.parallel else None
         self.process_index, self.process_count = jax.process_index(), jax.process_count()
 
+    @property
+    def sizes(self) -> dict[str, int]:
+        """The mesh this is, in training.mesh's axes: data parallel over every device."""
+        return {"data": jax.device_count(), "fsdp": 1, "tensor": 1, "context": 1}
+
+    def check_model(self, model) -> None:
+        """Any model fits: every device holds all of it."""
+
     def check_batch(self, batch_size: int, accum: int, name: str):
         if batch_size % (jax.device_count() * accum):
             raise ValueError(
@@ -103,6 +111,16 @@ class Devices:
             return jax.make_array_from_single_device_arrays(shape, sharding, copies)
 
         return jax.tree.map(put, tree)
+
+
+def bytes_on_device(tree, device) -> int:
+    """The bytes of `tree`'s arrays that `device` holds (its shards of each)."""
+    return sum(
+        shard.data.nbytes
+        for x in jax.tree.leaves(tree)
+        for shard in x.addressable_shards
+        if shard.device == device
+    )
 
 
 # ---------------------------------------------------------------- time

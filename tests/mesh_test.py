@@ -1,0 +1,220 @@
+"""Tests for roformer_jax/training/mesh.py: the mesh config, the rules table, and the step
+jitted over a mesh of 8 fake CPU devices equal to one device and to pmap."""
+
+import functools
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import mesh_cases
+import numpy as np
+import optax
+import tiny
+from absl.testing import absltest, parameterized
+from jax.sharding import PartitionSpec as P
+
+from roformer_jax.nn.attention_kinds import ATTENTION_KINDS
+from roformer_jax.nn.model import RoFormer
+from roformer_jax.nn.positions import ENCODINGS
+from roformer_jax.training import mesh as mesh_lib
+from roformer_jax.training import metrics as metrics_lib
+from roformer_jax.training import provenance
+from roformer_jax.training.step import TrainState
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TMP = tiny.workdir("mesh_test_")
+_SIZES = {"data": 2, "fsdp": 2, "tensor": 2, "context": 1}
+
+
+def _env(devices: int) -> dict:
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
+    path = os.pathsep.join([_ROOT, os.path.join(_ROOT, "tests")])
+    return dict(os.environ, XLA_FLAGS=flags, PYTHONPATH=path)
+
+
+@functools.cache
+def _cases() -> dict:
+    """mesh_cases.py's numbers on 8 fake devices: one process, its compiles shared."""
+    out = os.path.join(_TMP, "cases.pkl")
+    command = [sys.executable, os.path.join(_ROOT, "tests", "mesh_cases.py"), out]
+    done = subprocess.run(command, env=_env(8), capture_output=True, text=True, timeout=900)
+    if done.returncode:
+        raise AssertionError(f"mesh_cases.py failed:\n{done.stderr[-3000:]}")
+    with open(out, "rb") as f:
+        return pickle.load(f)
+
+
+class MeshConfigTest(parameterized.TestCase):
+    @parameterized.parameters(
+        (dict(data=8), {"data": 8, "fsdp": 1, "tensor": 1, "context": 1}),
+        (dict(fsdp=2, tensor=2), _SIZES),  # data: the devices left
+        (dict(data=2, fsdp=-1), {"data": 2, "fsdp": 4, "tensor": 1, "context": 1}),
+        (dict(tensor=-1, data=1), {"data": 1, "fsdp": 1, "tensor": 8, "context": 1}),
+    )
+    def test_sizes_fill_the_devices(self, given, sizes):
+        self.assertEqual(mesh_lib.MeshConfig(**given).sizes(8), sizes)
+
+    def test_no_size_given_is_no_mesh(self):
+        self.assertFalse(mesh_lib.MeshConfig().enabled)
+        self.assertTrue(mesh_lib.MeshConfig(data=-1).enabled)
+
+    @parameterized.parameters(dict(data=3), dict(fsdp=2, tensor=3), dict(data=16))
+    def test_a_mesh_that_does_not_fit_the_devices_is_refused(self, **given):
+        with self.assertRaisesRegex(ValueError, "does not fit 8 devices"):
+            mesh_lib.MeshConfig(**given).sizes(8)
+
+    def test_context_parallelism_is_refused_for_now(self):
+        with self.assertRaisesRegex(ValueError, "mesh.context=2: context parallelism"):
+            mesh_lib.MeshConfig(context=2)
+
+    @parameterized.parameters(dict(data=0), dict(data=-1, fsdp=-1))
+    def test_sizes_below_one_but_one_minus_one_are_refused(self, **given):
+        with self.assertRaisesRegex(ValueError, "mesh sizes"):
+            mesh_lib.MeshConfig(**given)
+
+    def test_heads_not_divisible_by_tensor_are_refused(self):
+        with self.assertRaisesRegex(ValueError, "num_heads=4 is not divisible by mesh.tensor=8"):
+            mesh_lib.check_heads(tiny.model_config(), 8)
+        with self.assertRaisesRegex(ValueError, "num_kv_heads=2 is not .* mesh.tensor=4"):
+            mesh_lib.check_heads(tiny.model_config(num_kv_heads=2), 4)
+        mesh_lib.check_heads(tiny.model_config(num_kv_heads=2), 2)
+
+    def test_the_experiment_config_reads_the_mesh_section(self):
+        cfg = tiny.experiment_config(mesh__fsdp=2, mesh__tensor=2)
+        self.assertEqual(cfg.mesh, mesh_lib.MeshConfig(fsdp=2, tensor=2))
+        self.assertFalse(tiny.experiment_config().mesh.enabled)
+
+
+def _param_shapes(**fields):
+    model = RoFormer(tiny.model_config(**fields), with_pair_head=True)
+    init = functools.partial(model.init, jax.random.key(0), jnp.zeros((1, 8), jnp.int32))
+    return jax.eval_shape(init)["params"]
+
+
+class RulesTest(parameterized.TestCase):
+    @parameterized.parameters(
+        *(
+            dict(attention=a, position=p, causal=True)  # causal: what every encoding takes
+            for a in ATTENTION_KINDS
+            for p in ENCODINGS
+            if a == "softmax" or p != "alibi"  # a bias needs the scores
+        ),
+        dict(embedding_size=32, pre_ln=True, num_kv_heads=2),
+        dict(causal=True, sections={"softmax": {"gate": "learned", "output_gate": True}}),
+        dict(position="rope_learned", sections={"rope_learned": {"per_head": True}}),
+        dict(causal=True, sections={"softmax": {"sinks": True, "qk_norm": True}}),
+    )
+    def test_every_parameter_of_every_kind_has_logical_axes(self, **fields):
+        specs = mesh_lib.parameter_specs(_param_shapes(**fields), _SIZES)
+        self.assertNotEmpty(specs)
+
+    def test_a_parameter_the_table_does_not_name_is_an_error(self):
+        with self.assertRaisesRegex(ValueError, "encoder/gate/kernel .*PARAMETER_AXES"):
+            mesh_lib.logical_axes("encoder/gate/kernel", 2)
+
+    def test_tensor_takes_heads_and_features_fsdp_the_model_width(self):
+        specs = mesh_lib.parameter_specs(_param_shapes(vocab_size=261), _SIZES)
+        layer = "encoder/layer_0/"
+        self.assertEqual(specs[layer + "attention/query/kernel"], P("fsdp", "tensor"))
+        self.assertEqual(specs[layer + "attention/output/kernel"], P("tensor", "fsdp"))
+        self.assertEqual(specs[layer + "output/kernel"], P("tensor", "fsdp"))
+        self.assertEqual(specs[layer + "attention_norm/scale"], P(None))
+        # 261 byte ids do not divide by 2: tensor goes to the width with fsdp.
+        embedding = specs["embeddings/word_embeddings/embedding"]
+        self.assertEqual(embedding, P(None, ("fsdp", "tensor")))
+        self.assertEqual(specs["mlm_head/dense/kernel"], P(("fsdp", "tensor"), None))
+
+    def test_optimizer_moments_follow_their_parameters(self):
+        params = {"embeddings": {"word_embeddings": {"embedding": jnp.zeros((8, 64))}}}
+        state = TrainState(jnp.zeros((), jnp.int32), params, optax.adam(1.0).init(params))
+        specs = mesh_lib.state_specs(state, _SIZES)
+        path = ("embeddings", "word_embeddings", "embedding")
+        adam = specs.opt_state[0]
+        for tree in (specs.params, adam.mu, adam.nu):
+            self.assertEqual(functools.reduce(dict.get, path, tree), P("tensor", "fsdp"))
+        self.assertEqual((specs.step, adam.count), (P(), P()))
+
+
+class EightDevicesTest(parameterized.TestCase):
+    """mesh_cases.py: tiny in one layer, dropout on, grad_accum 2, two steps."""
+
+    @parameterized.parameters("pmap", *mesh_cases.MESHES)
+    def test_each_mesh_gives_the_numbers_of_one_device(self, name):
+        one, run = _cases()["one"], _cases()[name]
+        for expected, got in zip(one["metrics"], run["metrics"], strict=True):
+            for key in expected:
+                np.testing.assert_allclose(got[key], expected[key], rtol=1e-5, err_msg=key)
+        for what, rtol in (("grads", 1e-4), ("params", 1e-5)):
+            jax.tree.map(
+                functools.partial(np.testing.assert_allclose, rtol=rtol, atol=1e-5),
+                run[what],
+                one[what],
+            )
+
+    @parameterized.parameters(*mesh_cases.MESHES)
+    def test_what_the_rules_split_stays_split_after_a_step(self, name):
+        run = _cases()[name]
+        for spec, split in zip(run["specs"], run["split"], strict=True):
+            self.assertEqual(split, any(axis is not None for axis in spec), spec)
+        self.assertEqual(any(run["split"]), name != "data")  # data replicates the state
+
+    def test_fsdp_and_tensor_hold_under_a_third_of_the_state(self):
+        data_only, split = _cases()["data"]["bytes"], _cases()["data_fsdp_tensor"]["bytes"]
+        self.assertLessEqual(split, 0.3 * data_only)
+
+
+class EndToEndTest(absltest.TestCase):
+    """experiments/train_mlm.py with --config.mesh.fsdp=2 --config.mesh.tensor=2 on 8
+    devices, as on 1: configs/tiny.py in one layer, dropout on, 3 steps."""
+
+    _FLAGS = (
+        "--config.model.num_layers=1",
+        "--config.data.seq_len=32",
+        "--config.data.valid_lengths=(64,)",
+        "--config.model.hidden_dropout=0.1",
+        "--config.train.steps=3",
+        "--config.train.log_every=1",
+        "--config.train.eval_every=3",
+        "--config.train.checkpoint_every=3",
+        "--config.train.eval_batches=2",
+        "--config.data.max_chars=100000",
+    )
+
+    def _run(self, name: str, devices: int, *flags: str) -> str:
+        workdir = os.path.join(_TMP, name)
+        command = [
+            sys.executable,
+            os.path.join(_ROOT, "experiments", "train_mlm.py"),
+            f"--config={os.path.join(_ROOT, 'configs', 'tiny.py')}",
+            f"--workdir={workdir}",
+            f"--config.train.data_cache_dir={os.path.join(_TMP, 'data')}",
+            *self._FLAGS,
+            *flags,
+        ]
+        done = subprocess.run(
+            command, cwd=_ROOT, env=_env(devices), capture_output=True, text=True, timeout=600
+        )
+        if done.returncode:
+            raise AssertionError(f"{name} failed:\n{done.stderr[-3000:]}")
+        return workdir
+
+    def test_fsdp_and_tensor_on_8_devices_train_as_1(self):
+        one = self._run("one", 1)
+        mesh = self._run("mesh", 8, "--config.mesh.fsdp=2", "--config.mesh.tensor=2")
+        expected, records = (metrics_lib.read_metrics(w) for w in (one, mesh))
+        self.assertEqual([r["step"] for r in records], [1, 2, 3])
+        for a, b in zip(expected, records, strict=True):
+            for key in a.keys() - metrics_lib.TIMING_KEYS:
+                np.testing.assert_allclose(b[key], a[key], rtol=1e-4, err_msg=key)
+        (session,) = provenance.read(mesh)["sessions"]
+        self.assertEqual(session["mesh"], _SIZES)
+        (single,) = provenance.read(one)["sessions"]
+        self.assertEqual(single["mesh"], {"data": 1, "fsdp": 1, "tensor": 1, "context": 1})
+        ratio = session["state_bytes_per_device"] / single["state_bytes_per_device"]
+        self.assertLess(ratio, 0.3)
+        with open(os.path.join(mesh, "config.json"), encoding="utf-8") as f:
+            self.assertEqual(json.load(f)["mesh"]["tensor"], 2)
