@@ -31,7 +31,12 @@ def get_config(arg=None):
     config.baseline = "BERT, pre-LN"
     config.title = "MLM, softmax attention: BERT's table, 20,000 steps, changed one way a run"
     config.plot_keys = ("train/loss", "valid/loss_128")
-    for key in ("eval_lengths", "eval_tokens", "eval_baselines", "position_reference",
-                "evaluations"):  # fmt: skip
+    for key in (
+        "eval_lengths",
+        "eval_tokens",
+        "eval_baselines",
+        "position_reference",
+        "evaluations",
+    ):
         del config[key]
     return config

@@ -99,6 +99,8 @@ class ConfigsTest(parameterized.TestCase):
         ("study_packed", "compare"),
         ("study_positions_lr", "compare"),
         ("study_long_training", "length_study"),
+        ("study_bert_order", "compare"),
+        ("study_bert_seeds", "compare"),
     )
     def test_study_config_builds_every_run(self, name, command):
         doc = importlib.import_module(f"configs.{name}").__doc__
