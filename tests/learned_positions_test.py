@@ -8,8 +8,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import tiny
+import tolerance
 from absl.testing import absltest, parameterized
 from jax.test_util import check_grads
+from logit_bounds import _depth, _logits_and_terms
 
 from roformer_jax.nn import attention, decoding, learned_positions
 from roformer_jax.nn import model as model_lib
@@ -65,6 +67,29 @@ def _reference(x, kernel, bias, q, k, v, segment_ids=SEGMENTS, base=100.0):
     return out
 
 
+def _float32_bound(x, kernel, bias, q, k, v, **unused) -> float:
+    """The float32 error bound of `_learned_attention` (tolerance.py's model): the positions
+    p (a dot of D terms, softplus, a sum over L) give angles off by at most γ·Σ|increments|
+    (θ <= 1); a score of H terms is then off by γ_H and twice the angle error of its terms; a
+    softmax weight by twice its score's error and γ_L; the output at most max|v| times that."""
+    del unused
+    increments = np.log1p(np.exp(np.einsum("bld,dk->blk", x, kernel) + bias))
+    terms = np.einsum("bld,dk->blk", np.abs(x), np.abs(kernel)) + np.abs(bias)
+    angle = tolerance.gamma(D + 4 + L) * float((terms + increments).sum(axis=1).max())
+    score = float(np.abs(q).max() * np.abs(k).max()) * H / math.sqrt(H)  # Σ_h |q_h k_h| / √H
+    score_error = tolerance.dot(n=H + 6, magnitude=score) + 2 * angle * score
+    return float(np.abs(v).max()) * (2 * score_error + tolerance.gamma(L + 3))
+
+
+def _model_bound(model, variables, ids) -> float:
+    """Twice the rounding bound of one logit (logit_bounds, as decoding_test's comparisons),
+    with the learned positions' own roundings (softplus, the sum over L, the angle) added to
+    the longest path."""
+    _, magnitude = _logits_and_terms(model, variables, ids, jnp.ones(ids.shape, bool))
+    depth = _depth(model.config, keys=ids.shape[1]) + ids.shape[1] + 4
+    return 2 * tolerance.dot(n=depth, magnitude=magnitude)
+
+
 class FormulaTest(parameterized.TestCase):
     def test_float64_equals_the_written_out_formula(self):
         with jax.enable_x64(True):
@@ -76,8 +101,7 @@ class FormulaTest(parameterized.TestCase):
     def test_float32_is_within_its_rounding(self):
         inputs = _inputs(1)
         got = _learned_attention(*(jnp.asarray(a, jnp.float32) for a in inputs))
-        # Angles p·θ of p up to ~L·2 round at ~1e-6 rad; sums of L terms of O(1): ~1e-5.
-        np.testing.assert_allclose(got, _reference(*inputs), rtol=0, atol=1e-5)
+        np.testing.assert_allclose(got, _reference(*inputs), rtol=0, atol=_float32_bound(*inputs))
 
     def test_segments_restart_the_sum(self):
         increments = jnp.asarray(np.random.default_rng(2).uniform(0.5, 2, (B, L, K)))
@@ -146,8 +170,8 @@ class ModelTest(parameterized.TestCase):
         ids = _ids()
         got = model.apply(variables, ids).logits
         want = rope.apply(variables, ids, position_ids=jnp.arange(L) + 1).logits
-        # softplus(b) = 1 to float32's rounding; angles at p ~ 1e-6 rad from RoPE's exact ones.
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+        # softplus(b) = 1 to float32's rounding, its sum over L positions, the angles p·θ.
+        np.testing.assert_allclose(got, want, rtol=0, atol=_model_bound(model, variables, ids))
 
     def test_the_positions_come_from_the_input_not_the_ids(self):
         model, variables = _model()
@@ -167,7 +191,8 @@ class ModelTest(parameterized.TestCase):
             alone, alone_state = model.apply(
                 variables, ids[:, start:stop], capture_intermediates=True
             )
-            np.testing.assert_allclose(packed.logits[:, start:stop], alone.logits, atol=1e-5)
+            atol = _model_bound(model, variables, ids[:, start:stop])
+            np.testing.assert_allclose(packed.logits[:, start:stop], alone.logits, atol=atol)
             # Each document's positions from its own start: a constant added to all of them
             # would cancel in the scores, so they are read here.
             got = _positions(state)[:, start:stop]
@@ -193,7 +218,8 @@ class ModelTest(parameterized.TestCase):
             out, cache = step(cache, ids[:, i : i + 1])
             logits.append(out.logits)
         # The same float32 sums in another order; a wrong carried position is off by far more.
-        np.testing.assert_allclose(jnp.concatenate(logits, axis=1), want, rtol=0, atol=1e-4)
+        atol = _model_bound(model, variables, ids)
+        np.testing.assert_allclose(jnp.concatenate(logits, axis=1), want, rtol=0, atol=atol)
 
     def test_greedy_generation_equals_recomputing_the_growing_sequence(self):
         model, variables = _model()

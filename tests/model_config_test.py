@@ -105,8 +105,14 @@ class FlatLayoutTest(parameterized.TestCase):
         self.assertEqual(experiment_config_from_dict(again), cfg)
 
     def test_a_flat_field_goes_to_the_chosen_entry_that_has_it(self):
-        flat = {"position": "xpos", "attention": "linear", "rope_base": 500.0, "window": None,
-                "linear_rope": "both", "position_axes": 1}  # fmt: skip
+        flat = {
+            "position": "xpos",
+            "attention": "linear",
+            "rope_base": 500.0,
+            "window": None,
+            "linear_rope": "both",
+            "position_axes": 1,
+        }
         nested = model_config_lib.nested_model_dict(flat)
         self.assertEqual(
             nested["sections"], {"xpos": {"base": 500.0}, "linear": {"placement": "both"}}
