@@ -9,6 +9,7 @@ tests split from it (attention_step_test.py, attention_core_test.py, ...) read a
 
 import jax.numpy as jnp
 import numpy as np
+import tolerance
 
 from roformer_jax.nn import attention
 from roformer_jax.nn.rope import rope_rotation
@@ -203,3 +204,15 @@ def softmax_reference(q, k, v, visible, sinks=None):
     if sinks is not None:
         den = den + np.exp(sink - top)
     return np.einsum("BNLM,BMNH->BLNH", e / np.maximum(den, 1e-300), v)
+
+
+def softmax_float32_bound(q, k, v) -> float:
+    """The float32 error bound of softmax attention over q, k, v (tolerance.py's model): a
+    score of H terms is off by γ_{H+2} of Σ_h |q_h k_h| / √H; a weight by twice that and the
+    γ of its denominator's M terms; the output by at most max|v| times a weight's error."""
+    q, k, v = (np.abs(np.asarray(x, np.float64)) for x in (q, k, v))
+    h, keys = q.shape[-1], k.shape[1]
+    score = q.max() * k.max() * h / np.sqrt(h)
+    return float(v.max()) * (
+        2 * tolerance.dot(n=h + 2, magnitude=score) + tolerance.gamma(keys + 3)
+    )
