@@ -101,6 +101,7 @@ class ConfigsTest(parameterized.TestCase):
         ("study_long_training", "length_study"),
         ("study_bert_order", "compare"),
         ("study_bert_seeds", "compare"),
+        ("study_gates", "length_study"),
     )
     def test_study_config_builds_every_run(self, name, command):
         doc = importlib.import_module(f"configs.{name}").__doc__
