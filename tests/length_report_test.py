@@ -53,6 +53,14 @@ class TablesTest(absltest.TestCase):
         note = length_report.footnote(_config(), (0, 1), 20873, machine, 6.4698)
         self.assertIn("20,873 held-out masked targets", note)
         self.assertIn("seeds (0, 1); unigram cross-entropy 6.470; 1 cpu device(s), 2 cores", note)
+        cfg = _config()
+        clm = dataclasses.replace(
+            cfg,
+            model=dataclasses.replace(cfg.model, causal=True),
+            data=dataclasses.replace(cfg.data, objective="clm"),
+        )
+        note = length_report.footnote(clm, (0,), 20440, machine, 6.4698)
+        self.assertIn("20,440 held-out next-token targets", note)  # every token, none masked
 
     def test_stage_table_reads_each_stages_last_steps(self):
         cfg = _config()

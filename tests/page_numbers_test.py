@@ -48,6 +48,25 @@ class PageNumbersTest(absltest.TestCase):
             results_page.render(first + "<!-- end generated -->", _RAW, changed=_unknown),
         )
 
+    def test_length_verdicts_follow_the_intervals_and_the_multiplicity_line(self):
+        def verdicts(pairs):
+            text = f"<!-- generated: length_wikitext2 length_verdicts({pairs!r}) -->"
+            rendered = results_page.render(text + "<!-- end generated -->", _RAW, changed=_unknown)
+            return [line.strip(" |").split(" | ")[2:] for line in rendered.splitlines()[3:-1]]
+
+        # The page's paired tables: xPos − RoPE holds 0 at 128 and 256, is above it from 512;
+        # of the whole family (multiplicity()), only xPos − RoPE tuned at 512 at 1024 is kept.
+        (xpos,), (tuned, bert) = (
+            verdicts([["xPos", "RoPE"]]),
+            verdicts([["xPos", "RoPE tuned at 512"], ["BERT", "RoPE tuned at 512"]]),
+        )
+        self.assertEqual([cell.split(" (")[0] for cell in xpos], ["level"] * 2 + ["higher"] * 3)
+        self.assertEqual(tuned[3], "**higher** (+0.365)")
+        self.assertEqual([c.startswith("**") for c in tuned], [False] * 3 + [True, False])
+        self.assertEqual(bert[1:], ["n/a"] * 4)  # BERT reads 128 only
+        with self.assertRaisesRegex(ValueError, "'RoPE − xPos at 128' is not one of"):
+            verdicts([["RoPE", "xPos"]])  # xPos is not one of the study's baselines
+
     def test_stage_change_pairs_each_seeds_stage_ends(self):
         text = (
             '<!-- generated: multilength_wikitext2 stage_change("multi-length", 5, 4) -->'

@@ -90,6 +90,30 @@ class ResultsPageTest(parameterized.TestCase):
             self.assertNotIn(left_out, rows)
         self.assertIn("| length_wikitext2 (in progress) |", page)
 
+    def test_a_planned_study_is_not_yet_run_until_its_raw_folder_exists(self):
+        raw = tiny.workdir()
+        shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
+        text = (
+            '<!-- generated: gates_x planned("python run.py") --><!-- end generated -->\n'
+            "<!-- generated: gates_x header() --><!-- end generated -->\n"
+            '<!-- generated: gates_x diff("FoX") --><!-- end generated -->'
+        )
+        self.assertEqual(
+            results_page.render(text, raw).split("\n<!-- end generated -->")[0],
+            '<!-- generated: gates_x planned("python run.py") -->\n*Not yet run.* The command '
+            "that runs it:\n\n    python run.py",
+        )
+        self.assertIn("header() -->\n\n<!-- end", results_page.render(text, raw))
+        self.assertIn(f"-->{results_page.NOT_RUN}<!--", results_page.render(text, raw))
+        with self.assertRaisesRegex(ValueError, "no study 'gates_x'"):  # not planned: an error
+            results_page.render(text.split("\n", 1)[1], raw)
+        # Once its folder exists, every marker reads it, and `planned` says nothing.
+        os.rename(f"{raw}/causal_wikitext2", f"{raw}/gates_x")
+        page = results_page.render(text.replace("FoX", "softmax + learned"), raw)
+        self.assertIn('planned("python run.py") -->\n\n<!-- end generated -->', page)
+        self.assertIn("6 runs × n = 3 seeds", page)
+        self.assertIn("-->+0.076 [+0.065, +0.086]<!--", page)
+
     def test_markers_take_named_arguments_and_speak_of_steps(self):
         text = (
             '<!-- generated: causal_wikitext2 diff("softmax + learned", step=100) -->'

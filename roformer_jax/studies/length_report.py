@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from roformer_jax.studies.tables import interval_text, mean_std_text, summary_table
+from roformer_jax.studies.stats import t_interval
+from roformer_jax.studies.tables import holm_kept, interval_text, mean_std_text, summary_table
 from roformer_jax.training.config import ExperimentConfig
 
 
@@ -25,9 +26,10 @@ def footnote(
     """
     data = exp.data
     joined = f" joined to >= {data.min_doc_chars:,} characters" if data.min_doc_chars else ""
+    what = "next-token" if data.objective == "clm" else "masked"
     return (
         f"data: {data.source} ({data.doc_separator} documents{joined}), {targets:,} held-out "
-        f"masked targets scored at every length (eval seed {data.eval_seed}); "
+        f"{what} targets scored at every length (eval seed {data.eval_seed}); "
         f"{exp.model.num_layers} layers x {exp.model.hidden_size}, {exp.train.steps} steps of "
         f"{exp.train.batch_size} x {data.seq_len}; seeds {tuple(seeds)}; unigram cross-entropy "
         f"{unigram:.3f}; {machine['device_count']} {machine['backend']} device(s), "
@@ -110,6 +112,60 @@ def paired_diffs(
         for s, b in zip(scores[name], scores[baseline])
         if length in s and length in b
     ]
+
+
+def paired_family(
+    scores: Mapping[str, Sequence[dict]], baselines: Sequence[str], lengths: Sequence[int]
+) -> dict[str, list[float]]:
+    """{"A − B at n": A's loss minus B's seed by seed}: every evaluation A minus every
+    baseline B at every length n, the family a study's multiplicity line corrects for."""
+    return {
+        pair_label(name, baseline, n): paired_diffs(scores, name, baseline, n)
+        for baseline in baselines
+        for name in scores
+        if name != baseline
+        for n in lengths
+    }
+
+
+def pair_label(name: str, baseline: str, length: int) -> str:
+    return f"{name} − {baseline} at {length}"
+
+
+def verdict_table(
+    scores: Mapping[str, Sequence[dict]],
+    pairs: Sequence[Sequence[str]],
+    lengths: Sequence[int],
+    family: Mapping[str, list[float]],
+) -> str:
+    """Markdown: for each (evaluation, baseline) of `pairs`, at each length, whether the
+    evaluation's loss is lower or higher than the baseline's (its paired 95% t-interval below
+    or above 0) or level with it (the interval holds 0), with the mean difference; in bold
+    where it stays apart from 0 under Holm's correction for all of `family` (paired_family's
+    labels), which must hold the pair."""
+    kept = set(holm_kept(family))
+    lines = [
+        "| evaluation − baseline | n | " + " | ".join(f"at {n}" for n in lengths) + " |",
+        "|---|---|" + "---|" * len(lengths),
+    ]
+    for name, baseline in pairs:
+        cells = []
+        for n in lengths:
+            label = pair_label(name, baseline, n)
+            if label not in family:
+                raise ValueError(f"{label!r} is not one of the study's paired intervals")
+            cells.append(_verdict(family[label], label in kept))
+        seeds = len(family[pair_label(name, baseline, lengths[0])])
+        lines.append(f"| {name} − {baseline} | {seeds} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _verdict(diffs: list[float], kept: bool) -> str:
+    if len(diffs) < 2:
+        return "n/a"
+    mean, low, high = t_interval(diffs)
+    side = "lower" if high < 0 else "higher" if low > 0 else "level"
+    return f"**{side}** ({mean:+.3f})" if kept else f"{side} ({mean:+.3f})"
 
 
 def stage_table(cfg: ExperimentConfig, seeds: Sequence[list[dict]], *, last: int = 5) -> str:

@@ -124,15 +124,23 @@ def multiplicity(raw: RawStudy, pairs: list | None = None) -> str:
         family = {f"{a} − {b}": tables.paired_diffs(raw.results, a, b, key) for a, b in chosen}
         what = "final" if pairs else f'each run minus "{base}", final'
         return tables.holm_text(family, what)
-    family = {}
-    for baseline in raw.config["eval_baselines"]:
-        for name in raw.scores:
-            if name != baseline:
-                for n in raw.config["eval_lengths"]:
-                    diffs = length_report.paired_diffs(raw.scores, name, baseline, n)
-                    family[f"{name} − {baseline} at {n}"] = diffs
+    family = _length_family(raw)
     baselines = " and ".join(f'"{b}"' for b in raw.config["eval_baselines"])
     return tables.holm_text(family, f"each evaluation minus {baselines} at every length")
+
+
+def length_verdicts(raw: RawStudy, pairs: list) -> str:
+    """A length study's verdicts: each [evaluation, baseline] of `pairs` lower, higher or
+    level at every length, bold where Holm's correction for multiplicity()'s family keeps it
+    (length_report.verdict_table); baselines must be of the study's eval_baselines."""
+    lengths = raw.config["eval_lengths"]
+    return length_report.verdict_table(raw.scores, pairs, lengths, _length_family(raw))
+
+
+def _length_family(raw: RawStudy) -> dict[str, list[float]]:
+    """Each evaluation minus each of the study's eval_baselines at every length."""
+    config = raw.config
+    return length_report.paired_family(raw.scores, config["eval_baselines"], config["eval_lengths"])
 
 
 def stage_table(raw: RawStudy, run: str) -> str:

@@ -20,12 +20,20 @@ page_provenance (its header, staleness from git and wall times), page_long_doc (
 long-document study and fine-tuning runs), page_vit (the ViT resolution study); page_source is
 what they read. `differences` leaves out the stale marks (page_provenance's module doc says
 why); writing the page refreshes them.
+
+A page may introduce a study before it has run: `<!-- generated: STUDY planned("python ...")
+-->` says so and gives its command. While STUDY has no raw folder, that marker says it is
+not yet run, with the command, and every other marker of STUDY is left empty (an inline one
+reads NOT_RUN); once the folder exists (a study in progress included), every marker reads
+it as usual and `planned` is empty, so the page needs no edit to show the study's numbers.
+Without a `planned` marker, a missing study is an error, as a misspelt one should be.
 """
 
 from __future__ import annotations
 
 import ast
 import difflib
+import os
 import re
 from collections.abc import Callable
 
@@ -35,6 +43,8 @@ from roformer_jax.training import provenance
 
 MARKER = re.compile(r"<!-- generated: (\S+) (\w+)\((.*?)\) -->(.*?)<!-- end generated -->", re.S)
 ALL = "raw"  # the STUDY of a marker whose kind reads every raw folder
+PLANNED = "planned"  # the kind of a study that may not have run yet (module doc)
+NOT_RUN = "(not yet run)"  # an inline marker of such a study, until it has
 
 
 def render(
@@ -48,27 +58,38 @@ def render(
 
     figures_dir: where `figure()` draws its PNG; None draws nothing (a check compares text).
     changed: commit -> the code files changed since (None: unknown), for `stale()`.
-    Raises ValueError for an unknown kind or study, and for a marker without its end or its
+    Raises ValueError for an unknown kind, for a study with no raw folder that the page does
+    not mark `planned`, and for a marker without its end or its
     KIND(ARGS), which would otherwise swallow the text up to the next block's end.
     """
-    opened, blocks = text.count("<!-- generated: "), len(MARKER.findall(text))
-    if opened != blocks:
+    opened, whole = text.count("<!-- generated: "), len(MARKER.findall(text))
+    if opened != whole:
         raise ValueError(
-            f"{opened} '<!-- generated: ' markers but {blocks} whole blocks: one lacks its "
+            f"{opened} '<!-- generated: ' markers but {whole} whole blocks: one lacks its "
             "'<!-- end generated -->' or is not 'STUDY KIND(ARGS) -->'"
         )
     page = Page(raw_root, figures_dir, changed)
+    not_run = {
+        name
+        for name, kind in blocks(text)
+        if kind == PLANNED and not os.path.isdir(os.path.join(raw_root, name))
+    }
 
     def replace(match: re.Match) -> str:
         name, kind, args, _ = match.groups()
         if kind not in KINDS:
             raise ValueError(f"{match.group(0)[:80]}: unknown kind {kind!r}; one of {list(KINDS)}")
-        target = page if name == ALL else page.study(name)
-        extra = {"page": page} if kind in _USES_PAGE else {}
         call = ast.parse(f"f({args})", mode="eval").body  # literals only, by position or name
         positional = [ast.literal_eval(arg) for arg in call.args]
         named = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
-        inner = KINDS[kind](target, *positional, **named, **extra)
+        if name not in not_run:
+            target = page if name == ALL else page.study(name)
+            extra = {"page": page} if kind in _USES_PAGE else {}
+            inner = KINDS[kind](target, *positional, **named, **extra)
+        elif kind == PLANNED:
+            inner = page_provenance.planned(None, *positional, **named)
+        else:
+            inner = NOT_RUN if kind in INLINE else ""
         if kind not in INLINE:
             inner = f"\n{inner}\n"
         return match.group(0)[: match.start(4) - match.start(0)] + inner + "<!-- end generated -->"
@@ -107,6 +128,7 @@ def blocks(text: str) -> list[tuple[str, str]]:
 
 # Kinds: (RawStudy, *args) -> markdown; (Page) for ALL; _USES_PAGE also get page=.
 KINDS = {
+    PLANNED: page_provenance.planned,
     "header": page_provenance.header,
     "stale": page_provenance.stale,
     "figure": page_numbers.figure,
@@ -115,6 +137,7 @@ KINDS = {
     "summary_table": page_numbers.summary_table,
     "paired_table": page_numbers.paired_table,
     "multiplicity": page_numbers.multiplicity,
+    "length_verdicts": page_numbers.length_verdicts,
     "extremes_table": page_numbers.extremes_table,
     "extremes": page_numbers.extremes,
     "stage_table": page_numbers.stage_table,
