@@ -8,10 +8,13 @@ Shapes: B = 1, N = 8 (B·N = 8), H = 64, float32, L = M. Kinds: softmax with RoP
 RoPE. Modes: "fwd" (the output) and "fwd+bwd" (gradients of sum(out) w.r.t. q, k and v).
 Variants (--variants) of every kind: "full" (k, v with N heads), "K=2" and "K=1" (grouped-query
 and multi-query attention: k, v with K heads), "segments" (packed rows: documents of
---document tokens, `segment_ids`, RoPE at positions restarting in each), "gated" (with
---causal only: a decay gate, `log_decay` of RetNet's fixed gates, the gated forms of
-nn/decay.py). The summary gives each variant's time over the same kind's "full" in the same
-run (targets: grouped heads not slower than full ones, segments at most 1.2x).
+--document tokens, `segment_ids`, RoPE at positions restarting in each), and with --causal
+the decay gates (the gated forms of nn/decay.py, issue 55): "retention" (RetNet's fixed log
+gates, a constant of the jitted function as nn/gates.py makes them) and "forget" (FoX's log
+gates log σ(z), an input like q, k and v, with their gradient in "fwd+bwd" as a learned gate
+needs). The summary gives each variant's time over the same kind's "full" in the same run
+(targets: grouped heads not slower than full ones, segments at most 1.2x, a gate at most
+1.3x the ungated causal form of its kind at L 512-16384, the default --lengths).
 
 Each case runs in its own subprocess, so that its peak resident memory is its own:
   ms        median wall time of a jitted call (after a compiling call); ms_min in the JSON
@@ -80,14 +83,15 @@ _MALLOC = flags.DEFINE_list(
     "malloc", ["default"], f"Allocator settings to run every case under: {', '.join(MALLOCS)}."
 )
 _CASE = flags.DEFINE_string("case", None, "Internal: 'kind,L,mode,variant' run in this process.")
-# Each variant's key/value heads (None: N), whether rows are packed documents and whether a
-# decay gate weighs the keys (causal forms only).
+# Each variant's key/value heads (None: N), whether rows are packed documents and which decay
+# gate weighs the keys (causal forms only; None: none).
 VARIANTS = {
-    "full": (None, False, False),
-    "K=2": (2, False, False),
-    "K=1": (1, False, False),
-    "segments": (None, True, False),
-    "gated": (None, False, True),
+    "full": (None, False, None),
+    "K=2": (2, False, None),
+    "K=1": (1, False, None),
+    "segments": (None, True, None),
+    "retention": (None, False, "retention"),
+    "forget": (None, False, "forget"),
 }
 _VARIANTS = flags.DEFINE_list("variants", list(VARIANTS), "Variants of each kind to time.")
 _DOCUMENT = flags.DEFINE_integer(
@@ -107,48 +111,64 @@ FIRST_TOUCH = ("fresh us/page", "again us/page", "fresh, huge pages")
 
 
 def make_fn(kind, length, mode, causal, variant="full"):
+    """The case's jitted function of its inputs (`inputs`): the attention output, or in
+    "fwd+bwd" the gradients of sum(out) with respect to every input."""
     fn, kw, rotated = KINDS[kind]
     positions = jnp.arange(length)
-    if VARIANTS[variant][1]:
+    _, packed, gate = VARIANTS[variant]
+    if packed:
         ids = positions[None] // _DOCUMENT.value  # [1, L]
         kw = {**kw, "segment_ids": ids}
         positions = segments.segment_positions(ids)
     if rotated:
         kw = {**kw, "rotation": rope.rope_rotation(positions)}
-    if VARIANTS[variant][2]:
+    if gate == "retention":
         shape = (1, length, _HEADS.value)
         kw = {**kw, "log_decay": jnp.broadcast_to(decay.retention(_HEADS.value), shape)}
 
-    def forward(q, k, v):
-        return fn(q, k, v, causal=causal, **kw)
+    def forward(q, k, v, log_decay=None):  # log_decay: the "forget" gate's, an input
+        gated = kw if log_decay is None else {**kw, "log_decay": log_decay}
+        return fn(q, k, v, causal=causal, **gated)
 
     if mode == "fwd":
         return jax.jit(forward)
-    return jax.jit(jax.grad(lambda q, k, v: jnp.sum(forward(q, k, v)), argnums=(0, 1, 2)))
+    argnums = tuple(range(4 if gate == "forget" else 3))
+    return jax.jit(jax.grad(lambda *x: jnp.sum(forward(*x)), argnums=argnums))
+
+
+def inputs(length, variant="full"):
+    """q, k, v [1, L, N or K, H] from N(0, 1), and for the "forget" gate its log gates
+    log σ(z) [1, L, N], z ~ N(2, 1) (gates near 0.9: FoX's forget gates keep most of the past)."""
+    kv_heads, _, gate = VARIANTS[variant]
+    kv_heads = kv_heads or _HEADS.value
+    shapes = [(1, length, heads, _HEAD_DIM.value) for heads in (_HEADS.value, kv_heads, kv_heads)]
+    keys = jax.random.split(jax.random.key(0), 4)
+    arrays = [jax.random.normal(key, shape) for key, shape in zip(keys[:3], shapes, strict=True)]
+    if gate == "forget":
+        z = 2.0 + jax.random.normal(keys[3], (1, length, _HEADS.value))
+        arrays.append(jax.nn.log_sigmoid(z))
+    return arrays
 
 
 def run_case(kind, length, mode, variant="full"):
     """Measures one case in this process; returns its record."""
-    kv_heads = VARIANTS[variant][0] or _HEADS.value
-    shapes = [(1, length, heads, _HEAD_DIM.value) for heads in (_HEADS.value, kv_heads, kv_heads)]
-    keys = jax.random.split(jax.random.key(0), 3)
-    q, k, v = (jax.random.normal(key, shape) for key, shape in zip(keys, shapes, strict=True))
+    args = inputs(length, variant)
     fn = make_fn(kind, length, mode, _CAUSAL.value, variant)
-    compiled = fn.lower(q, k, v).compile()
+    compiled = fn.lower(*args).compile()
     temp = compiled.memory_analysis().temp_size_in_bytes
     record = {"kind": kind, "variant": variant, "L": length, "mode": mode}
     record |= {"causal": _CAUSAL.value}
     record |= {"temp MB": temp / 2**20, "allocator": allocator()}
     if temp > _MAX_GB.value * 2**30:
         return record | {"skipped": f"needs {temp / 2**30:.1f} GB of temporaries"}
-    jax.block_until_ready((q, k, v))
+    jax.block_until_ready(args)
     resident = _reset_peak_rss()
     start = time.perf_counter()
-    jax.block_until_ready(compiled(q, k, v))  # the first call touches every page first
+    jax.block_until_ready(compiled(*args))  # the first call touches every page first
     slow = time.perf_counter() - start > 2.0  # quadratic softmax at large L: time it twice
     warm = _usage()
     repeats = 2 if slow else _REPEATS.value
-    timing = time_call(compiled, q, k, v, repeats=repeats, min_seconds=0.0 if slow else 0.3)
+    timing = time_call(compiled, *args, repeats=repeats, min_seconds=0.0 if slow else 0.3)
     after = _usage()
     calls = timing["runs"] + 1  # and time_call's own warm-up call
     cpu = after.ru_utime + after.ru_stime - warm.ru_utime - warm.ru_stime
