@@ -49,23 +49,28 @@ class PageNumbersTest(absltest.TestCase):
         )
 
     def test_length_verdicts_follow_the_intervals_and_the_multiplicity_line(self):
-        def verdicts(pairs):
-            text = f"<!-- generated: length_wikitext2 length_verdicts({pairs!r}) -->"
-            rendered = results_page.render(text + "<!-- end generated -->", _RAW, changed=_unknown)
-            return [line.strip(" |").split(" | ")[2:] for line in rendered.splitlines()[3:-1]]
+        pairs = [["xPos", "RoPE"], ["xPos", "RoPE tuned at 512"], ["BERT", "RoPE tuned at 512"]]
 
-        # The page's paired tables: xPos − RoPE holds 0 at 128 and 256, is above it from 512;
-        # of the whole family (multiplicity()), only xPos − RoPE tuned at 512 at 1024 is kept.
-        (xpos,), (tuned, bert) = (
-            verdicts([["xPos", "RoPE"]]),
-            verdicts([["xPos", "RoPE tuned at 512"], ["BERT", "RoPE tuned at 512"]]),
-        )
-        self.assertEqual([cell.split(" (")[0] for cell in xpos], ["level"] * 2 + ["higher"] * 3)
-        self.assertEqual(tuned[3], "**higher** (+0.365)")
-        self.assertEqual([c.startswith("**") for c in tuned], [False] * 3 + [True, False])
-        self.assertEqual(bert[1:], ["n/a"] * 4)  # BERT reads 128 only
-        with self.assertRaisesRegex(ValueError, "'RoPE − xPos at 128' is not one of"):
-            verdicts([["RoPE", "xPos"]])  # xPos is not one of the study's baselines
+        def inner(kind, pairs=pairs):
+            text = f"<!-- generated: length_wikitext2 {kind}({pairs!r}) --><!-- end generated -->"
+            rendered = results_page.render(text, _RAW, changed=_unknown)
+            return rendered.split("-->", 1)[1].rsplit("<!--", 1)[0]
+
+        table, line = inner("length_verdicts"), inner("multiplicity")
+        rows = [row.strip(" |").split(" | ")[2:] for row in table.strip().splitlines()[2:]]
+        # The page's paired tables: xPos − RoPE holds 0 at 128 and 256, is above it from 512.
+        self.assertEqual([cell.split(" (")[0] for cell in rows[0]], ["level"] * 2 + ["higher"] * 3)
+        self.assertEqual(rows[1][3], "**higher** (+0.365)")
+        self.assertEqual(rows[2][1:], ["n/a"] * 4)  # BERT reads 128 only
+        # Bold where the multiplicity line over the same pairs keeps the interval apart from 0.
+        self.assertIn("11 paired intervals (3 chosen pairs at every length)", line)  # 2+ seeds
+        kept = line.split("apart from 0:")[1].split(" do not")[0]
+        for (name, baseline), cells in zip(pairs, rows, strict=True):
+            for n, cell in zip((128, 256, 512, 1024, 2048), cells, strict=True):
+                label = f"{name} − {baseline} at {n} (p ="
+                self.assertEqual(cell.startswith("**"), label in kept, label)
+        with self.assertRaisesRegex(ValueError, r"pairs name \['GPT'\], not evaluations"):
+            inner("length_verdicts", [["GPT", "RoPE"]])
 
     def test_stage_change_pairs_each_seeds_stage_ends(self):
         text = (

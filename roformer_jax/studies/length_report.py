@@ -115,49 +115,44 @@ def paired_diffs(
 
 
 def paired_family(
-    scores: Mapping[str, Sequence[dict]], baselines: Sequence[str], lengths: Sequence[int]
+    scores: Mapping[str, Sequence[dict]], pairs: Sequence[Sequence[str]], lengths: Sequence[int]
 ) -> dict[str, list[float]]:
-    """{"A − B at n": A's loss minus B's seed by seed}: every evaluation A minus every
-    baseline B at every length n, the family a study's multiplicity line corrects for."""
+    """{"A − B at n": A's loss minus B's at n, seed by seed} for each (A, B) of `pairs` at each
+    length n: a family of paired intervals, which a multiplicity line corrects for."""
+    unknown = sorted({name for pair in pairs for name in pair} - set(scores))
+    if unknown:
+        raise ValueError(f"pairs name {unknown}, not evaluations of the study: {list(scores)}")
     return {
-        pair_label(name, baseline, n): paired_diffs(scores, name, baseline, n)
-        for baseline in baselines
-        for name in scores
-        if name != baseline
+        _label(name, baseline, n): paired_diffs(scores, name, baseline, n)
+        for name, baseline in pairs
         for n in lengths
     }
 
 
-def pair_label(name: str, baseline: str, length: int) -> str:
-    return f"{name} − {baseline} at {length}"
-
-
 def verdict_table(
-    scores: Mapping[str, Sequence[dict]],
-    pairs: Sequence[Sequence[str]],
-    lengths: Sequence[int],
-    family: Mapping[str, list[float]],
+    scores: Mapping[str, Sequence[dict]], pairs: Sequence[Sequence[str]], lengths: Sequence[int]
 ) -> str:
     """Markdown: for each (evaluation, baseline) of `pairs`, at each length, whether the
     evaluation's loss is lower or higher than the baseline's (its paired 95% t-interval below
     or above 0) or level with it (the interval holds 0), with the mean difference; in bold
-    where it stays apart from 0 under Holm's correction for all of `family` (paired_family's
-    labels), which must hold the pair."""
+    where it stays apart from 0 under Holm's correction for these pairs at these lengths
+    (tables.holm_kept over paired_family's family)."""
+    family = paired_family(scores, pairs, lengths)
     kept = set(holm_kept(family))
     lines = [
         "| evaluation − baseline | n | " + " | ".join(f"at {n}" for n in lengths) + " |",
         "|---|---|" + "---|" * len(lengths),
     ]
     for name, baseline in pairs:
-        cells = []
-        for n in lengths:
-            label = pair_label(name, baseline, n)
-            if label not in family:
-                raise ValueError(f"{label!r} is not one of the study's paired intervals")
-            cells.append(_verdict(family[label], label in kept))
-        seeds = len(family[pair_label(name, baseline, lengths[0])])
+        labels = [_label(name, baseline, n) for n in lengths]
+        cells = [_verdict(family[label], label in kept) for label in labels]
+        seeds = max(len(family[label]) for label in labels)
         lines.append(f"| {name} − {baseline} | {seeds} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _label(name: str, baseline: str, length: int) -> str:
+    return f"{name} − {baseline} at {length}"
 
 
 def _verdict(diffs: list[float], kept: bool) -> str:

@@ -116,31 +116,31 @@ def paired_table(raw: RawStudy) -> str:
 
 def multiplicity(raw: RawStudy, pairs: list | None = None) -> str:
     """tables.holm_text over the study's paired intervals: `pairs` [[run, baseline], ...]
-    (final values), else the paired table (each run minus the baseline, final), or, in a
-    length study, each evaluation minus each of its baselines at every length."""
+    (final values), else the paired table (each run minus the baseline, final); in a length
+    study, `pairs` of evaluations at every length (length_verdicts' family), else each
+    evaluation minus each of its baselines at every length."""
     if raw.scores is None:
         key, base = _paired_key(raw), raw.config["baseline"]
         chosen = pairs or [[name, base] for name in raw.results if name != base]
         family = {f"{a} − {b}": tables.paired_diffs(raw.results, a, b, key) for a, b in chosen}
         what = "final" if pairs else f'each run minus "{base}", final'
         return tables.holm_text(family, what)
-    family = _length_family(raw)
-    baselines = " and ".join(f'"{b}"' for b in raw.config["eval_baselines"])
-    return tables.holm_text(family, f"each evaluation minus {baselines} at every length")
+    if pairs:
+        what = f"{len(pairs)} chosen pairs at every length"
+    else:
+        baselines = raw.config["eval_baselines"]
+        pairs = [[name, b] for b in baselines for name in raw.scores if name != b]
+        what = "each evaluation minus " + " and ".join(f'"{b}"' for b in baselines)
+        what += " at every length"
+    family = length_report.paired_family(raw.scores, pairs, raw.config["eval_lengths"])
+    return tables.holm_text(family, what)
 
 
 def length_verdicts(raw: RawStudy, pairs: list) -> str:
     """A length study's verdicts: each [evaluation, baseline] of `pairs` lower, higher or
-    level at every length, bold where Holm's correction for multiplicity()'s family keeps it
-    (length_report.verdict_table); baselines must be of the study's eval_baselines."""
-    lengths = raw.config["eval_lengths"]
-    return length_report.verdict_table(raw.scores, pairs, lengths, _length_family(raw))
-
-
-def _length_family(raw: RawStudy) -> dict[str, list[float]]:
-    """Each evaluation minus each of the study's eval_baselines at every length."""
-    config = raw.config
-    return length_report.paired_family(raw.scores, config["eval_baselines"], config["eval_lengths"])
+    level at every length, bold where Holm's correction for these pairs at every length
+    keeps it, as `multiplicity(pairs)` says (length_report.verdict_table)."""
+    return length_report.verdict_table(raw.scores, pairs, raw.config["eval_lengths"])
 
 
 def stage_table(raw: RawStudy, run: str) -> str:
