@@ -20,14 +20,17 @@ No output gate in any arm: each gated arm differs from its baseline by the decay
 Every run is read at 128, 512 and 1024 tokens (1x, 4x, 8x) on the same 20,440 held-out
 next-token targets (20 windows of 1022 at 1024; data/length_eval.py: every length predicts
 the same tokens, only the context differs), as experiments/length_study.py does. Paired
-tables: each arm minus softmax + RoPE and minus linear eq (19), seed by seed.
+tables: each arm minus softmax + RoPE and minus linear eq (19), seed by seed; the results
+page (docs/results.md section 11) corrects for and gives verdicts on six chosen pairs.
 
-Budget: STEPS steps a run (the shared setting's warm-up of 40, then a linear decay to 0).
-A 100-step probe of softmax + RoPE on WikiText-2 at 0c6b59f, pinned to one core of two
-shared with other jobs (load ~16), used 147 s of CPU in all: ~110 s training with its
-compilation, ~35 s scoring 20,440 targets at the three lengths. So about 7 core-minutes a
-run of 400 steps and about 2 core-hours for the 18 runs of a corpus (an upper bound: the
-core was shared).
+Budget: STEPS steps a run (the shared setting's 40 warm-up steps, then a linear decay to 0).
+A 100-step probe of every arm (WikiText-2, one seed, at 0c6b59f, pinned to one of the two
+cores, which other jobs shared at a load of 6 to 16: upper bounds) used, per run, 147 CPU-s
+for softmax + RoPE, about 165 for FoX and 180 for FoX + RoPE (of which compiling ~25 and
+scoring the three lengths ~40), and at most 390, 210 and 150 s of wall time for linear eq
+(19), gated linear and retention (the load had fallen by then). That is 0.5 to 1.1 s a
+training step and ~50 s a run besides, so 18 runs of 400 steps take about 1.9 core-hours a
+corpus, less on a quiet core. Sharing two cores with other work, expect 2-3 hours of wall.
 """
 
 from ml_collections import ConfigDict
