@@ -49,6 +49,32 @@ class AlibiTest(absltest.TestCase):
         )
         np.testing.assert_array_equal(positions.alibi_slopes(1), [2.0**-8])
 
+    def test_slope_heads_repeat_the_slopes_of_fewer_heads(self):
+        # 8 heads of 16 with the 2-head slopes (1/16, 1/256): each over 4 adjacent heads.
+        np.testing.assert_array_equal(
+            positions.alibi_slopes(8, slope_heads=2), np.repeat([2.0**-4, 2.0**-8], 4)
+        )
+        np.testing.assert_array_equal(positions.alibi_slopes(8, 8), positions.alibi_slopes(8))
+        with self.assertRaisesRegex(ValueError, "multiple of slope_heads=3"):
+            positions.alibi_slopes(8, slope_heads=3)
+
+    def test_the_section_sets_the_model_slopes(self):
+        # tiny's 4 heads: the 2-head slopes move the outputs; the 4-head slopes, the default's.
+        _, variables = _model("alibi")
+        ids = _ids()
+        outputs = {
+            heads: _model("alibi", sections={"alibi": {"slope_heads": heads}})[0].apply(
+                variables, ids
+            )
+            for heads in (2, 4)
+        }
+        chex.assert_trees_all_equal(outputs[4], _model("alibi")[0].apply(variables, ids))
+        self.assertGreater(float(jnp.abs(outputs[2].logits - outputs[4].logits).max()), 1e-3)
+        with self.assertRaisesRegex(ValueError, "slope_heads=3 does not divide num_heads=4"):
+            _model("alibi", sections={"alibi": {"slope_heads": 3}})
+        with self.assertRaisesRegex(ValueError, "slope_heads=0 must be a positive"):
+            _model("alibi", sections={"alibi": {"slope_heads": 0}})
+
     def test_bias_is_minus_slope_times_distance(self):
         q_pos = np.array([[0, 1, 5], [10, 11, 12]])
         k_pos = np.array([[0, 2, 3, 9], [1, 10, 20, 30]])
