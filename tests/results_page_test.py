@@ -108,6 +108,35 @@ class ResultsPageTest(parameterized.TestCase):
         self.assertEqual(named, "+0.059 [+0.054, +0.064]")
         self.assertEqual(below, "step 50")  # RoPE's interval is below learned's at every step
 
+    def test_an_awaited_study_says_not_run_yet_until_its_folder_exists(self):
+        def block(marker):
+            return f"<!-- generated: {marker} --><!-- end generated -->"
+
+        text = "|".join(
+            block(m)
+            for m in (
+                "multilength_wikitext2? length_table()",  # there: read as without "?"
+                "multilength_controls? length_table()",
+                'raw? vit_table("vit_ten_seeds")',  # the ViT kinds' folder is their argument
+                'multilength_controls? diff("768 only", "multi-length", 2048)',
+            )
+        )
+        there, absent, vit, inline = [
+            part.split("-->", 1)[1].rsplit("<!--", 1)[0]
+            for part in results_page.render(text, _RAW, changed=_unknown).split("|<!--")
+        ]
+        plain = results_page.render(block("multilength_wikitext2 length_table()"), _RAW)
+        self.assertIn(there.strip(), plain)
+        self.assertIn("docs/results/raw/multilength_controls/", absent)
+        self.assertIn("docs/results/raw/vit_ten_seeds/", vit)
+        self.assertEqual(inline, results_page.NOT_RUN_INLINE)
+        self.assertEqual(
+            results_page.blocks(text)[1:3],
+            [("multilength_controls", "length_table"), ("vit_ten_seeds", "vit_table")],
+        )
+        with self.assertRaisesRegex(ValueError, "no study 'multilength_controls'"):
+            results_page.render(block("multilength_controls length_table()"), _RAW)
+
     @parameterized.named_parameters(
         ("unknown_kind", "causal_wikitext2 median() --><!-- end generated -->", "kind 'median'"),
         ("unknown_study", "causal_x unigram() --><!-- end generated -->", "no study 'causal_x'"),

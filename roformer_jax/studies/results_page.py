@@ -8,6 +8,10 @@ The page is prose written by hand, with generated parts between markers:
     <!-- generated: STUDY KIND(ARGS) -->...<!-- end generated -->
 
 STUDY names a folder of the raw root (study_record.read_raw), or is "raw" for all of them;
+a STUDY that ends in "?" (`multilength_controls_wikitext2?`, `raw?` for the ViT kinds, whose
+folder is their first argument) is awaited: until its folder exists the block says so
+(NOT_RUN, or NOT_RUN_INLINE inside a sentence), so that a study's section can be written
+before it runs and fill itself in when its raw files are committed;
 KIND is a key of KINDS, called with ARGS, Python literals by position or name
 (`length_paired_table("RoPE")`, `diff("RoPE + YaRN", "RoPE", 2048)`, `diff("none", step=500)`).
 A table or figure sits on lines of its own between its markers; an inline value (INLINE)
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import os
 import re
 from collections.abc import Callable
 
@@ -35,6 +40,11 @@ from roformer_jax.training import provenance
 
 MARKER = re.compile(r"<!-- generated: (\S+) (\w+)\((.*?)\) -->(.*?)<!-- end generated -->", re.S)
 ALL = "raw"  # the STUDY of a marker whose kind reads every raw folder
+AWAITED = "?"  # after a STUDY: its raw folder may not exist yet (module doc)
+NOT_RUN = (
+    "*Not run yet: no raw files in docs/results/raw/{folder}/ (the command above writes them).*"
+)
+NOT_RUN_INLINE = "(not run yet)"
 
 
 def render(
@@ -60,15 +70,20 @@ def render(
     page = Page(raw_root, figures_dir, changed)
 
     def replace(match: re.Match) -> str:
-        name, kind, args, _ = match.groups()
+        marked, kind, args, _ = match.groups()
         if kind not in KINDS:
             raise ValueError(f"{match.group(0)[:80]}: unknown kind {kind!r}; one of {list(KINDS)}")
-        target = page if name == ALL else page.study(name)
-        extra = {"page": page} if kind in _USES_PAGE else {}
+        name = marked.removesuffix(AWAITED)
         call = ast.parse(f"f({args})", mode="eval").body  # literals only, by position or name
         positional = [ast.literal_eval(arg) for arg in call.args]
         named = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
-        inner = KINDS[kind](target, *positional, **named, **extra)
+        folder = _folder(name, positional)
+        if marked.endswith(AWAITED) and not os.path.isdir(os.path.join(raw_root, folder)):
+            inner = NOT_RUN_INLINE if kind in INLINE else NOT_RUN.format(folder=folder)
+        else:
+            target = page if name == ALL else page.study(name)
+            extra = {"page": page} if kind in _USES_PAGE else {}
+            inner = KINDS[kind](target, *positional, **named, **extra)
         if kind not in INLINE:
             inner = f"\n{inner}\n"
         return match.group(0)[: match.start(4) - match.start(0)] + inner + "<!-- end generated -->"
@@ -97,12 +112,19 @@ def blocks(text: str) -> list[tuple[str, str]]:
     """(study, kind) of every marker of `text`; an ALL marker's study is its first argument
     where that names a folder (the ViT kinds), as page_provenance.unmarked reads them."""
     found = []
-    for name, kind, args, _ in MARKER.findall(text):
+    for marked, kind, args, _ in MARKER.findall(text):
         call = ast.parse(f"f({args})", mode="eval").body
-        if name == ALL and call.args:
-            name = ast.literal_eval(call.args[0])
-        found.append((name, kind))
+        positional = [ast.literal_eval(arg) for arg in call.args]
+        found.append((_folder(marked.removesuffix(AWAITED), positional), kind))
     return found
+
+
+def _folder(name: str, positional: list) -> str:
+    """The raw folder a marker reads: its STUDY, or an ALL marker's first argument where that
+    names one (the ViT kinds); ALL itself for the kinds that read every folder."""
+    if name == ALL and positional and isinstance(positional[0], str):
+        return positional[0]
+    return name
 
 
 # Kinds: (RawStudy, *args) -> markdown; (Page) for ALL; _USES_PAGE also get page=.
