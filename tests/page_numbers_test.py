@@ -66,6 +66,36 @@ class PageNumbersTest(absltest.TestCase):
         expected = tables.interval_text([five - four for four, five in ends])
         self.assertEqual(rendered.split("-->")[1].split("<!--")[0], expected)
 
+    def test_stages_read_held_out_at_each_stages_end(self):
+        # The 200-step schedule's stages end at 88, 94, 147, 182, 186 and 200; held-out
+        # values written there (stage i, seed s: loss 6 + i + s / 10) are what the table reads.
+        raw = tiny.workdir()
+        shutil.copytree(os.path.join(_RAW, "multilength_wikitext2"), f"{raw}/ml")
+        ends = (88, 94, 147, 182, 186, 200)
+        for seed in range(3):
+            path = f"{raw}/ml/multi-length/seed{seed}/metrics.jsonl"
+            with open(path, encoding="utf-8") as f:
+                records = [json.loads(line) for line in f]
+            for r in records:
+                if r["step"] in ends[:-1] or r["step"] == 190:  # 190: not a stage's end
+                    stage = ends.index(r["step"]) if r["step"] in ends else 9
+                    r.update({"valid/loss_256": 6 + stage + seed / 10, "valid/accuracy_256": 0.1})
+            with open(path, "w", encoding="utf-8") as f:
+                f.writelines(json.dumps(r) + "\n" for r in records)
+        text = (
+            '<!-- generated: ml stage_held_out_table("multi-length") --><!-- end generated -->|'
+            '<!-- generated: ml stage_change("multi-length", 5, 4, "loss", held_out=True) -->'
+            "<!-- end generated -->"
+        )
+        table, change = results_page.render(text, raw, changed=_unknown).split("|<!--")
+        self.assertIn("| 5 | 768 | 4 | 3 | 10.1 ± 0.1 | 0.1 ", table)
+        self.assertIn(f">{tables.interval_text([1.0, 1.0, 1.0])}<", change)
+        self.assertIn("| 6 | 256 | 14 | 3 | ", table)  # the last step is always evaluated
+        # The 1,810-step schedule evaluated every 50 steps: stage 3 ends at 1,330, unevaluated.
+        blog = text.split("|")[0].replace("ml ", "multilength_blog_wikitext2 ")
+        with self.assertRaisesRegex(ValueError, "no valid/loss_256 at step 1330"):
+            results_page.render(blog, _RAW, changed=_unknown)
+
     def test_extremes_table_takes_a_dict_of_keys(self):
         text = (
             '<!-- generated: causal_wikitext2 extremes_table({"train/grad_norm": "max", '

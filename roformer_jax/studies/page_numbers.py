@@ -139,13 +139,55 @@ def stage_table(raw: RawStudy, run: str) -> str:
     return length_report.stage_table(raw.runs[run][0], raw.results[run])
 
 
-def stage_change(raw: RawStudy, run: str, stage: int, earlier: int, key: str = "accuracy") -> str:
+def stage_change(
+    raw: RawStudy, run: str, stage: int, earlier: int, key: str = "accuracy", held_out=False
+) -> str:
     """Mean [95% t-interval] of run `run`'s training `key` at the end of stage `stage` minus
-    at the end of stage `earlier` (1-based, as the stage table numbers them), seed by seed."""
-    values = length_report.stage_values(raw.runs[run][0], raw.results[run], f"train/{key}")
+    at the end of stage `earlier` (1-based, as the stage table numbers them), seed by seed;
+    `held_out`: the held-out `key` of the evaluation at each stage's last step instead
+    (`stage_held_out_table`'s)."""
+    values = _stage_ends(raw, run, key, held_out)
     if {len(values[stage - 1]), len(values[earlier - 1])} != {len(raw.results[run])}:
-        raise ValueError(f"{run!r}: a seed logged no train/{key} in stage {earlier} or {stage}")
+        raise ValueError(f"{run!r}: a seed logged no {key} in stage {earlier} or {stage}")
     return tables.interval_text([a - b for a, b in zip(values[stage - 1], values[earlier - 1])])
+
+
+def stage_held_out_table(raw: RawStudy, run: str) -> str:
+    """Each stage's model read on the held-out set at one length (the run's data.seq_len), by
+    the evaluation at the stage's last step (mean ± sample std over seeds): unlike the
+    training accuracy of `stage_table`, the same text at the same length for every stage."""
+    cfg = raw.runs[run][0]
+    length = cfg.data.seq_len
+    loss, accuracy = (_stage_ends(raw, run, key, True) for key in ("loss", "accuracy"))
+    lines = [
+        f"| stage | length | steps | n | held-out loss at {length} | "
+        f"held-out accuracy at {length} |",
+        "|---|---|---|---|---|---|",
+    ]
+    for i, (steps, stage_length, _) in enumerate(cfg.train.stages):
+        lines.append(
+            f"| {i + 1} | {stage_length} | {steps} | {len(loss[i])} | "
+            f"{tables.mean_std_text(loss[i])} | {tables.mean_std_text(accuracy[i])} |"
+        )
+    return "\n".join(lines)
+
+
+def _stage_ends(raw: RawStudy, run: str, key: str, held_out: bool) -> list[list[float]]:
+    """[stage][seed] of `key`: training's over each stage's last 5 logged steps, or the
+    held-out evaluation's at the stage's last step (an error where a stage does not end on
+    an evaluation)."""
+    cfg, seeds = raw.runs[run][0], raw.results[run]
+    if not held_out:
+        return length_report.stage_values(cfg, seeds, f"train/{key}")
+    full_key, end = f"valid/{key}_{cfg.data.seq_len}", 0
+    for steps, _, _ in cfg.train.stages:
+        end += steps
+        if any(not any(r["step"] == end and full_key in r for r in s) for s in seeds):
+            raise ValueError(
+                f"{run!r} has no {full_key} at step {end}, where stage ends: its stages "
+                "are read held out only where every one ends on an evaluation"
+            )
+    return length_report.stage_values(cfg, seeds, full_key, last=1)
 
 
 def mean(raw: RawStudy, evaluation: str, length: int, key: str = "loss") -> str:

@@ -141,6 +141,7 @@ KINDS = {
     "extremes": page_numbers.extremes,
     "stage_table": page_numbers.stage_table,
     "stage_change": page_numbers.stage_change,
+    "stage_held_out_table": page_numbers.stage_held_out_table,
     "mean": page_numbers.mean,
     "diff": page_numbers.diff,
     "length_change": page_numbers.length_change,
