@@ -4,6 +4,7 @@ import dataclasses
 import functools
 import glob
 import importlib
+import itertools
 import os
 
 import jax
@@ -101,6 +102,7 @@ class ConfigsTest(parameterized.TestCase):
         ("study_long_training", "length_study"),
         ("study_bert_order", "compare"),
         ("study_bert_seeds", "compare"),
+        ("study_positions_heads", "compare"),
     )
     def test_study_config_builds_every_run(self, name, command):
         doc = importlib.import_module(f"configs.{name}").__doc__
@@ -118,6 +120,26 @@ class ConfigsTest(parameterized.TestCase):
                 self.assertTrue(set(config.eval_baselines) <= set(config.evaluations))
                 for spec in config.evaluations.values():
                     self.assertIn(spec.run, config.runs)
+
+    def test_issue_56_controls(self):
+        # The heads study takes :best's runs of the same names from its workdir as they are.
+        heads = study.study_runs(_load("study_positions_heads"))
+        best = study.study_runs(
+            _load("study_positions_lr", "best,BERT=1e-3/500,RoPE=1e-3,sinusoidal=1e-3/500")
+        )
+        for name in ("RoPE, lr 1e-3", "ALiBi, 2 heads", "ALiBi, 8 heads"):
+            self.assertEqual(heads[name], best[name], name)
+        slopes = heads["ALiBi, 8 heads, 2-head slopes"][0].model
+        self.assertEqual((slopes.num_heads, slopes.sections["alibi"].slope_heads), (8, 2))
+        # 768 tokens only, on the schedule's tokens; every stage ends on an evaluation.
+        controls = study.study_runs(_load("study_multilength", "wikitext2,controls"))
+        (schedule, *_), (control, *_) = controls["multi-length"], controls["768 only"]
+        tokens = [sum(s * n * b for s, n, b in c.train.stages) for c in (schedule, control)]
+        self.assertEqual(tokens[0], tokens[1])
+        ends = itertools.accumulate(s for s, _, _ in schedule.train.stages)
+        self.assertTrue(all(end % schedule.train.eval_every == 0 for end in ends))
+        (alibi,) = study.study_runs(_load("study_long_training", "alibi8"))["ALiBi, 8 heads"]
+        self.assertEqual((alibi.model.num_heads, alibi.train.steps), (8, 20_000))
 
     def test_positions_lr_best_reuses_the_sweeps_seed_0(self):
         sweep = study.study_runs(_load("study_positions_lr", "sweep"))
