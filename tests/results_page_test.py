@@ -42,6 +42,12 @@ class ResultsPageTest(parameterized.TestCase):
         self.assertEqual(diff, "", "run `python experiments/results_page.py`:\n" + diff[:3000])
         self.assertGreater(page.count("<!-- generated: "), 40)  # the markers are really there
 
+    def test_readme_is_what_the_raw_files_give(self):
+        readme = _read(os.path.join(os.path.dirname(_PAGE), os.pardir, "README.md"))
+        diff = results_page.differences(readme, results_page.render(readme, _RAW), name="README")
+        self.assertEqual(diff, "", "run `python experiments/results_page.py`:\n" + diff)
+        self.assertIn('vit_claim("vit_zoom"', readme)
+
     @parameterized.named_parameters(
         ("final_validation_loss", _change_final_valid_loss, "| softmax + RoPE | 3 |"),
         ("length_score", _change_length_score, "| RoPE + YaRN | 3 |"),

@@ -42,7 +42,7 @@ MARKER = re.compile(r"<!-- generated: (\S+) (\w+)\((.*?)\) -->(.*?)<!-- end gene
 ALL = "raw"  # the STUDY of a marker whose kind reads every raw folder
 AWAITED = "?"  # after a STUDY: its raw folder may not exist yet (module doc)
 NOT_RUN = (
-    "*Not run yet: no raw files in docs/results/raw/{folder}/ (the command above writes them).*"
+    "*Not run yet: no raw files in docs/results/raw/{folder}/ (its config gives the command).*"
 )
 NOT_RUN_INLINE = "(not run yet)"
 
@@ -173,6 +173,7 @@ KINDS = {
     "vit_paired_table": page_vit.vit_paired_table,
     "vit_verdict": page_vit.vit_verdict,
     "vit_multiplicity": page_vit.vit_multiplicity,
+    "vit_claim": page_vit.vit_claim,  # README's row
 }
 INLINE = {
     "stale",
@@ -191,6 +192,7 @@ INLINE = {
     "extremes",
     "vit_verdict",
     "vit_multiplicity",
+    "vit_claim",
 }
 _USES_PAGE = {
     "stale",
