@@ -156,6 +156,30 @@ class ConfigsTest(parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, "a rate for each"):
             _load("study_positions_lr", "best,BERT=1e-3")
 
+    def test_selection_apart_from_report_and_the_packed_cross(self):
+        # The sweep scores the selection split alone; :best trains on the same documents and
+        # scores the held-out set; both differ from the committed runs by these fields only.
+        best = "best,BERT=1e-3/500,RoPE=1e-3,sinusoidal=1e-3/500"
+        for phase, scored in (("sweep", "selection"), (best, "held_out")):
+            plain = study.study_runs(_load("study_positions_lr", phase))
+            words = phase.split(",")
+            chosen = study.study_runs(
+                _load("study_positions_lr", ",".join([words[0], "selection", *words[1:]]))
+            )
+            self.assertEqual(list(chosen), list(plain))
+            for name, seeds in chosen.items():
+                data = seeds[0].data
+                self.assertEqual((data.selection_fraction, data.eval_split), (0.08, scored))
+                moved = dataclasses.replace(data, selection_fraction=0.0, eval_split="held_out")
+                self.assertEqual(dataclasses.replace(seeds[0], data=moved), plain[name][0], name)
+        # Each packed run again, scored in the other mode; WikiText-2 held out by article.
+        cross = study.study_runs(_load("study_packed", "wikitext2,cross"))
+        self.assertLen(cross, 8)
+        run = cross["linear eq (19), isolated, scored open"][0]
+        self.assertEqual((run.data.documents, run.data.evaluated_documents), ("isolated", "open"))
+        self.assertEqual(run.data.split_by, "article")
+        self.assertEqual(cross["softmax, open"][0].data.evaluated_documents, "open")
+
     @parameterized.parameters("study_positions_long", "study_linear_long")
     def test_long_studies_meet_issue_17(self, name):
         # >= 2,000 steps, a rate that does not anneal to zero, >= 10 points per curve,
