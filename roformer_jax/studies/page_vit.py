@@ -92,6 +92,13 @@ def vit_claim(page: Page, name: str, pair: str) -> str:
     return f"{status} (n = {n}, Holm) | {diff} at {size} px"
 
 
+def vit_chosen(page: Page, name: str) -> str:
+    """The argument of the reported runs that a selection study's validation digits give
+    (vit_study.chosen_rates; inline): `:RoPE-Axial=2e-3,...`."""
+    rates = vit_study.chosen_rates(*_read_config_results(page, name))
+    return "`:" + ",".join(f"{k}={v:.0e}".replace("e-0", "e-") for k, v in rates.items()) + "`"
+
+
 def _family(config: dict, results: dict) -> dict[str, list[float]]:
     """{"PAIR at SIZE px": accuracy differences over seeds}: every pair at every size."""
     return {

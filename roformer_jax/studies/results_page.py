@@ -21,9 +21,10 @@ raw files, and leaves everything else as written.
 
 The kinds live by concept: page_numbers (a study's figure, tables and quoted values),
 page_provenance (its header, staleness from git and wall times), page_long_doc (the
-long-document study and fine-tuning runs), page_vit (the ViT resolution study); page_source is
-what they read. `differences` leaves out the stale marks (page_provenance's module doc says
-why); writing the page refreshes them.
+long-document study and fine-tuning runs), page_vit (the ViT resolution study), page_controls
+(issue 56's: the split a study scores, what chose a setting); page_source is what they read.
+`differences` leaves out the stale marks (page_provenance's module doc says why); writing the
+page refreshes them.
 """
 
 from __future__ import annotations
@@ -34,7 +35,13 @@ import os
 import re
 from collections.abc import Callable
 
-from roformer_jax.studies import page_long_doc, page_numbers, page_provenance, page_vit
+from roformer_jax.studies import (
+    page_controls,
+    page_long_doc,
+    page_numbers,
+    page_provenance,
+    page_vit,
+)
 from roformer_jax.studies.page_source import Page
 from roformer_jax.training import provenance
 
@@ -174,6 +181,11 @@ KINDS = {
     "vit_verdict": page_vit.vit_verdict,
     "vit_multiplicity": page_vit.vit_multiplicity,
     "vit_claim": page_vit.vit_claim,  # README's row
+    "vit_chosen": page_vit.vit_chosen,
+    # Issue 56's controls: the split a study scores, what chose a setting, the packed 2 x 2.
+    "split": page_controls.split,
+    "chosen": page_controls.chosen,
+    "cross_table": page_controls.cross_table,
 }
 INLINE = {
     "stale",
@@ -193,6 +205,9 @@ INLINE = {
     "vit_verdict",
     "vit_multiplicity",
     "vit_claim",
+    "vit_chosen",
+    "split",
+    "chosen",
 }
 _USES_PAGE = {
     "stale",
