@@ -201,6 +201,24 @@ class PageNumbersTest(absltest.TestCase):
         self.assertTrue(rows[3].startswith("| RoPE's bound f(r)/f(1), d = 64 |"))
         self.assertTrue(os.path.exists(f"{figures}/causal_wikitext2_attention_8.png"))
 
+    def test_logit_decay_table_is_not_measured_until_its_file_exists(self):
+        raw = tiny.workdir()
+        shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
+        text = (
+            "<!-- generated: causal_wikitext2 logit_decay_table(4, [0, 3]) -->"
+            "<!-- end generated -->"
+        )
+        self.assertIn("*Not measured yet: no logit_decay_4.json", results_page.render(text, raw))
+        # one layer, two heads: the table averages the heads at each distance
+        term = [[[1.0, 0.5, 0.25, 0.125], [0.5, 0.5, 0.25, 0.375]]]
+        bound = [[[4.0, 3.0, 2.0, 1.0], [2.0, 3.0, 2.0, 2.0]]]
+        path = f"{raw}/causal_wikitext2/softmax_+_RoPE/seed0/logit_decay_4.json"
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"step": 200, "length": 4, "term": term, "bound": bound}, f)
+        rows = [line for line in results_page.render(text, raw).splitlines() if "| " in line]
+        self.assertEqual(rows[0], "| run | layer | r = 0 | r = 3 |")
+        self.assertEqual(rows[1], "| softmax + RoPE | 0 | 0.750 (3.00) | 0.250 (1.50) |")
+
     def test_reproduced_says_each_rerun_or_none(self):
         raw = tiny.workdir()
         shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")

@@ -343,16 +343,45 @@ def attention_distance_table(raw: RawStudy, length: int, distances: list, *, pag
 def _attention_distance(raw: RawStudy, length: int, page: Page) -> tuple[dict, object]:
     """{run: its seed 0's attention_distance_<length>.json} for the runs that have one, and
     the first such run's config."""
-    found, first = {}, None
-    for run, seeds in raw.runs.items():
-        path = _raw_file(raw, page, run, seeds[0].seed, f"attention_distance_{length}.json")
-        if os.path.exists(path):
-            found[run], first = read_json(path), first or seeds[0]
+    found, first = _seed0_records(raw, page, f"attention_distance_{length}.json")
     if not found:
         raise ValueError(
             f"no attention_distance_{length}.json in {raw.name}: run "
             "experiments/attention_distance.py with --raw_dir"
         )
+    return found, first
+
+
+def logit_decay_table(raw: RawStudy, length: int, distances: list, *, page: Page) -> str:
+    """Each RoPE run's and layer's mean size of the relative part of its logit for unit q
+    and k (studies/logit_decay.py), heads averaged, at each of `distances`, and in brackets
+    the mean of RoPE's decay bound over the same pairs; a line saying it is not measured yet
+    where no run of the study has the file."""
+    name = f"logit_decay_{length}.json"
+    found, _ = _seed0_records(raw, page, name)
+    if not found:
+        return (
+            f"*Not measured yet: no {name} in {raw.name} (experiments/attention_distance.py "
+            f"--measure=logit_terms --length={length} --raw_dir=...).*"
+        )
+    head = "| run | layer | " + " | ".join(f"r = {d}" for d in distances) + " |"
+    lines = [head, "|---|---|" + "---|" * len(distances)]
+    for run, record in found.items():
+        for layer, (term, bound) in enumerate(zip(record["term"], record["bound"], strict=True)):
+            term, bound = np.nanmean(term, axis=0), np.nanmean(bound, axis=0)  # [L]
+            cells = " | ".join(f"{term[d]:.3f} ({bound[d]:.2f})" for d in distances)
+            lines.append(f"| {run} | {layer} | {cells} |")
+    return "\n".join(lines)
+
+
+def _seed0_records(raw: RawStudy, page: Page, name: str) -> tuple[dict, object]:
+    """{run: its seed 0's raw file `name`} for the runs that have one, and the first such
+    run's config (None where none has)."""
+    found, first = {}, None
+    for run, seeds in raw.runs.items():
+        path = _raw_file(raw, page, run, seeds[0].seed, name)
+        if os.path.exists(path):
+            found[run], first = read_json(path), first or seeds[0]
     return found, first
 
 

@@ -160,6 +160,7 @@ KINDS = {
     "reproduced": page_numbers.reproduced,
     "attention_distance_figure": page_numbers.attention_distance_figure,
     "attention_distance_table": page_numbers.attention_distance_table,
+    "logit_decay_table": page_numbers.logit_decay_table,
     "targets": lambda raw: f"{page_numbers.targets(raw):,}",  # targets, as the footnote prints it
     "wall_time_table": page_provenance.wall_time_table,
     # The long-document study (experiments/long_doc_study.py): its tables read the fine-tuning
@@ -217,6 +218,7 @@ _USES_PAGE = {
     "reproduced",
     "attention_distance_figure",
     "attention_distance_table",
+    "logit_decay_table",
     "long_doc_figure",
     "long_doc_table",
     "long_doc_paired_table",
