@@ -17,7 +17,8 @@ raw files, and leaves everything else as written.
 
 The kinds live by concept: page_numbers (a study's figure, tables and quoted values),
 page_provenance (its header, staleness from git and wall times), page_long_doc (the
-long-document study and fine-tuning runs), page_vit (the ViT resolution study); page_source is
+long-document study and fine-tuning runs), page_vit (the ViT resolution study),
+page_length_bench (the retrieval bench); page_source is
 what they read. `differences` leaves out the stale marks (page_provenance's module doc says
 why); writing the page refreshes them.
 """
@@ -29,7 +30,13 @@ import difflib
 import re
 from collections.abc import Callable
 
-from roformer_jax.studies import page_long_doc, page_numbers, page_provenance, page_vit
+from roformer_jax.studies import (
+    page_length_bench,
+    page_long_doc,
+    page_numbers,
+    page_provenance,
+    page_vit,
+)
 from roformer_jax.studies.page_source import Page
 from roformer_jax.training import provenance
 
@@ -150,6 +157,13 @@ KINDS = {
     "vit_paired_table": page_vit.vit_paired_table,
     "vit_verdict": page_vit.vit_verdict,
     "vit_multiplicity": page_vit.vit_multiplicity,
+    # The retrieval bench (experiments/length_bench.py): as the ViT kinds, a "not run yet" line
+    # until the folder is in the raw root.
+    "bench_header": page_length_bench.bench_header,
+    "bench_heat_map": page_length_bench.bench_heat_map,
+    "bench_table": page_length_bench.bench_table,
+    "bench_paired_table": page_length_bench.bench_paired_table,
+    "bench_verdicts": page_length_bench.bench_verdicts,
 }
 INLINE = {
     "stale",
