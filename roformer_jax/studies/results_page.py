@@ -22,9 +22,9 @@ raw files, and leaves everything else as written.
 The kinds live by concept: page_numbers (a study's figure, tables and quoted values),
 page_provenance (its header, staleness from git and wall times), page_long_doc (the
 long-document study and fine-tuning runs), page_vit (the ViT resolution study), page_controls
-(issue 56's: the split a study scores, what chose a setting); page_source is what they read.
-`differences` leaves out the stale marks (page_provenance's module doc says why); writing the
-page refreshes them.
+(issue 56's: the split a study scores, what chose a setting), page_length_bench (the
+retrieval bench); page_source is what they read. `differences` leaves out the stale marks
+(page_provenance's module doc says why); writing the page refreshes them.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from collections.abc import Callable
 
 from roformer_jax.studies import (
     page_controls,
+    page_length_bench,
     page_long_doc,
     page_numbers,
     page_provenance,
@@ -187,6 +188,13 @@ KINDS = {
     "split": page_controls.split,
     "chosen": page_controls.chosen,
     "cross_table": page_controls.cross_table,
+    # The retrieval bench (experiments/length_bench.py): as the ViT kinds, a "not run yet" line
+    # until the folder is in the raw root.
+    "bench_header": page_length_bench.bench_header,
+    "bench_heat_map": page_length_bench.bench_heat_map,
+    "bench_table": page_length_bench.bench_table,
+    "bench_paired_table": page_length_bench.bench_paired_table,
+    "bench_verdicts": page_length_bench.bench_verdicts,
 }
 INLINE = {
     "stale",
