@@ -142,18 +142,32 @@ class RulesTest(parameterized.TestCase):
 class EightDevicesTest(parameterized.TestCase):
     """mesh_cases.py: tiny in one layer, dropout on, grad_accum 2, two steps."""
 
+    def _assert_same_run(self, run, expected, what=("grads", "params")):
+        for a, b in zip(expected["metrics"], run["metrics"], strict=True):
+            for key in a:
+                np.testing.assert_allclose(b[key], a[key], rtol=1e-5, err_msg=key)
+        for name in what:
+            jax.tree.map(
+                functools.partial(
+                    np.testing.assert_allclose, rtol=1e-4 if name == "grads" else 1e-5, atol=1e-5
+                ),
+                run[name],
+                expected[name],
+            )
+
     @parameterized.parameters("pmap", *mesh_cases.MESHES)
     def test_each_mesh_gives_the_numbers_of_one_device(self, name):
-        one, run = _cases()["one"], _cases()[name]
-        for expected, got in zip(one["metrics"], run["metrics"], strict=True):
-            for key in expected:
-                np.testing.assert_allclose(got[key], expected[key], rtol=1e-5, err_msg=key)
-        for what, rtol in (("grads", 1e-4), ("params", 1e-5)):
-            jax.tree.map(
-                functools.partial(np.testing.assert_allclose, rtol=rtol, atol=1e-5),
-                run[what],
-                one[what],
-            )
+        self._assert_same_run(_cases()[name], _cases()["one"])
+
+    @parameterized.parameters("data", "one")
+    def test_a_checkpoint_saved_under_fsdp_restores_onto_another_mesh(self, target):
+        # Saved sharded over 8 devices; restored replicated over 8, or onto one device: the
+        # same bits, where the target wants them, and step 2 there gives the fsdp run's loss
+        # and parameters.
+        restored = _cases()["restored"][target]
+        self.assertTrue(restored["exact"])
+        self.assertTrue(restored["placed"])
+        self._assert_same_run(restored, _cases()["fsdp"], what=("params",))
 
     @parameterized.parameters(*mesh_cases.MESHES)
     def test_what_the_rules_split_stays_split_after_a_step(self, name):

@@ -3,6 +3,8 @@
     devices = mesh.devices_for(cfg.mesh)        # runtime.Devices where no mesh is asked for
     devices.check_model(cfg.model)
     state = devices.replicate(state)            # each leaf placed by the rules below
+    train_step, eval_step = devices.compile(train_step, eval_step, shapes)  # shardings in, out
+    checkpoints.restore(shapes, model, shardings=devices.shardings(shapes))  # from any mesh
 
 The mesh has four axes (MaxText's names): "data" (replicas of the model, each on its rows of
 the batch), "fsdp" (rows too, and the parameters and optimizer state split, gathered where a
@@ -26,10 +28,9 @@ import re
 
 import jax
 import numpy as np
-from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec
 
-from roformer_jax.training.runtime import Devices
+from roformer_jax.training.runtime import Devices, host_array
 
 AXES = ("data", "fsdp", "tensor", "context")
 BATCH = ("data", "fsdp")  # the mesh axes the batch's rows are split over
@@ -222,6 +223,8 @@ class MeshDevices:
             tuple(self.sizes.values()), AXES, axis_types=(jax.sharding.AxisType.Auto,) * 4
         )
         self.process_index, self.process_count = jax.process_index(), jax.process_count()
+        self.rows = NamedSharding(self.mesh, PartitionSpec(BATCH))  # the batch's
+        self.whole = NamedSharding(self.mesh, PartitionSpec())  # replicated
 
     def check_model(self, model) -> None:
         check_heads(model, self.sizes["tensor"])
@@ -234,15 +237,22 @@ class MeshDevices:
                 + (f" x grad_accum {accum}" if accum > 1 else "")
             )
 
-    def compile(self, train_step, eval_step):
-        """The steps jitted over the mesh; the train step's new state placed as the old."""
-
-        @functools.wraps(train_step)
-        def placed_train_step(state, batch, rng):
-            state, metrics = train_step(state, batch, rng)
-            return jax.lax.with_sharding_constraint(state, self.shardings(state)), metrics
-
-        return jax.jit(placed_train_step, donate_argnums=(0,)), jax.jit(eval_step)
+    def compile(self, train_step, eval_step, state):
+        """The steps as one jit each over the mesh, their shardings explicit in and out: the
+        TrainState `state` (its shapes) by the rules, the batch's rows over data x fsdp, the
+        rng, step and metrics replicated. The train step's new state lands as the old (its
+        buffers donated)."""
+        placed, rows, whole = self.shardings(state), self.rows, self.whole
+        train = jax.jit(
+            train_step,
+            in_shardings=(placed, rows, whole),
+            out_shardings=(placed, whole),
+            donate_argnums=(0,),
+        )
+        evaluate = jax.jit(
+            eval_step, in_shardings=(placed.params, rows, whole), out_shardings=whole
+        )
+        return train, evaluate
 
     def shardings(self, state):
         """The NamedSharding of each leaf of a TrainState (`state_specs`)."""
@@ -258,17 +268,15 @@ class MeshDevices:
         return jax.device_put(state, self.shardings(state))
 
     def shard(self, batch):  # this host's rows [b, ...] -> the global batch's [B, ...]
-        sharding = NamedSharding(self.mesh, PartitionSpec(BATCH))
         return jax.tree.map(
-            lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), batch
+            lambda x: jax.make_array_from_process_local_data(self.rows, np.asarray(x)), batch
         )
 
     def first(self, tree):
         """Host numpy copies of the global values (gathered from every host)."""
-        return jax.tree.map(_host, tree)
+        return jax.tree.map(lambda x: np.array(host_array(x)), tree)
 
-
-def _host(x) -> np.ndarray:
-    if x.is_fully_addressable:
-        return np.array(x)
-    return np.array(multihost_utils.process_allgather(x, tiled=True))
+    def saved(self, state):
+        """The state as its checkpoint holds it: the global arrays, which orbax writes each
+        host's shards of, and restores onto any mesh (Checkpoints.restore's shardings)."""
+        return state
