@@ -7,14 +7,17 @@
 The mesh has four axes (MaxText's names): "data" (replicas of the model, each on its rows of
 the batch), "fsdp" (rows too, and the parameters and optimizer state split, gathered where a
 layer uses them), "tensor" (heads, MLP features and vocabulary split: each device computes
-its part of a layer) and "context" (the sequence split: issue 53 item 3, 1 for now).
+its part of a layer) and "context" (each row's positions split: the attention kinds run as
+ring attention or pass their linear states between devices, nn/context_parallel.py, under the
+mesh made ambient with `jax.set_mesh`).
 
 Where parameters go is two tables in one place, so that nn/ knows no mesh: PARAMETER_AXES
 names the logical axes of each parameter's dimensions by its path (embed, heads, kv_heads,
 mlp, vocab, or None), and RULES maps logical axes to mesh axes. Optimizer leaves that mirror
 a parameter (Adam's moments) go where it goes; the rest (counts, the step) are replicated.
-The batch's rows are split over data x fsdp. Everything else is XLA's (GSPMD): the step is
-the one pure function that pmap runs too (training.step), its sums global by construction.
+The batch's rows are split over data x fsdp, its positions over context. Everything else is
+XLA's (GSPMD): the step is the one pure function that pmap runs too (training.step), its sums
+global by construction.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec
 
+from roformer_jax.nn import context_parallel
 from roformer_jax.training.runtime import Devices
 
 AXES = ("data", "fsdp", "tensor", "context")
@@ -89,7 +93,7 @@ class MeshConfig:
     data: int | None = None  # replicas, each on its rows of the batch; -1: the devices left
     fsdp: int | None = None  # rows too, and the parameters and optimizer state split
     tensor: int | None = None  # heads, MLP features and vocabulary split; divides the heads
-    context: int | None = None  # the sequence split (not yet: 1)
+    context: int | None = None  # each row's positions split; 2 x context divides L
 
     def __post_init__(self):
         given = {a: getattr(self, a) for a in AXES if getattr(self, a) is not None}
@@ -97,11 +101,6 @@ class MeshConfig:
             raise ValueError(f"mesh sizes {given} must be >= 1, or -1 for the devices left")
         if list(given.values()).count(-1) > 1:
             raise ValueError(f"mesh sizes {given}: at most one of them may be -1")
-        if given.get("context", 1) != 1:
-            raise ValueError(
-                f"mesh.context={self.context}: context parallelism (the sequence split over "
-                "devices) is not there yet; leave it at 1"
-            )
 
     @property
     def enabled(self) -> bool:
@@ -223,8 +222,13 @@ class MeshDevices:
         )
         self.process_index, self.process_count = jax.process_index(), jax.process_count()
 
-    def check_model(self, model) -> None:
+    def check_model(self, model, lengths=()) -> None:
+        """ValueError where the ModelConfig `model` does not fit the mesh at `lengths` (every
+        length the run feeds it): whole heads on each tensor device; with context > 1, a kind
+        that runs split over devices and lengths that 2 x context divides."""
         check_heads(model, self.sizes["tensor"])
+        if self.sizes["context"] > 1:
+            context_parallel.check_model(model, self.sizes["context"], lengths)
 
     def check_batch(self, batch_size: int, accum: int, name: str):
         rows = self.sizes["data"] * self.sizes["fsdp"]
@@ -242,7 +246,19 @@ class MeshDevices:
             state, metrics = train_step(state, batch, rng)
             return jax.lax.with_sharding_constraint(state, self.shardings(state)), metrics
 
-        return jax.jit(placed_train_step, donate_argnums=(0,)), jax.jit(eval_step)
+        steps = jax.jit(placed_train_step, donate_argnums=(0,)), jax.jit(eval_step)
+        return steps if self.sizes["context"] == 1 else tuple(map(self.ambient, steps))
+
+    def ambient(self, function):
+        """`function` traced and run with the mesh ambient (`jax.set_mesh`), where the
+        attention kinds find its context axis."""
+
+        @functools.wraps(function)
+        def under_mesh(*args):
+            with jax.set_mesh(self.mesh):
+                return function(*args)
+
+        return under_mesh
 
     def shardings(self, state):
         """The NamedSharding of each leaf of a TrainState (`state_specs`)."""
@@ -258,10 +274,19 @@ class MeshDevices:
         return jax.device_put(state, self.shardings(state))
 
     def shard(self, batch):  # this host's rows [b, ...] -> the global batch's [B, ...]
-        sharding = NamedSharding(self.mesh, PartitionSpec(BATCH))
         return jax.tree.map(
-            lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), batch
+            lambda x: jax.make_array_from_process_local_data(self._placed(x), np.asarray(x)),
+            batch,
         )
+
+    _rows = PartitionSpec(BATCH)
+
+    def _placed(self, x) -> NamedSharding:
+        """Rows over data x fsdp and, with context > 1, positions [B, L] over context (any
+        second dimension that context divides: a placement, which changes no value)."""
+        context = self.sizes["context"]
+        split = context > 1 and np.ndim(x) > 1 and np.shape(x)[1] % context == 0
+        return NamedSharding(self.mesh, PartitionSpec(BATCH, "context") if split else self._rows)
 
     def first(self, tree):
         """Host numpy copies of the global values (gathered from every host)."""
