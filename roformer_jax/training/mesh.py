@@ -247,11 +247,13 @@ class MeshDevices:
             return jax.lax.with_sharding_constraint(state, self.shardings(state)), metrics
 
         steps = jax.jit(placed_train_step, donate_argnums=(0,)), jax.jit(eval_step)
-        return steps if self.sizes["context"] == 1 else tuple(map(self.ambient, steps))
+        return tuple(map(self.ambient, steps))
 
     def ambient(self, function):
         """`function` traced and run with the mesh ambient (`jax.set_mesh`), where the
-        attention kinds find its context axis."""
+        attention kinds find its context axis; as it is where context is 1."""
+        if self.sizes["context"] == 1:
+            return function
 
         @functools.wraps(function)
         def under_mesh(*args):
