@@ -4,12 +4,12 @@
 
 tiny's model in one layer, dropout on, 2 train steps of a 16 x 32 batch (grad_accum 2), on
 one device (plain jit), pmapped over 8 (runtime.Devices) and jitted over each mesh of
-MESHES: per run the metrics of each step, the final parameters, the gradient of the summed
-loss at the initial parameters, and, per state leaf, its PartitionSpec and whether device 0
-holds less than all of it. And a checkpoint across meshes: the state after step 1 under
-fsdp, saved sharded, restored onto the data mesh and onto one device, where step 2 runs
-(each with the step compiled above). One process for every case, so the tests share its
-compiles.
+MESHES (each step under its mesh as the ambient mesh where context > 1): per run the metrics
+of each step, the final parameters, the gradient of the summed loss at the initial
+parameters, and, per state leaf, its PartitionSpec and whether device 0 holds less than all
+of it. And a checkpoint across meshes: the state after step 1 under fsdp, saved sharded,
+restored onto the data mesh and onto one device, where step 2 runs (each with the step
+compiled above). One process for every case, so the tests share its compiles.
 """
 
 import dataclasses
@@ -34,7 +34,9 @@ MESHES = {  # name -> MeshConfig fields: each axis alone, and all three
     "fsdp": dict(fsdp=8),
     "tensor": dict(tensor=4),  # data 2 (the devices left): tiny has 4 heads
     "data_fsdp_tensor": dict(data=2, fsdp=2, tensor=2),
+    "data_context": dict(context=2),  # data 4: rows of 32 positions, 16 a device
 }
+REPLICATED = ("data", "data_context")  # the meshes that split no parameter
 GRAD_ACCUM = 2
 
 
@@ -162,7 +164,7 @@ def main(out: str) -> None:
         train_step = devices.compile(make(), lambda *a: None, state)[0]
         compiled[name] = (devices, train_step)
         placed = devices.replicate(state)
-        result = _run(devices, train_step, jax.jit(grad_fn), placed, batch, rng)
+        result = _run(devices, train_step, devices.ambient(jax.jit(grad_fn)), placed, batch, rng)
         stepped, _ = train_step(devices.replicate(state), devices.shard(batch), rng)
         device = jax.devices()[0]
         result["specs"] = jax.tree.leaves(

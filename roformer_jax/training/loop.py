@@ -70,8 +70,10 @@ def _train_and_evaluate(
 ) -> dict:
     """train_and_evaluate in a workdir this process holds."""
     devices = mesh_lib.devices_for(cfg.mesh)
-    devices.check_model(cfg.model)
     stages = _stages(cfg, devices)
+    devices.check_model(
+        cfg.model, lengths=sorted({s[1] for s in stages} | set(cfg.data.valid_lengths))
+    )
     checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"), keep=cfg.train.keep_checkpoints)
     changes = workdir_lib.resume_changes(
         workdir, cfg, latest_step=checkpoints.latest_step(), allow=resume_with_changes

@@ -57,8 +57,8 @@ class Devices:
         """The mesh this is, in training.mesh's axes: data parallel over every device."""
         return {"data": jax.device_count(), "fsdp": 1, "tensor": 1, "context": 1}
 
-    def check_model(self, model) -> None:
-        """Any model fits: every device holds all of it."""
+    def check_model(self, model, lengths=()) -> None:
+        """Any model fits at any length: every device holds all of it and whole rows."""
 
     def check_batch(self, batch_size: int, accum: int, name: str):
         if batch_size % (jax.device_count() * accum):
