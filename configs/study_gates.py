@@ -21,7 +21,7 @@ Every run is read at 128, 512 and 1024 tokens (1x, 4x, 8x) on the same 20,440 he
 next-token targets (20 windows of 1022 at 1024; data/length_eval.py: every length predicts
 the same tokens, only the context differs), as experiments/length_study.py does. Paired
 tables: each arm minus softmax + RoPE and minus linear eq (19), seed by seed; the results
-page (docs/results.md section 11) corrects for and gives verdicts on six chosen pairs.
+page (docs/results.md section 12) corrects for and gives verdicts on six chosen pairs.
 
 Budget: STEPS steps a run (the shared setting's 40 warm-up steps, then a linear decay to 0).
 A 100-step probe of every arm (WikiText-2, one seed, at 0c6b59f, pinned to one of the two

@@ -17,6 +17,21 @@ both are read at 128 to 2048 tokens on the same held-out targets (configs/study_
 evaluation), and the multi-length run gets the blog's per-stage table of training loss and
 accuracy (the blog's claim: the stages of longer rows reach higher MLM accuracy).
 
+`:wikitext2,controls` (issue 56, item 3): the schedule's advantage at 2048 is confounded by
+row length (its stages reach 768 tokens, the control's rows 256). It trains the schedule again
+beside a control of one length 768 on the same tokens (570 steps of 16 x 768, one stage, so
+that both are validated at 256 as the schedule is), 3 seeds, both evaluated on the held-out
+set every 10 steps: every stage ends on an evaluation, so the per-stage table reads each
+stage's model on held-out text at one length (its held-out columns) instead of its training
+accuracy, which mixes the stage's length with how far training has come.
+
+  python experiments/length_study.py --config=configs/study_multilength.py:wikitext2,controls \\
+      --workdir=runs/multilength_controls \\
+      --raw_dir=docs/results/raw/multilength_controls_wikitext2
+
+Budget: 2 runs x 3 seeds of 7.0 M tokens, about 20 min each on 2 quiet cores (the blog
+schedule's wall time, section 3) plus 181 evaluations of 4 x 16 rows a run: about 2.5 h.
+
 Issue 31: stage 5 was once copied as (1536, 512, 10k), a tokens-per-step ratio of 12, and
 the whole schedule was 200 steps (4 steps for stage 5); docs/results.md's section on this
 study says which runs had which. Budget: 2 runs x 3 seeds of 7.0 M tokens, about 2 h on 2
@@ -39,8 +54,14 @@ STAGES = (
 TOKENS = sum(steps * length * batch for steps, length, batch in STAGES)  # 7,004,160
 
 
+CONTROL_768 = (round(TOKENS / (16 * 768)), 768, 16)  # 570 steps: the schedule's tokens
+STAGE_EVAL_EVERY = 10  # divides every stage's end (800, 850, 1330, 1650, 1690, 1810)
+
+
 def get_config(arg=None):
-    data, rest = studies.long_documents(arg)
+    words = (arg or "").split(",")
+    controls = "controls" in words
+    data, rest = studies.long_documents(",".join(w for w in words if w != "controls"))
     config = studies.get_config(rest)
     config.experiment.data.update(data, valid_lengths=(), seq_len=256)
     config.experiment.train.log_every = 1  # the per-stage table reads each stage's last steps
@@ -61,4 +82,21 @@ def get_config(arg=None):
     config.evaluations = ConfigDict(
         {"multi-length": {"run": "multi-length"}, "256 only": {"run": "256 only"}}, sort_keys=False
     )
+    return _controls(config) if controls else config
+
+
+def _controls(config: ConfigDict) -> ConfigDict:
+    """`:controls` (module doc): the schedule against 768 tokens only, evaluated every 10 steps."""
+    config.experiment.train.eval_every = STAGE_EVAL_EVERY
+    config.runs = ConfigDict(
+        {
+            "multi-length": config.runs["multi-length"].to_dict(),
+            "768 only": {"train": {"steps": CONTROL_768[0], "stages": (CONTROL_768,)}},
+        },
+        sort_keys=False,
+    )
+    config.baseline = "768 only"
+    config.eval_baselines = ("768 only",)
+    config.evaluations = ConfigDict({name: {"run": name} for name in config.runs}, sort_keys=False)
+    config.title = "MLM: the six-stage schedule against one length of its longest rows, 768"
     return config

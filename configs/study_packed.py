@@ -18,6 +18,16 @@ steps of 16 x 128 tokens; 12 runs of about a minute each per corpus on 2 quiet c
 
 ":runlocal" (after the corpus, or alone for the builtin corpus) checks the wiring in
 seconds: one seed, one layer, 4 steps of 4 rows, evaluated once.
+
+",cross" (issue 56) scores each model both ways, the 2 x 2 of trained and scored modes: each
+run again with data.eval_documents the other mode (the same seed and rows, so the same model
+trained again; scoring alone is not a step of compare.py), and on WikiText-2 the split by
+article (data.split_by): the held-out paragraphs come from articles never trained on, where
+the runs above held out paragraphs of training articles. War and Peace has no articles; its
+split stays by paragraph. 24 runs of about a minute per corpus on 2 quiet cores:
+
+  python experiments/compare.py --config=configs/study_packed.py:wikitext2,cross \
+      --workdir=runs/pk_cross_wt2 --raw_dir=docs/results/raw/packed_cross_wikitext2
 """
 
 from ml_collections import ConfigDict
@@ -37,30 +47,48 @@ _LINEAR = {
 }
 
 
+_OTHER = {"open": "isolated", "isolated": "open"}
+
+
+def _scored_other(run: dict) -> dict:
+    """`run`, its held-out rows read in the other documents mode."""
+    data = run["data"]
+    return run | {"data": data | {"eval_documents": _OTHER[data["documents"]]}}
+
+
 def get_config(arg=None):
     names = [n for n in (arg or "").split(",") if n]
-    unknown = sorted(set(names) - set(CORPORA) - {"runlocal"})
+    unknown = sorted(set(names) - set(CORPORA) - {"runlocal", "cross"})
     if unknown:
         raise ValueError(
-            f"unknown config arguments {unknown}; give one of {sorted(CORPORA)} and/or 'runlocal'"
+            f"unknown config arguments {unknown}; give one of {sorted(CORPORA)} and/or "
+            "'cross', 'runlocal'"
         )
     runlocal = "runlocal" in names
     config = studies.get_config("runlocal" if runlocal else None)
     corpus = next((n for n in names if n in CORPORA), "builtin")
     config.experiment.data.update(CORPORA[corpus])
-    config.runs = ConfigDict(
-        {
-            "softmax, open": {"data": {"documents": "open"}},
-            "softmax, isolated": {"data": {"documents": "isolated"}},
-            "linear eq (19), open": {"model": _LINEAR, "data": {"documents": "open"}},
-            "linear eq (19), isolated": {"model": _LINEAR, "data": {"documents": "isolated"}},
+    runs = {
+        "softmax, open": {"data": {"documents": "open"}},
+        "softmax, isolated": {"data": {"documents": "isolated"}},
+        "linear eq (19), open": {"model": _LINEAR, "data": {"documents": "open"}},
+        "linear eq (19), isolated": {"model": _LINEAR, "data": {"documents": "isolated"}},
+    }
+    if "cross" in names:
+        runs |= {
+            f"{name}, scored {_OTHER[run['data']['documents']]}": _scored_other(run)
+            for name, run in runs.items()
         }
-    )
+        if corpus == "wikitext2":
+            config.experiment.data.split_by = "article"
+    config.runs = ConfigDict(runs, sort_keys=False)
     if runlocal:
         studies.check_wiring(config)
         config.experiment.data.max_chars = 100_000
     config.baseline = "softmax, open"
-    config.title = "MLM: documents isolated in packed rows, or open (issue 33)"
+    config.title = "MLM: documents isolated in packed rows, or open (issue 33)" + (
+        ", each scored both ways" if "cross" in names else ""
+    )
     config.plot_keys = ("train/loss", "valid/loss_128")
     config.table_keys = ("train/loss", "valid/loss_128", "valid/accuracy_128")
     return config

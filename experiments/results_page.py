@@ -1,7 +1,8 @@
-r"""Regenerates every generated table, value and figure of docs/results.md from its raw files.
+r"""Regenerates every generated table, value and figure of docs/results.md, and README.md's
+generated cells (its results table), from the raw files.
 
-  python experiments/results_page.py           # rewrites the page and docs/results/*.png
-  python experiments/results_page.py --check   # exit 1 with a diff where the page differs
+  python experiments/results_page.py           # rewrites both pages and docs/results/*.png
+  python experiments/results_page.py --check   # exit 1 with a diff where a page differs
 
 Reads docs/results/raw/<study>/ alone (study.json and each run's metrics.jsonl, config.json,
 length_eval/); no model and no corpus. The page's prose stays as written; what sits between
@@ -19,6 +20,9 @@ sys.path.insert(0, _ROOT)
 from roformer_jax.studies import results_page  # noqa: E402
 
 _PAGE = flags.DEFINE_string("page", os.path.join(_ROOT, "docs", "results.md"), "The page.")
+_README = flags.DEFINE_string(
+    "readme", os.path.join(_ROOT, "README.md"), "The front page, whose cells quote the studies."
+)
 _RAW = flags.DEFINE_string(
     "raw", os.path.join(_ROOT, "docs", "results", "raw"), "One folder per study (--raw_dir)."
 )
@@ -33,18 +37,21 @@ _CHECK = flags.DEFINE_bool(
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    with open(_PAGE.value, encoding="utf-8") as f:
-        page = f.read()
     figures = None if _CHECK.value else os.path.join(os.path.dirname(_PAGE.value), "results")
-    regenerated = results_page.render(page, _RAW.value, figures_dir=figures)
-    if _CHECK.value:
-        diff = results_page.differences(page, regenerated, name=_PAGE.value)
-        print(diff or f"{_PAGE.value} is what {_RAW.value} gives.")
-        return 1 if diff else 0
-    with open(_PAGE.value, "w", encoding="utf-8") as f:
-        f.write(regenerated)
-    print(f"wrote {_PAGE.value} and its figures in {figures}")
-    return 0
+    differ = False
+    for path in (_PAGE.value, _README.value):
+        with open(path, encoding="utf-8") as f:
+            page = f.read()
+        regenerated = results_page.render(page, _RAW.value, figures_dir=figures)
+        if _CHECK.value:
+            diff = results_page.differences(page, regenerated, name=path)
+            print(diff or f"{path} is what {_RAW.value} gives.")
+            differ = differ or bool(diff)
+            continue
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(regenerated)
+        print(f"wrote {path}")
+    return 1 if differ else 0
 
 
 if __name__ == "__main__":

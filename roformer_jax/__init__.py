@@ -12,13 +12,14 @@ step, the trainer, fine-tuning), and `studies` (the lab; not imported here).
 """
 
 from roformer_jax.hf import load_hf_roformer, save_hf_roformer
+from roformer_jax.nn.alibi import alibi_bias
 from roformer_jax.nn.attention import cosine_attention, linear_attention, softmax_attention
 from roformer_jax.nn.attention_kinds import ATTENTION_KINDS, AttentionKind
 from roformer_jax.nn.decoding import generate
 from roformer_jax.nn.heads import TaskModel
 from roformer_jax.nn.model import RoFormer
 from roformer_jax.nn.model_config import ModelConfig, model_config
-from roformer_jax.nn.positions import ENCODINGS, PositionEncoding, alibi_bias
+from roformer_jax.nn.positions import ENCODINGS, PositionEncoding
 from roformer_jax.nn.rope import (
     Rotation,
     apply_rope,

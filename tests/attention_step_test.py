@@ -7,8 +7,7 @@ import numpy as np
 from absl.testing import absltest, parameterized
 from attention_cases import FAVOR_W, KINDS, B, H, L, N, _qkv, _takes_positions
 
-from roformer_jax.nn import attention, attention_step
-from roformer_jax.nn import positions as positions_lib
+from roformer_jax.nn import alibi, attention, attention_step
 from roformer_jax.nn.attention_kinds import ATTENTION_KINDS
 from roformer_jax.nn.rope import rope_rotation
 
@@ -40,7 +39,7 @@ class WindowTest(absltest.TestCase):
         window = 3
 
         def bias(q_positions, k_positions):
-            return positions_lib.alibi_bias(q_positions, k_positions, N)
+            return alibi.alibi_bias(q_positions, k_positions, N)
 
         @jax.jit
         def forms(q, k, v):

@@ -4,6 +4,7 @@ import dataclasses
 import functools
 import glob
 import importlib
+import itertools
 import os
 
 import jax
@@ -101,6 +102,7 @@ class ConfigsTest(parameterized.TestCase):
         ("study_long_training", "length_study"),
         ("study_bert_order", "compare"),
         ("study_bert_seeds", "compare"),
+        ("study_positions_heads", "compare"),
         ("study_gates", "length_study"),
     )
     def test_study_config_builds_every_run(self, name, command):
@@ -120,6 +122,26 @@ class ConfigsTest(parameterized.TestCase):
                 for spec in config.evaluations.values():
                     self.assertIn(spec.run, config.runs)
 
+    def test_issue_56_controls(self):
+        # The heads study takes :best's runs of the same names from its workdir as they are.
+        heads = study.study_runs(_load("study_positions_heads"))
+        best = study.study_runs(
+            _load("study_positions_lr", "best,BERT=1e-3/500,RoPE=1e-3,sinusoidal=1e-3/500")
+        )
+        for name in ("RoPE, lr 1e-3", "ALiBi, 2 heads", "ALiBi, 8 heads"):
+            self.assertEqual(heads[name], best[name], name)
+        slopes = heads["ALiBi, 8 heads, 2-head slopes"][0].model
+        self.assertEqual((slopes.num_heads, slopes.sections["alibi"].slope_heads), (8, 2))
+        # 768 tokens only, on the schedule's tokens; every stage ends on an evaluation.
+        controls = study.study_runs(_load("study_multilength", "wikitext2,controls"))
+        (schedule, *_), (control, *_) = controls["multi-length"], controls["768 only"]
+        tokens = [sum(s * n * b for s, n, b in c.train.stages) for c in (schedule, control)]
+        self.assertEqual(tokens[0], tokens[1])
+        ends = itertools.accumulate(s for s, _, _ in schedule.train.stages)
+        self.assertTrue(all(end % schedule.train.eval_every == 0 for end in ends))
+        (alibi,) = study.study_runs(_load("study_long_training", "alibi8"))["ALiBi, 8 heads"]
+        self.assertEqual((alibi.model.num_heads, alibi.train.steps), (8, 20_000))
+
     def test_positions_lr_best_reuses_the_sweeps_seed_0(self):
         sweep = study.study_runs(_load("study_positions_lr", "sweep"))
         best = study.study_runs(
@@ -134,6 +156,30 @@ class ConfigsTest(parameterized.TestCase):
             self.assertEqual(seeds[0], sweep[name][0], name)  # so seed 0 is cached
         with self.assertRaisesRegex(ValueError, "a rate for each"):
             _load("study_positions_lr", "best,BERT=1e-3")
+
+    def test_selection_apart_from_report_and_the_packed_cross(self):
+        # The sweep scores the selection split alone; :best trains on the same documents and
+        # scores the held-out set; both differ from the committed runs by these fields only.
+        best = "best,BERT=1e-3/500,RoPE=1e-3,sinusoidal=1e-3/500"
+        for phase, scored in (("sweep", "selection"), (best, "held_out")):
+            plain = study.study_runs(_load("study_positions_lr", phase))
+            words = phase.split(",")
+            chosen = study.study_runs(
+                _load("study_positions_lr", ",".join([words[0], "selection", *words[1:]]))
+            )
+            self.assertEqual(list(chosen), list(plain))
+            for name, seeds in chosen.items():
+                data = seeds[0].data
+                self.assertEqual((data.selection_fraction, data.eval_split), (0.08, scored))
+                moved = dataclasses.replace(data, selection_fraction=0.0, eval_split="held_out")
+                self.assertEqual(dataclasses.replace(seeds[0], data=moved), plain[name][0], name)
+        # Each packed run again, scored in the other mode; WikiText-2 held out by article.
+        cross = study.study_runs(_load("study_packed", "wikitext2,cross"))
+        self.assertLen(cross, 8)
+        run = cross["linear eq (19), isolated, scored open"][0]
+        self.assertEqual((run.data.documents, run.data.evaluated_documents), ("isolated", "open"))
+        self.assertEqual(run.data.split_by, "article")
+        self.assertEqual(cross["softmax, open"][0].data.evaluated_documents, "open")
 
     @parameterized.parameters("study_positions_long", "study_linear_long")
     def test_long_studies_meet_issue_17(self, name):

@@ -105,6 +105,8 @@ class LoadTest(CorpusTestCase):
         ("file", None, dict(min_doc_chars=1000)),
         ("builtin_article", "builtin", dict(doc_separator="article")),
         ("file_article", None, dict(doc_separator="article")),
+        ("selection", None, dict(selection_fraction=0.1)),
+        ("split_by_article", None, dict(split_by="article")),
     )
     def test_cache_key_covers_documents(self, source, change):
         source = source or self.path
@@ -162,6 +164,51 @@ class LoadTest(CorpusTestCase):
         self.assertGreater(corpus.valid_tokens.size, 512)
 
 
+def _docs_of(corpus, tokens) -> list[str]:
+    return [d.strip() for d in corpus.tokenizer.decode(tokens).split("[SEP]") if d.strip()]
+
+
+class SplitTest(CorpusTestCase):
+    def test_a_selection_band_changes_no_held_out_id(self):
+        # The runs committed before it stay comparable: the held-out stream and the
+        # tokenizer are those of the cache without the band, and training only loses the
+        # selection documents.
+        before = self.load()
+        after = self.load(selection_fraction=0.2)
+        self.assertNotEqual(after.path, before.path)
+        np.testing.assert_array_equal(after.valid_tokens, before.valid_tokens)
+        self.assertEqual(after.tokenizer.vocab, before.tokenizer.vocab)
+        selection = _docs_of(after, after.selection_tokens)
+        self.assertBetween(len(selection), 40, 120)  # 20% of 400 documents
+        train = _docs_of(after, after.train_tokens)
+        self.assertFalse(set(selection) & set(train))
+        self.assertEqual(sorted(train + selection), sorted(_docs_of(before, before.train_tokens)))
+        self.assertEqual(after.stats["selection_documents"], len(selection))
+        self.assertEqual(before.selection_tokens.size, 0)
+        # eval_split picks the stream that evaluation scores.
+        self.assertIs(after.eval_tokens, after.valid_tokens)
+        chosen = self.load(selection_fraction=0.2, eval_split="selection")
+        np.testing.assert_array_equal(chosen.eval_tokens, after.selection_tokens)
+
+    def test_split_by_article_holds_out_whole_articles(self):
+        # WikiText's paragraphs as documents, held out with their whole article.
+        rng = np.random.default_rng(1)
+        articles = [
+            [f"= Article {a} ="] + [f"paragraph {i} of {a}" for i in range(rng.integers(1, 6))]
+            for a in range(120)
+        ]
+        path = _write(self.dir, "wiki.txt", "\n".join(" " + ln for a in articles for ln in a))
+        corpus = self.load(source=path, split_by="article", tokenizer="bytes")
+        held_out = _docs_of(corpus, corpus.valid_tokens)
+        train = _docs_of(corpus, corpus.train_tokens)
+        lines = corpus_lib.corpora.read_documents(path, doc_separator="line")
+        self.assertEqual(sorted(held_out + train), sorted(lines))  # the documents of "line"
+        article = {line: a for a, lines in enumerate(articles) for line in lines}
+        held_articles = {article[d] for d in held_out}
+        self.assertBetween(len(held_articles), 4, 24)  # 10% of 120
+        self.assertFalse(held_articles & {article[d] for d in train})
+
+
 class BadInputTest(CorpusTestCase):
     def test_smaller_than_one_sequence(self):
         path = _write(self.dir, "tiny.txt", "just a few words here\n")
@@ -193,6 +240,12 @@ class BadInputTest(CorpusTestCase):
         ("eval_pairs", dict(eval_pairs=0), "eval_pairs 0"),
         ("documents", dict(documents="closed"), "documents 'closed'"),
         ("isolated_pairs", dict(documents="isolated", objective="mlm_same_doc"), "'isolated'"),
+        ("eval_documents", dict(eval_documents="closed"), "eval_documents 'closed'"),
+        ("selection", dict(selection_fraction=0.95), "selection_fraction 0.95"),
+        ("no_selection", dict(eval_split="selection"), "selection_fraction 0"),
+        ("eval_split", dict(eval_split="test"), "eval_split 'test'"),
+        ("split_by", dict(split_by="book"), "split_by 'book'"),
+        ("article_lines", dict(split_by="article", doc_separator="blank"), "doc_separator='line'"),
     )
     def test_bad_config(self, kwargs, message):
         with self.assertRaisesRegex(ValueError, message):

@@ -76,6 +76,24 @@ class LengthEvalSetTest(parameterized.TestCase):
             boundaries += int(segments.max())
         self.assertGreater(boundaries, 0)
 
+    def test_eval_documents_and_eval_split_choose_what_is_scored(self):
+        # The packed study's 2 x 2: a model trained open scored isolated, and back.
+        def batches(**kwargs):
+            return length_eval_set(_corpus(self, **kwargs), LENGTHS[:1], batch_size=4).batches[16]
+
+        for trained, scored in (("open", "isolated"), ("isolated", "open")):
+            got = batches(documents=trained, eval_documents=scored)
+            want = batches(documents=scored)
+            self.assertEqual(len(got), len(want))
+            for a, b in zip(got, want):
+                self.assertEqual(a.keys(), b.keys())
+                for key in a:
+                    np.testing.assert_array_equal(a[key], b[key])
+        # The selection split, where eval_split names it: its stream, not the held-out one.
+        corpus = _corpus(self, selection_fraction=0.2, eval_split="selection", objective="clm")
+        first = length_eval_set(corpus, LENGTHS[:1], batch_size=4).batches[16][0]["input_ids"][0]
+        np.testing.assert_array_equal(first[1:-1], corpus.selection_tokens[:14])
+
     def test_the_longest_windows_are_full(self):
         held_out = length_eval_set(_corpus(self), LENGTHS, batch_size=4, windows="documents")
         rows = np.concatenate([b["attention_mask"] for b in held_out.batches[64]])

@@ -256,7 +256,7 @@ class DevicesAndHostsTest(absltest.TestCase):
     )
 
     @classmethod
-    def _run(cls, name: str, devices: int = 1, processes: int = 1) -> list[dict]:
+    def _run(cls, name: str, *flags: str, devices: int = 1, processes: int = 1) -> list[dict]:
         workdir = os.path.join(_TMP, "hosts", name)
         command = [
             sys.executable,
@@ -265,11 +265,10 @@ class DevicesAndHostsTest(absltest.TestCase):
             f"--workdir={workdir}",
             f"--config.train.data_cache_dir={os.path.join(_TMP, 'hosts', 'data')}",
             *cls._FLAGS,
+            *flags,
         ]
-        flags = (
-            f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
-        )
-        env = dict(os.environ, XLA_FLAGS=flags)
+        xla = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
+        env = dict(os.environ, XLA_FLAGS=xla)
         if processes > 1:
             port = _free_port()
             command += [
@@ -303,9 +302,14 @@ class DevicesAndHostsTest(absltest.TestCase):
 
     def test_two_hosts_of_four_devices_give_the_numbers_of_one(self):
         # 8 devices in all: rows split by host, then by device within each host, so that one
-        # run shows both splits (each is red alone when broken).
+        # run shows both splits (each is red alone when broken). Then one jit over a mesh of
+        # both hosts' devices, data 2 x fsdp 2 x tensor 2: each host places its own rows, and
+        # the parameters are split across hosts.
         expected = self._run("one")
         self._assert_same_numbers(self._run("hosts2x4", devices=4, processes=2), expected)
+        mesh = ("--config.mesh.data=2", "--config.mesh.fsdp=2", "--config.mesh.tensor=2")
+        records = self._run("hosts2x4_mesh", *mesh, devices=4, processes=2)
+        self._assert_same_numbers(records, expected)
 
 
 class InitFromTest(absltest.TestCase):

@@ -90,7 +90,12 @@ class ScheduleTest(parameterized.TestCase):
         np.testing.assert_allclose(lrs, 1e-3 * np.arange(5) / 5, rtol=1e-6)
 
     @parameterized.parameters(
-        {"optimizer": "sgd"}, {"schedule": "step"}, {"learning_rate": 0.0}, {"clip_norm": -1.0}
+        {"optimizer": "sgd"},
+        {"schedule": "step"},
+        {"learning_rate": 0.0},
+        {"clip_norm": -1.0},
+        {"no_decay": ("",)},
+        {"no_decay": "position_embeddings"},  # a name, not a tuple of names
     )
     def test_bad_config_names_the_value(self, **kwargs):
         with self.assertRaisesRegex(ValueError, str(list(kwargs.values())[0])):
@@ -109,6 +114,23 @@ class OptimizerTest(parameterized.TestCase):
             },
         )
 
+    def test_no_decay_exempts_the_named_module_or_leaf(self):
+        mask = optim.weight_decay_mask(_params(), no_decay=("embed", "kernel"))
+        self.assertEqual(
+            jax.tree.leaves(mask), jax.tree.leaves(jax.tree.map(lambda _: False, _params()))
+        )
+        self.assertEqual(
+            optim.weight_decay_mask(_params(), no_decay=("embedding",))["dense"],
+            {"kernel": True, "bias": False},
+        )
+
+    def test_a_name_no_path_has_is_an_error(self):
+        # BERT's table is "position_embeddings"; a misspelt name would exempt nothing.
+        cfg = optim.OptimConfig(no_decay=("position_embedding",))
+        tx = optim.make_optimizer(cfg, total_steps=10)
+        with self.assertRaisesRegex(ValueError, r"\['position_embedding'\].*'dense', 'embed'"):
+            tx.init(_params())
+
     @parameterized.parameters(
         # AdamW: u = -lr·λ·w = -0.1·0.5·2. LAMB: u = -lr·r·λ·w with trust ratio
         # r = ||w|| / ||λ·w|| = 1/λ, so u = -lr·w = -0.1·2.
@@ -126,6 +148,12 @@ class OptimizerTest(parameterized.TestCase):
             np.testing.assert_allclose(updates[path[0]][path[1]], expected, rtol=1e-5)
         for path in (("dense", "bias"), ("LayerNorm", "scale"), ("LayerNorm", "bias")):
             np.testing.assert_array_equal(updates[path[0]][path[1]], 0.0)
+        # The table exempted by name: no update from decay; the rest decays as before.
+        exempt = dataclasses.replace(cfg, no_decay=("embed",))
+        tx = optim.make_optimizer(exempt, total_steps=10)
+        without, _ = tx.update(jax.tree.map(jnp.zeros_like, params), tx.init(params), params)
+        np.testing.assert_array_equal(without["embed"]["embedding"], 0.0)
+        chex.assert_trees_all_equal(without["dense"], updates["dense"])
 
     def test_adamw_matches_explicit_formula(self):
         cfg = optim.OptimConfig(learning_rate=1e-2, warmup_steps=2, weight_decay=0.1, clip_norm=0.0)

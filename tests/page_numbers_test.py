@@ -90,6 +90,36 @@ class PageNumbersTest(absltest.TestCase):
         expected = tables.interval_text([five - four for four, five in ends])
         self.assertEqual(rendered.split("-->")[1].split("<!--")[0], expected)
 
+    def test_stages_read_held_out_at_each_stages_end(self):
+        # The 200-step schedule's stages end at 88, 94, 147, 182, 186 and 200; held-out
+        # values written there (stage i, seed s: loss 6 + i + s / 10) are what the table reads.
+        raw = tiny.workdir()
+        shutil.copytree(os.path.join(_RAW, "multilength_wikitext2"), f"{raw}/ml")
+        ends = (88, 94, 147, 182, 186, 200)
+        for seed in range(3):
+            path = f"{raw}/ml/multi-length/seed{seed}/metrics.jsonl"
+            with open(path, encoding="utf-8") as f:
+                records = [json.loads(line) for line in f]
+            for r in records:
+                if r["step"] in ends[:-1] or r["step"] == 190:  # 190: not a stage's end
+                    stage = ends.index(r["step"]) if r["step"] in ends else 9
+                    r.update({"valid/loss_256": 6 + stage + seed / 10, "valid/accuracy_256": 0.1})
+            with open(path, "w", encoding="utf-8") as f:
+                f.writelines(json.dumps(r) + "\n" for r in records)
+        text = (
+            '<!-- generated: ml stage_held_out_table("multi-length") --><!-- end generated -->|'
+            '<!-- generated: ml stage_change("multi-length", 5, 4, "loss", held_out=True) -->'
+            "<!-- end generated -->"
+        )
+        table, change = results_page.render(text, raw, changed=_unknown).split("|<!--")
+        self.assertIn("| 5 | 768 | 4 | 3 | 10.1 ± 0.1 | 0.1 ", table)
+        self.assertIn(f">{tables.interval_text([1.0, 1.0, 1.0])}<", change)
+        self.assertIn("| 6 | 256 | 14 | 3 | ", table)  # the last step is always evaluated
+        # The 1,810-step schedule evaluated every 50 steps: stage 3 ends at 1,330, unevaluated.
+        blog = text.split("|")[0].replace("ml ", "multilength_blog_wikitext2 ")
+        with self.assertRaisesRegex(ValueError, "no valid/loss_256 at step 1330"):
+            results_page.render(blog, _RAW, changed=_unknown)
+
     def test_extremes_table_takes_a_dict_of_keys(self):
         text = (
             '<!-- generated: causal_wikitext2 extremes_table({"train/grad_norm": "max", '
@@ -194,6 +224,24 @@ class PageNumbersTest(absltest.TestCase):
         self.assertEqual(rows[2], "| softmax + RoPE | 1 | 1.00 | 0.667 | 0.400 |")
         self.assertTrue(rows[3].startswith("| RoPE's bound f(r)/f(1), d = 64 |"))
         self.assertTrue(os.path.exists(f"{figures}/causal_wikitext2_attention_8.png"))
+
+    def test_logit_decay_table_is_not_measured_until_its_file_exists(self):
+        raw = tiny.workdir()
+        shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
+        text = (
+            "<!-- generated: causal_wikitext2 logit_decay_table(4, [0, 3]) -->"
+            "<!-- end generated -->"
+        )
+        self.assertIn("*Not measured yet: no logit_decay_4.json", results_page.render(text, raw))
+        # one layer, two heads: the table averages the heads at each distance
+        term = [[[1.0, 0.5, 0.25, 0.125], [0.5, 0.5, 0.25, 0.375]]]
+        bound = [[[4.0, 3.0, 2.0, 1.0], [2.0, 3.0, 2.0, 2.0]]]
+        path = f"{raw}/causal_wikitext2/softmax_+_RoPE/seed0/logit_decay_4.json"
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"step": 200, "length": 4, "term": term, "bound": bound}, f)
+        rows = [line for line in results_page.render(text, raw).splitlines() if "| " in line]
+        self.assertEqual(rows[0], "| run | layer | r = 0 | r = 3 |")
+        self.assertEqual(rows[1], "| softmax + RoPE | 0 | 0.750 (3.00) | 0.250 (1.50) |")
 
     def test_reproduced_says_each_rerun_or_none(self):
         raw = tiny.workdir()

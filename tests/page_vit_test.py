@@ -30,6 +30,16 @@ class PageVitTest(absltest.TestCase):
         lost = _render('vit_verdict("vit", "RoPE-Axial − none")')
         self.assertTrue(lost.endswith("(under Holm: none apart from 0)"), lost)
 
+    def test_readme_claim_is_what_holm_keeps_past_the_training_size(self):
+        # On zoomed crops Holm keeps RoPE-Axial − table at 20 and 24 px; at 16 px (training)
+        # RoPE-Mixed − none survives on whole digits, but the claim is of sizes past it.
+        zoom = _render('vit_claim("vit_zoom", "RoPE-Axial − learned table")')
+        self.assertEqual(
+            zoom, "shown at 20, 24 px (n = 3, Holm) | +0.142 [+0.116, +0.167] at 20 px"
+        )
+        whole = _render('vit_claim("vit", "RoPE-Mixed − none")')
+        self.assertTrue(whole.startswith("not shown (n = 3, Holm) | +0.166 "), whole)
+
 
 if __name__ == "__main__":
     absltest.main()

@@ -42,6 +42,12 @@ class ResultsPageTest(parameterized.TestCase):
         self.assertEqual(diff, "", "run `python experiments/results_page.py`:\n" + diff[:3000])
         self.assertGreater(page.count("<!-- generated: "), 40)  # the markers are really there
 
+    def test_readme_is_what_the_raw_files_give(self):
+        readme = _read(os.path.join(os.path.dirname(_PAGE), os.pardir, "README.md"))
+        diff = results_page.differences(readme, results_page.render(readme, _RAW), name="README")
+        self.assertEqual(diff, "", "run `python experiments/results_page.py`:\n" + diff)
+        self.assertIn('vit_claim("vit_zoom"', readme)
+
     @parameterized.named_parameters(
         ("final_validation_loss", _change_final_valid_loss, "| softmax + RoPE | 3 |"),
         ("length_score", _change_length_score, "| RoPE + YaRN | 3 |"),
@@ -90,30 +96,6 @@ class ResultsPageTest(parameterized.TestCase):
             self.assertNotIn(left_out, rows)
         self.assertIn("| length_wikitext2 (in progress) |", page)
 
-    def test_a_planned_study_is_not_yet_run_until_its_raw_folder_exists(self):
-        raw = tiny.workdir()
-        shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
-        text = (
-            '<!-- generated: gates_x planned("python run.py") --><!-- end generated -->\n'
-            "<!-- generated: gates_x header() --><!-- end generated -->\n"
-            '<!-- generated: gates_x diff("FoX") --><!-- end generated -->'
-        )
-        self.assertEqual(
-            results_page.render(text, raw).split("\n<!-- end generated -->")[0],
-            '<!-- generated: gates_x planned("python run.py") -->\n*Not yet run.* The command '
-            "that runs it:\n\n    python run.py",
-        )
-        self.assertIn("header() -->\n\n<!-- end", results_page.render(text, raw))
-        self.assertIn(f"-->{results_page.NOT_RUN}<!--", results_page.render(text, raw))
-        with self.assertRaisesRegex(ValueError, "no study 'gates_x'"):  # not planned: an error
-            results_page.render(text.split("\n", 1)[1], raw)
-        # Once its folder exists, every marker reads it, and `planned` says nothing.
-        os.rename(f"{raw}/causal_wikitext2", f"{raw}/gates_x")
-        page = results_page.render(text.replace("FoX", "softmax + learned"), raw)
-        self.assertIn('planned("python run.py") -->\n\n<!-- end generated -->', page)
-        self.assertIn("6 runs × n = 3 seeds", page)
-        self.assertIn("-->+0.076 [+0.065, +0.086]<!--", page)
-
     def test_markers_take_named_arguments_and_speak_of_steps(self):
         text = (
             '<!-- generated: causal_wikitext2 diff("softmax + learned", step=100) -->'
@@ -131,6 +113,35 @@ class ResultsPageTest(parameterized.TestCase):
         # At step 100, not the final step 200 of the paired table (+0.076).
         self.assertEqual(named, "+0.059 [+0.054, +0.064]")
         self.assertEqual(below, "step 50")  # RoPE's interval is below learned's at every step
+
+    def test_an_awaited_study_says_not_run_yet_until_its_folder_exists(self):
+        def block(marker):
+            return f"<!-- generated: {marker} --><!-- end generated -->"
+
+        text = "|".join(
+            block(m)
+            for m in (
+                "multilength_wikitext2? length_table()",  # there: read as without "?"
+                "multilength_controls? length_table()",
+                'raw? vit_table("vit_ten_seeds")',  # the ViT kinds' folder is their argument
+                'multilength_controls? diff("768 only", "multi-length", 2048)',
+            )
+        )
+        there, absent, vit, inline = [
+            part.split("-->", 1)[1].rsplit("<!--", 1)[0]
+            for part in results_page.render(text, _RAW, changed=_unknown).split("|<!--")
+        ]
+        plain = results_page.render(block("multilength_wikitext2 length_table()"), _RAW)
+        self.assertIn(there.strip(), plain)
+        self.assertIn("docs/results/raw/multilength_controls/", absent)
+        self.assertIn("docs/results/raw/vit_ten_seeds/", vit)
+        self.assertEqual(inline, results_page.NOT_RUN_INLINE)
+        self.assertEqual(
+            results_page.blocks(text)[1:3],
+            [("multilength_controls", "length_table"), ("vit_ten_seeds", "vit_table")],
+        )
+        with self.assertRaisesRegex(ValueError, "no study 'multilength_controls'"):
+            results_page.render(block("multilength_controls length_table()"), _RAW)
 
     @parameterized.named_parameters(
         ("unknown_kind", "causal_wikitext2 median() --><!-- end generated -->", "kind 'median'"),

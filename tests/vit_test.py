@@ -151,7 +151,7 @@ def _fake_results(config):
 
 class StudyTest(absltest.TestCase):
     def test_configs_build(self):
-        for arg in (None, "zoom", "runlocal"):
+        for arg in (None, "zoom", "runlocal", "select"):
             config = study_vit.get_config(arg).to_dict()
             for settings in vit_study.runs(config).values():
                 vit_study.model(settings)  # ModelConfig checks every field
@@ -161,6 +161,35 @@ class StudyTest(absltest.TestCase):
             self.assertTrue(all(s % config["patch"] == 0 for s in config["eval_sizes"]))
         with self.assertRaisesRegex(ValueError, "unknown argument"):
             study_vit.get_config("big")
+        with self.assertRaisesRegex(ValueError, "one for each of"):
+            study_vit.get_config("zoom,none=1e-3")
+
+    def test_validation_digits_leave_the_test_digits_as_they_were(self):
+        before, after = (vit_study.load_digits(497, 0, valid_size=v) for v in (0, 200))
+        np.testing.assert_array_equal(after.test_images, before.test_images)
+        self.assertEqual((len(after.valid_labels), len(after.train_labels)), (200, 1100))
+        np.testing.assert_array_equal(  # cut from the training digits
+            np.concatenate([after.valid_images, after.train_images]), before.train_images
+        )
+
+    def test_rates_are_chosen_on_the_validation_digits_alone(self):
+        config = study_vit.get_config("select").to_dict()
+        results = {}  # accuracy rises with the rate for RoPE-Axial, falls for the rest
+        for name, settings in vit_study.runs(config).items():
+            rate = settings["learning_rate"] * (1 if name.startswith("RoPE-Axial") else -1)
+            valid = {str(s): 0.5 + rate for s in config["eval_sizes"]}
+            results[name] = [{"valid_accuracy": valid}] * len(config["seeds"])
+        self.assertEqual(
+            vit_study.chosen_rates(config, results),
+            {"RoPE-Axial": 4e-3, "RoPE-Mixed": 1e-3, "learned table": 1e-3, "none": 1e-3},
+        )
+        chosen = study_vit.get_config(
+            "RoPE-Axial=4e-3,RoPE-Mixed=1e-3,learned table=1e-3,none=1e-3"
+        ).to_dict()
+        self.assertEqual(vit_study.runs(chosen)["RoPE-Axial"]["learning_rate"], 4e-3)
+        self.assertNotIn("select", vit_study.runs(chosen)["none"])  # it scores the test digits
+        with self.assertRaisesRegex(ValueError, "scored its test digits"):
+            vit_study.chosen_rates(chosen, results)
 
     def test_zoomed_crops(self):
         images = np.random.default_rng(2).random((B, 8, 8, 1)).astype(np.float32)

@@ -125,6 +125,11 @@ class ResumeTest(absltest.TestCase):
             ),
             {"train.steps": (2, 9)},
         )
+        # Another mesh computes the same numbers (a checkpoint restores onto any mesh: tests/
+        # mesh_test.py), elsewhere: recorded, not refused.
+        moved = _config(mesh__fsdp=1, mesh__tensor=1)
+        changes = workdir.resume_changes(path, moved, latest_step=2, allow=False)
+        self.assertEqual(changes, {"mesh.fsdp": (None, 1), "mesh.tensor": (None, 1)})
         with self.assertRaisesRegex(ValueError, r"train.steps: 2 -> 1"):
             workdir.resume_changes(path, _config(train__steps=1), latest_step=None, allow=False)
 

@@ -109,7 +109,7 @@ def held_out_pairs(
     for i in range(num_batches):
         rows = global_rows(i, batch_size, index, count)
         rngs = [np.random.default_rng([_PAIRS, corpus.config.eval_seed, r]) for r in rows]
-        batches.append(_pair_batch(corpus, corpus.valid_tokens, spans, seq_len, rngs, targets))
+        batches.append(_pair_batch(corpus, corpus.eval_tokens, spans, seq_len, rngs, targets))
     return batches
 
 
@@ -165,7 +165,7 @@ def _wrap(windows: np.ndarray, tok) -> np.ndarray:
 
 def _pair_spans(corpus: Corpus, split: str, seq_len: int) -> np.ndarray:
     """The documents of the `split` stream that pairs of `seq_len` are drawn from."""
-    tokens = corpus.train_tokens if split == "train" else corpus.valid_tokens
+    tokens = corpus.train_tokens if split == "train" else corpus.eval_tokens
     spans = doc_pairs.document_spans(tokens, corpus.tokenizer.sep_id)
     try:
         return doc_pairs.eligible_spans(spans, seq_len)

@@ -16,6 +16,8 @@ from roformer_jax.data.objectives import OBJECTIVES, mlm_targets
 
 EVAL_WINDOWS = ("stream", "documents")  # how data/length_eval.py cuts the held-out text
 DOCUMENTS = ("open", "isolated")  # whether training rows' documents see each other
+EVAL_SPLITS = ("held_out", "selection")  # which split a run's valid/* metrics score
+SPLIT_UNITS = ("document", "article")  # what the split holds out whole
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +64,19 @@ class DataConfig:
     # and "clm" predicts no document's first token from the one before; data/objectives.py).
     # The tokens, masks and held-out sets are the same either way.
     documents: str = "open"
+    # How evaluation reads the held-out rows: None as trained (`documents`), or "open" /
+    # "isolated" to score a model in the other mode (the packed study's 2 x 2, issue 56).
+    eval_documents: str | None = None
+    # A second hash band after the held-out one (data/corpus.py): this share of documents,
+    # taken from training, is the selection split on which a study chooses its settings,
+    # apart from the held-out set it reports (issue 56). 0: none, every earlier run's split.
+    selection_fraction: float = 0.0
+    # The split valid/* metrics score: "held_out" (valid_fraction's) or "selection".
+    eval_split: str = "held_out"
+    # What the split hashes and holds out whole: "document", or "article" (a WikiText
+    # article with all its "line" paragraphs, so that held-out paragraphs come from
+    # articles never trained on).
+    split_by: str = "document"
 
     def __post_init__(self):
         if not self.source:
@@ -96,10 +111,48 @@ class DataConfig:
                 f"documents='isolated' with objective {self.objective!r}: a pair row joins "
                 "two windows to be read together; use documents='open'"
             )
+        self._check_splits()
         if self.min_doc_chars < 0:
             raise ValueError(
                 f"min_doc_chars {self.min_doc_chars} must be >= 0 (0: documents as read)"
             )
+
+    def _check_splits(self):
+        if self.eval_documents is not None and self.eval_documents not in DOCUMENTS:
+            raise ValueError(
+                f"eval_documents {self.eval_documents!r} is not one of {DOCUMENTS} (or None: "
+                "as trained)"
+            )
+        if self.eval_documents == "isolated" and self.pairs:
+            raise ValueError(
+                f"eval_documents='isolated' with objective {self.objective!r}: a pair row "
+                "joins two windows to be read together"
+            )
+        if not 0.0 <= self.selection_fraction < 1.0 - self.valid_fraction:
+            raise ValueError(
+                f"selection_fraction {self.selection_fraction} is outside [0, 1 - "
+                f"valid_fraction {self.valid_fraction}): the two bands leave nothing to train on"
+            )
+        if self.eval_split not in EVAL_SPLITS:
+            raise ValueError(f"eval_split {self.eval_split!r} is not one of {EVAL_SPLITS}")
+        if self.eval_split == "selection" and not self.selection_fraction:
+            raise ValueError(
+                "eval_split='selection' with selection_fraction 0: there is no selection split "
+                "to score; set selection_fraction"
+            )
+        if self.split_by not in SPLIT_UNITS:
+            raise ValueError(f"split_by {self.split_by!r} is not one of {SPLIT_UNITS}")
+        if self.split_by == "article" and (self.doc_separator, self.min_doc_chars) != ("line", 0):
+            raise ValueError(
+                f"split_by='article' holds out WikiText articles cut into their lines; it needs "
+                f"doc_separator='line' and min_doc_chars=0, not {self.doc_separator!r} and "
+                f"{self.min_doc_chars}"
+            )
+
+    @property
+    def evaluated_documents(self) -> str:
+        """How evaluation reads the held-out rows' documents: eval_documents, else documents."""
+        return self.eval_documents or self.documents
 
     @property
     def causal(self) -> bool:

@@ -17,7 +17,8 @@ different seeds score the same targets too. For "clm" every token of a piece is 
 predicted from the position before it (the first token of a window from [CLS]).
 With data.documents "isolated" the rows also carry segment_ids (objectives.document_segments),
 so that a model trained on isolated documents reads the held-out text as it was trained to:
-the same rows and the same targets, each document on its own.
+the same rows and the same targets, each document on its own; data.eval_documents scores it
+in the other mode instead. The text is the split data.eval_split names (Corpus.eval_tokens).
 
 Pieces (`windows`):
   "documents"  each held-out document is a piece, cut to a multiple of S; documents shorter
@@ -101,12 +102,12 @@ def length_eval_set(
     config, tok = corpus.config, corpus.tokenizer
     seed = config.eval_seed if seed is None else seed
     span = lengths[-1] - 2
-    pieces = _pieces(np.asarray(corpus.valid_tokens), tok.sep_id, span, windows, max_tokens)
+    pieces = _pieces(np.asarray(corpus.eval_tokens), tok.sep_id, span, windows, max_tokens)
     if not pieces:
         raise TooLittleText(_too_little_text(span, windows))
     causal = config.objective == "clm"
     scored = [_scored(piece, i, corpus, seed=seed, causal=causal) for i, piece in enumerate(pieces)]
-    isolated = config.documents == "isolated"
+    isolated = config.evaluated_documents == "isolated"
     batches = {}
     for n in lengths:
         rows = [

@@ -62,7 +62,6 @@ def bernoulli_rows(key, example_ids, p: float, shape: tuple[int, ...]) -> jax.Ar
     them), fall below p. So a row's mask does not depend on which other rows share its batch,
     device or host.
     """
-    k1, k2 = _key_words(key)
     row_shape = shape[1:]
     if int(np.prod(row_shape)) >= 2**32:
         raise ValueError(f"rows of {row_shape} have 2^32 or more elements")
@@ -72,7 +71,15 @@ def bernoulli_rows(key, example_ids, p: float, shape: tuple[int, ...]) -> jax.Ar
         iota = jax.lax.broadcasted_iota(jnp.uint32, row_shape, axis)
         element = element + iota * np.uint32(stride)
         stride *= row_shape[axis]
-    rows = jnp.asarray(example_ids).astype(jnp.uint32).reshape((shape[0],) + (1,) * len(row_shape))
+    return bernoulli_at(key, example_ids, p, element)
+
+
+def bernoulli_at(key, example_ids, p: float, element) -> jax.Array:
+    """`bernoulli_rows`' draws at the given elements: bool [B, *E], element uint32 [*E] the
+    row-major indices within a row. A block of a row's mask (context parallelism's, of the
+    keys a device holds) is thus the same bits as the whole row's."""
+    k1, k2 = _key_words(key)
+    rows = jnp.asarray(example_ids).astype(jnp.uint32).reshape((-1,) + (1,) * element.ndim)
     bits = jnp.bitwise_xor(*threefry2x32(k1, k2, rows, element[None]))
     mantissa = (bits >> np.uint32(9)) | np.uint32(0x3F800000)  # a float in [1, 2)
     uniform = jax.lax.bitcast_convert_type(mantissa, jnp.float32) - np.float32(1.0)

@@ -48,7 +48,7 @@ Speed is measured in benchmarks/attention.py; what makes the CPU path fast is in
 import jax
 import jax.numpy as jnp
 
-from roformer_jax.nn import _attention_cpu, decay, masks, segments
+from roformer_jax.nn import _attention_cpu, context_parallel, decay, masks, segments
 from roformer_jax.nn.attention_core import (
     KernelOptions,
     LinearOptions,
@@ -165,6 +165,22 @@ def softmax_attention(
         raise ValueError(f"dropout_rate={dropout_rate} needs a dropout_rng")
     if rotation is not None:
         q, k = rotation.q(q), rotation.k(k)
+    if context_parallel.context_size() > 1:
+        _no_ring("softmax attention", bias=bias, log_decay=log_decay)
+        return context_parallel.softmax_attention(
+            q,
+            k,
+            v,
+            mask=mask,
+            causal=causal,
+            segments=_segment_index(segment_ids),
+            window=window,
+            chunk=chunk,
+            sinks=sinks,
+            dropout_rate=dropout_rate,
+            dropout_rng=dropout_rng,
+            example_ids=example_ids,
+        )
     if log_decay is not None:
         decay = decay_sums(log_decay.astype(compute_dtype(q)))
         bias = decay if bias is None else bias + decay
@@ -172,6 +188,17 @@ def softmax_attention(
     return softmax_over_visible(
         q, k, v, visible, bias, dropout_rate, dropout_rng, example_ids, sinks
     )
+
+
+def _no_ring(kind: str, **given) -> None:
+    """Raises ValueError for an option that `kind` cannot take with its positions split over
+    devices (the ambient mesh's context axis)."""
+    for name, value in given.items():
+        if value is not None:
+            raise ValueError(
+                f"{kind} with the positions split over devices (mesh.context > 1) cannot take "
+                f"{name}: its [L, M] terms would travel around the ring; run it on one device"
+            )
 
 
 def _numerator_rope(q, k, v, *, phi, mask, eps, rotation):
@@ -255,7 +282,8 @@ def linear_attention(
     out_dtype, dtype = q.dtype, compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
 
-    plain = not causal and segment_ids is None  # one sum over all keys
+    # One sum over all keys, on one device.
+    plain = not causal and segment_ids is None and context_parallel.context_size() == 1
     if rotation is not None and options.placement == "numerator" and plain:
         out, den = _numerator_rope(
             q, k, v, phi=options.phi(), mask=mask, eps=options.eps, rotation=rotation
@@ -327,7 +355,9 @@ def _kernel_form(qf, kf, v, den_features, *, mask, causal, segment_ids, options,
     [B, N, L, F], kf [B, K, M, F], v [B, M, K, H] -> (out [B, N, L, H], the denominators
     before the guard [B, N, L, 1]). den_features: None, or the denominator's own (eq. 19).
     log_decay: None, or [B, L, N] log gates."""
-    out, den, _ = kernel_attention(
+    split = context_parallel.context_size() > 1  # the positions split over devices
+    kernel = context_parallel.kernel_attention if split else kernel_attention
+    out, den, _ = kernel(
         qf,
         kf,
         heads(v),

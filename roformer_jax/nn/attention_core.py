@@ -280,13 +280,13 @@ def _carried(qc, kc, vc, segments, g, gates=None, *, later=False):
     continued = jnp.moveaxis(continued.at[..., -1 - edge].set(False), 2, 0)
     flags = (whole[..., None, None], continued[..., None, None])  # [J, B, 1, 1, 1]
     _, carried = jax.lax.scan(
-        _carry_step, jnp.zeros_like(states[0]), (states, *flags, gates), reverse=later
+        carry_step, jnp.zeros_like(states[0]), (states, *flags, gates), reverse=later
     )
     reads = jnp.where(jnp.tile(readers, (1, 1, 1, g))[..., None], qc, 0.0)
     return jnp.einsum("BKJQF,JBKFE->BKJQE", reads, carried)
 
 
-def _carry_step(running, chunk):
+def carry_step(running, chunk):
     """One chunk of `_carried`'s scan. running: the keys' sums of the segment that the chunk
     before (in the scan's order) ended in; returns (the same after this chunk, R_j: those
     that this chunk's segment at its near side had before it); a decay (None: none) of the
@@ -309,6 +309,7 @@ def kernel_attention(
     state=None,
     segments=None,
     log_decay=None,
+    across=None,
 ):
     """Σ_j (qn_i·kn_j) v_j / guard(Σ_j qd_i·kd_j), all heads-major: queries [B, N, L, F],
     keys and values [B, K, M, F] (query head n reads key/value head n // G).
@@ -326,6 +327,8 @@ def kernel_attention(
     log_decay: None, or [B, N, L] log gates (causal): each term weighted by
     exp(Σ_{t=j+1..i} log_decay[t]) (`kernel_sums`), the state's too. The gates differ per
     query head, so keys, values and the state are then per query head (K = N).
+    across: None, or (qx, kx, values) -> [B, N, L, E], what the keys held elsewhere add to
+    each term's sums (context parallelism's other devices: `context_parallel.py`).
     """
     if log_decay is not None:
         n = qn.shape[1]
@@ -355,6 +358,8 @@ def kernel_attention(
             segments=segments,
             log_decay=log_decay,
         )
+        if across is not None:
+            total = total + across(qx, kx, values)
         if seen is not None:
             earlier = grouped_product(qx, seen)
             if log_decay is not None:  # the earlier tokens' sums decay by the new gates

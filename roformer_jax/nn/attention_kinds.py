@@ -82,6 +82,8 @@ class AttentionKind:
       parameters: (section, config, layer) -> {option: (initializer, shape)}: the options
         that are parameters of `layer` (softmax's sinks), which the model makes and passes
         to `full` and `step`.
+      no_ring: the common keywords `full` cannot take with the positions split over
+        devices (mesh.context > 1: `context_parallel.py`), or None: no such form at all.
       prepare: (section, config, layer, q, k, positions, param) -> (q, k): what `layer`
         does to q [B, L, N, H] and k [B, L, K, H] before the kind (and before RoPE), at
         positions int [L] or [B, L]; param(name, init, shape) makes a parameter of the layer
@@ -96,6 +98,7 @@ class AttentionKind:
     build_step_options: Callable[..., dict]
     section: type[Section] | None = None
     parameters: Callable[..., dict] = _no_parameters
+    no_ring: frozenset[str] | None = None
     prepare: Callable[..., tuple[jax.Array, jax.Array]] = _as_they_are
 
 
@@ -267,6 +270,8 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
         build_step_options=_softmax_step_options,
         section=SoftmaxSection,
         parameters=_softmax_parameters,
+        # The [L, M] terms of a bias (ALiBi) or of FoX's gates would travel the ring.
+        no_ring=frozenset({"bias", "log_decay"}),
         prepare=_softmax_prepare,
     ),
     "linear": AttentionKind(
@@ -277,6 +282,7 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
         build_options=_linear_options,
         build_step_options=_linear_step_options,
         section=LinearSection,
+        no_ring=frozenset(),  # LASP: the states pass from device to device
     ),
     "cosine": AttentionKind(
         full=attention.cosine_attention,
@@ -286,5 +292,6 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
         build_options=_full_only_options,
         build_step_options=_no_options,
         section=CosineSection,
+        no_ring=frozenset(),
     ),
 }

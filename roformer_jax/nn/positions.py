@@ -7,8 +7,8 @@ can tell it in three places, and says which through the hooks it fills in:
   rotation  a transform of q and k in every self-attention (RoPE, Su et al. 2021): scores
             that depend on m - n only, and the one relative encoding that works with linear
             attention, since it needs no attention matrix;
-  bias      a term added to the attention scores (ALiBi, Press et al. 2022): relative, but
-            only for attention kinds that form the scores.
+  bias      a term added to the attention scores (ALiBi, Press et al. 2022; nn/alibi.py):
+            relative, but only for attention kinds that form the scores.
 `ENCODINGS` maps a name (`ModelConfig.position`) to its definition; the model and trainer
 look encodings up here and never branch on their names. A new encoding is one definition and
 one entry; its hyperparameters, if it has any, are a `Section` the entry names, which
@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from roformer_jax.nn import learned_positions, rope, rope_nd, rope_phase, rope_scaling
+from roformer_jax.nn import alibi, learned_positions, rope, rope_nd, rope_phase, rope_scaling
 from roformer_jax.nn.sections import FrozenDict, Section
 
 Hook = Callable[..., Any]  # (section, config, ...) -> what the hook gives, as below
@@ -338,48 +338,6 @@ def _axes(section: AxesSection, config):
     return section.axes
 
 
-# ---------------------------------------------------------------- relative: a bias on the scores
-
-
-def alibi_slopes(num_heads: int) -> np.ndarray:
-    """ALiBi's per-head slopes m_h (Press et al. 2022, sec. 3): [N] float32.
-
-    For N a power of two, the geometric sequence 2^(-8/N), 2^(-16/N), ..., 2^(-8). Otherwise
-    the slopes of the nearest lower power of two P, then every other slope of 2P, as in the
-    authors' code.
-    """
-    if num_heads < 1:
-        raise ValueError(f"num_heads={num_heads} must be positive")
-
-    def geometric(n):
-        return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
-
-    power = 2 ** math.floor(math.log2(num_heads))
-    slopes = geometric(power) + geometric(2 * power)[0::2][: num_heads - power]
-    return np.asarray(slopes, np.float32)
-
-
-def alibi_bias(q_positions, k_positions, num_heads: int) -> jax.Array:
-    """-m_h·|m - n| for query position m, key position n and head h: [B or 1, N, L, M].
-
-    Press et al. 2022 wrote it for causal decoders, where n <= m and the bias is m_h·(n - m);
-    an encoder's queries also see later keys, so the distance is |m - n| (as in MosaicBERT).
-    It depends on m - n only, so outputs do not change when every position shifts; being
-    symmetric, it cannot tell a sequence from its mirror image (RoPE can).
-    positions: int [L] / [B, L] and [M] / [B, M].
-    """
-    q_positions, k_positions = jnp.asarray(q_positions), jnp.asarray(k_positions)
-    distance = jnp.abs(q_positions[..., :, None] - k_positions[..., None, :])  # [(B,) L, M]
-    distance = distance.reshape(-1, *distance.shape[-2:])[:, None]  # [B or 1, 1, L, M]
-    slopes = jnp.asarray(alibi_slopes(num_heads))[None, :, None, None]  # [1, N, 1, 1]
-    return -slopes * distance.astype(jnp.float32)
-
-
-def _alibi(section, config, q_positions, k_positions):
-    del section
-    return alibi_bias(q_positions, k_positions, config.num_heads)
-
-
 ENCODINGS: dict[str, PositionEncoding] = {
     "learned": PositionEncoding(embed=_learned, max_length=_table_rows),
     "sinusoidal": PositionEncoding(embed=_sinusoidal, check=_even_embedding, scale_embeddings=True),
@@ -400,6 +358,6 @@ ENCODINGS: dict[str, PositionEncoding] = {
     "rope_learned_positions": PositionEncoding(
         section=learned_positions.LearnedPositionSection, rotation=learned_positions.rotation
     ),
-    "alibi": PositionEncoding(bias=_alibi),
+    "alibi": PositionEncoding(section=alibi.AlibiSection, bias=alibi.bias, check=alibi.check),
     "none": PositionEncoding(),
 }

@@ -32,23 +32,36 @@ def attention_weights(cfg: ModelConfig, params, input_ids, attention_mask) -> li
     attention_mask bool [B, L] (False: padding), positions 0 .. L - 1."""
     if cfg.attention != "softmax":
         raise ValueError(f"attention={cfg.attention!r} has no softmax weights to read")
+    mask = jnp.asarray(attention_mask, bool)
+    positions = jnp.arange(mask.shape[1])
+    return [
+        np.asarray(_weights(cfg, layer, q, k, mask, positions))
+        for layer, (q, k) in enumerate(queries_and_keys(cfg, params, input_ids, mask))
+    ]
+
+
+def queries_and_keys(cfg: ModelConfig, params, input_ids, attention_mask) -> list[tuple]:
+    """(q [B, L, N, H], k [B, L, K, H]) of every layer of a bidirectional encoder, before
+    any rotation, as its own query and key projections give them (flax's
+    capture_intermediates), on input_ids int [B, L] with attention_mask bool [B, L]."""
     if cfg.causal:
         raise ValueError("a causal model's weights: not read here (its mask differs)")
     input_ids = jnp.asarray(input_ids)
-    mask = jnp.asarray(attention_mask, bool)
     _, state = RoFormer(cfg).apply(
-        {"params": params}, input_ids, attention_mask=mask, capture_intermediates=_q_and_k
+        {"params": params},
+        input_ids,
+        attention_mask=jnp.asarray(attention_mask, bool),
+        capture_intermediates=_q_and_k,
     )
     captured = state["intermediates"]["encoder"]
     b, length = input_ids.shape
-    positions = jnp.arange(length)
-    weights = []
+    found = []
     for layer in range(cfg.num_layers):
         attention = captured[f"layer_{layer}"]["attention"]
         q = attention["query"]["__call__"][0].reshape(b, length, cfg.num_heads, cfg.head_dim)
         k = attention["key"]["__call__"][0].reshape(b, length, cfg.kv_heads, cfg.head_dim)
-        weights.append(np.asarray(_weights(cfg, layer, q, k, mask, positions)))
-    return weights
+        found.append((q, k))
+    return found
 
 
 def _q_and_k(module, method_name) -> bool:

@@ -12,7 +12,13 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from roformer_jax.studies.stats import t_interval
-from roformer_jax.studies.tables import holm_kept, interval_text, mean_std_text, summary_table
+from roformer_jax.studies.tables import (
+    holm_kept,
+    holm_text,
+    interval_text,
+    mean_std_text,
+    summary_table,
+)
 from roformer_jax.training.config import ExperimentConfig
 
 
@@ -127,6 +133,23 @@ def paired_family(
         for name, baseline in pairs
         for n in lengths
     }
+
+
+def multiplicity(
+    scores: Mapping[str, Sequence[dict]],
+    lengths: Sequence[int],
+    baselines: Sequence[str],
+    pairs: Sequence[Sequence[str]] | None = None,
+) -> str:
+    """tables.holm_text over `pairs` (evaluation, baseline) at every length, or without them
+    over each evaluation minus each of `baselines` at every length."""
+    if pairs:
+        what = f"{len(pairs)} chosen pairs at every length"
+    else:
+        pairs = [[name, b] for b in baselines for name in scores if name != b]
+        what = "each evaluation minus " + " and ".join(f'"{b}"' for b in baselines)
+        what += " at every length"
+    return holm_text(paired_family(scores, pairs, lengths), what)
 
 
 def verdict_table(

@@ -125,15 +125,10 @@ def multiplicity(raw: RawStudy, pairs: list | None = None) -> str:
         family = {f"{a} − {b}": tables.paired_diffs(raw.results, a, b, key) for a, b in chosen}
         what = "final" if pairs else f'each run minus "{base}", final'
         return tables.holm_text(family, what)
-    if pairs:
-        what = f"{len(pairs)} chosen pairs at every length"
-    else:
-        baselines = raw.config["eval_baselines"]
-        pairs = [[name, b] for b in baselines for name in raw.scores if name != b]
-        what = "each evaluation minus " + " and ".join(f'"{b}"' for b in baselines)
-        what += " at every length"
-    family = length_report.paired_family(raw.scores, pairs, raw.config["eval_lengths"])
-    return tables.holm_text(family, what)
+    config = raw.config
+    return length_report.multiplicity(
+        raw.scores, config["eval_lengths"], config["eval_baselines"], pairs
+    )
 
 
 def length_verdicts(raw: RawStudy, pairs: list) -> str:
@@ -147,13 +142,55 @@ def stage_table(raw: RawStudy, run: str) -> str:
     return length_report.stage_table(raw.runs[run][0], raw.results[run])
 
 
-def stage_change(raw: RawStudy, run: str, stage: int, earlier: int, key: str = "accuracy") -> str:
+def stage_change(
+    raw: RawStudy, run: str, stage: int, earlier: int, key: str = "accuracy", held_out=False
+) -> str:
     """Mean [95% t-interval] of run `run`'s training `key` at the end of stage `stage` minus
-    at the end of stage `earlier` (1-based, as the stage table numbers them), seed by seed."""
-    values = length_report.stage_values(raw.runs[run][0], raw.results[run], f"train/{key}")
+    at the end of stage `earlier` (1-based, as the stage table numbers them), seed by seed;
+    `held_out`: the held-out `key` of the evaluation at each stage's last step instead
+    (`stage_held_out_table`'s)."""
+    values = _stage_ends(raw, run, key, held_out)
     if {len(values[stage - 1]), len(values[earlier - 1])} != {len(raw.results[run])}:
-        raise ValueError(f"{run!r}: a seed logged no train/{key} in stage {earlier} or {stage}")
+        raise ValueError(f"{run!r}: a seed logged no {key} in stage {earlier} or {stage}")
     return tables.interval_text([a - b for a, b in zip(values[stage - 1], values[earlier - 1])])
+
+
+def stage_held_out_table(raw: RawStudy, run: str) -> str:
+    """Each stage's model read on the held-out set at one length (the run's data.seq_len), by
+    the evaluation at the stage's last step (mean ± sample std over seeds): unlike the
+    training accuracy of `stage_table`, the same text at the same length for every stage."""
+    cfg = raw.runs[run][0]
+    length = cfg.data.seq_len
+    loss, accuracy = (_stage_ends(raw, run, key, True) for key in ("loss", "accuracy"))
+    lines = [
+        f"| stage | length | steps | n | held-out loss at {length} | "
+        f"held-out accuracy at {length} |",
+        "|---|---|---|---|---|---|",
+    ]
+    for i, (steps, stage_length, _) in enumerate(cfg.train.stages):
+        lines.append(
+            f"| {i + 1} | {stage_length} | {steps} | {len(loss[i])} | "
+            f"{tables.mean_std_text(loss[i])} | {tables.mean_std_text(accuracy[i])} |"
+        )
+    return "\n".join(lines)
+
+
+def _stage_ends(raw: RawStudy, run: str, key: str, held_out: bool) -> list[list[float]]:
+    """[stage][seed] of `key`: training's over each stage's last 5 logged steps, or the
+    held-out evaluation's at the stage's last step (an error where a stage does not end on
+    an evaluation)."""
+    cfg, seeds = raw.runs[run][0], raw.results[run]
+    if not held_out:
+        return length_report.stage_values(cfg, seeds, f"train/{key}")
+    full_key, end = f"valid/{key}_{cfg.data.seq_len}", 0
+    for steps, _, _ in cfg.train.stages:
+        end += steps
+        if any(not any(r["step"] == end and full_key in r for r in s) for s in seeds):
+            raise ValueError(
+                f"{run!r} has no {full_key} at step {end}, where stage ends: its stages "
+                "are read held out only where every one ends on an evaluation"
+            )
+    return length_report.stage_values(cfg, seeds, full_key, last=1)
 
 
 def mean(raw: RawStudy, evaluation: str, length: int, key: str = "loss") -> str:
@@ -309,16 +346,45 @@ def attention_distance_table(raw: RawStudy, length: int, distances: list, *, pag
 def _attention_distance(raw: RawStudy, length: int, page: Page) -> tuple[dict, object]:
     """{run: its seed 0's attention_distance_<length>.json} for the runs that have one, and
     the first such run's config."""
-    found, first = {}, None
-    for run, seeds in raw.runs.items():
-        path = _raw_file(raw, page, run, seeds[0].seed, f"attention_distance_{length}.json")
-        if os.path.exists(path):
-            found[run], first = read_json(path), first or seeds[0]
+    found, first = _seed0_records(raw, page, f"attention_distance_{length}.json")
     if not found:
         raise ValueError(
             f"no attention_distance_{length}.json in {raw.name}: run "
             "experiments/attention_distance.py with --raw_dir"
         )
+    return found, first
+
+
+def logit_decay_table(raw: RawStudy, length: int, distances: list, *, page: Page) -> str:
+    """Each RoPE run's and layer's mean size of the relative part of its logit for unit q
+    and k (studies/logit_decay.py), heads averaged, at each of `distances`, and in brackets
+    the mean of RoPE's decay bound over the same pairs; a line saying it is not measured yet
+    where no run of the study has the file."""
+    name = f"logit_decay_{length}.json"
+    found, _ = _seed0_records(raw, page, name)
+    if not found:
+        return (
+            f"*Not measured yet: no {name} in {raw.name} (experiments/attention_distance.py "
+            f"--measure=logit_terms --length={length} --raw_dir=...).*"
+        )
+    head = "| run | layer | " + " | ".join(f"r = {d}" for d in distances) + " |"
+    lines = [head, "|---|---|" + "---|" * len(distances)]
+    for run, record in found.items():
+        for layer, (term, bound) in enumerate(zip(record["term"], record["bound"], strict=True)):
+            term, bound = np.nanmean(term, axis=0), np.nanmean(bound, axis=0)  # [L]
+            cells = " | ".join(f"{term[d]:.3f} ({bound[d]:.2f})" for d in distances)
+            lines.append(f"| {run} | {layer} | {cells} |")
+    return "\n".join(lines)
+
+
+def _seed0_records(raw: RawStudy, page: Page, name: str) -> tuple[dict, object]:
+    """{run: its seed 0's raw file `name`} for the runs that have one, and the first such
+    run's config (None where none has)."""
+    found, first = {}, None
+    for run, seeds in raw.runs.items():
+        path = _raw_file(raw, page, run, seeds[0].seed, name)
+        if os.path.exists(path):
+            found[run], first = read_json(path), first or seeds[0]
     return found, first
 
 

@@ -60,21 +60,10 @@ def header(raw: RawStudy) -> str:
     )
     if record.get("reconstructed"):
         line += " (Its study.json was reconstructed by hand from this page's earlier text.)"
-    return line + "\n\n" + _command_block("python " + shlex.join(record["argv"]))
-
-
-def planned(raw: RawStudy | None, command: str) -> str:
-    """A study the page introduces before it has run (results_page's module doc): where `raw`
-    is None, that it is not yet run, and the `command` that runs it; nothing once it has."""
-    if raw is not None:
-        return ""
-    return "*Not yet run.* The command that runs it:\n\n" + _command_block(command)
-
-
-def _command_block(command: str) -> str:
-    """A command as an indented code block, wrapped at 90 characters with shell continuations."""
-    lines = textwrap.wrap(command, 90, break_long_words=False, break_on_hyphens=False)
-    return "    " + " \\\n        ".join(lines)
+    command = textwrap.wrap(
+        "python " + shlex.join(record["argv"]), 90, break_long_words=False, break_on_hyphens=False
+    )
+    return line + "\n\n    " + " \\\n        ".join(command)
 
 
 def stale(raw: RawStudy, *, page: Page) -> str:

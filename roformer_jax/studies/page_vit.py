@@ -76,6 +76,29 @@ def vit_verdict(page: Page, name: str, pair: str) -> str:
     return f"{vit_study.verdict(config, results, pair)} (under Holm: {holm})"
 
 
+def vit_claim(page: Page, name: str, pair: str) -> str:
+    """README's status and measured cells of the pair (inline, "STATUS | MEASURED"): the
+    sizes past the training one where its interval stays apart from 0 under Holm for the
+    study's family (vit_multiplicity's), and its difference at the first of them; none
+    surviving: "not shown" and the difference at the first size past training."""
+    config, results = _read_config_results(page, name)
+    kept = tables.holm_kept(_family(config, results))
+    past = [size for size in config["eval_sizes"] if size != config["train_size"]]
+    sizes = [size for size in past if _label(pair, size) in kept]
+    n = len(config["seeds"])
+    status = f"shown at {', '.join(map(str, sizes))} px" if sizes else "not shown"
+    size = (sizes or past)[0]
+    diff = tables.interval_text(vit_study.paired_differences(config, results, pair, size))
+    return f"{status} (n = {n}, Holm) | {diff} at {size} px"
+
+
+def vit_chosen(page: Page, name: str) -> str:
+    """The argument of the reported runs that a selection study's validation digits give
+    (vit_study.chosen_rates; inline): `:RoPE-Axial=2e-3,...`."""
+    rates = vit_study.chosen_rates(*_read_config_results(page, name))
+    return "`:" + ",".join(f"{k}={v:.0e}".replace("e-0", "e-") for k, v in rates.items()) + "`"
+
+
 def _family(config: dict, results: dict) -> dict[str, list[float]]:
     """{"PAIR at SIZE px": accuracy differences over seeds}: every pair at every size."""
     return {

@@ -8,6 +8,10 @@ The page is prose written by hand, with generated parts between markers:
     <!-- generated: STUDY KIND(ARGS) -->...<!-- end generated -->
 
 STUDY names a folder of the raw root (study_record.read_raw), or is "raw" for all of them;
+a STUDY that ends in "?" (`multilength_controls_wikitext2?`, `raw?` for the ViT kinds, whose
+folder is their first argument) is awaited: until its folder exists the block says so
+(NOT_RUN, or NOT_RUN_INLINE inside a sentence), so that a study's section can be written
+before it runs and fill itself in when its raw files are committed;
 KIND is a key of KINDS, called with ARGS, Python literals by position or name
 (`length_paired_table("RoPE")`, `diff("RoPE + YaRN", "RoPE", 2048)`, `diff("none", step=500)`).
 A table or figure sits on lines of its own between its markers; an inline value (INLINE)
@@ -17,16 +21,10 @@ raw files, and leaves everything else as written.
 
 The kinds live by concept: page_numbers (a study's figure, tables and quoted values),
 page_provenance (its header, staleness from git and wall times), page_long_doc (the
-long-document study and fine-tuning runs), page_vit (the ViT resolution study); page_source is
-what they read. `differences` leaves out the stale marks (page_provenance's module doc says
-why); writing the page refreshes them.
-
-A page may introduce a study before it has run: `<!-- generated: STUDY planned("python ...")
--->` says so and gives its command. While STUDY has no raw folder, that marker says it is
-not yet run, with the command, and every other marker of STUDY is left empty (an inline one
-reads NOT_RUN); once the folder exists (a study in progress included), every marker reads
-it as usual and `planned` is empty, so the page needs no edit to show the study's numbers.
-Without a `planned` marker, a missing study is an error, as a misspelt one should be.
+long-document study and fine-tuning runs), page_vit (the ViT resolution study), page_controls
+(issue 56's: the split a study scores, what chose a setting), page_length_bench (the
+retrieval bench); page_source is what they read. `differences` leaves out the stale marks
+(page_provenance's module doc says why); writing the page refreshes them.
 """
 
 from __future__ import annotations
@@ -37,14 +35,24 @@ import os
 import re
 from collections.abc import Callable
 
-from roformer_jax.studies import page_long_doc, page_numbers, page_provenance, page_vit
+from roformer_jax.studies import (
+    page_controls,
+    page_length_bench,
+    page_long_doc,
+    page_numbers,
+    page_provenance,
+    page_vit,
+)
 from roformer_jax.studies.page_source import Page
 from roformer_jax.training import provenance
 
 MARKER = re.compile(r"<!-- generated: (\S+) (\w+)\((.*?)\) -->(.*?)<!-- end generated -->", re.S)
 ALL = "raw"  # the STUDY of a marker whose kind reads every raw folder
-PLANNED = "planned"  # the kind of a study that may not have run yet (module doc)
-NOT_RUN = "(not yet run)"  # an inline marker of such a study, until it has
+AWAITED = "?"  # after a STUDY: its raw folder may not exist yet (module doc)
+NOT_RUN = (
+    "*Not run yet: no raw files in docs/results/raw/{folder}/ (its config gives the command).*"
+)
+NOT_RUN_INLINE = "(not run yet)"
 
 
 def render(
@@ -58,38 +66,32 @@ def render(
 
     figures_dir: where `figure()` draws its PNG; None draws nothing (a check compares text).
     changed: commit -> the code files changed since (None: unknown), for `stale()`.
-    Raises ValueError for an unknown kind, for a study with no raw folder that the page does
-    not mark `planned`, and for a marker without its end or its
+    Raises ValueError for an unknown kind or study, and for a marker without its end or its
     KIND(ARGS), which would otherwise swallow the text up to the next block's end.
     """
-    opened, whole = text.count("<!-- generated: "), len(MARKER.findall(text))
-    if opened != whole:
+    opened, blocks = text.count("<!-- generated: "), len(MARKER.findall(text))
+    if opened != blocks:
         raise ValueError(
-            f"{opened} '<!-- generated: ' markers but {whole} whole blocks: one lacks its "
+            f"{opened} '<!-- generated: ' markers but {blocks} whole blocks: one lacks its "
             "'<!-- end generated -->' or is not 'STUDY KIND(ARGS) -->'"
         )
     page = Page(raw_root, figures_dir, changed)
-    not_run = {
-        name
-        for name, kind in blocks(text)
-        if kind == PLANNED and not os.path.isdir(os.path.join(raw_root, name))
-    }
 
     def replace(match: re.Match) -> str:
-        name, kind, args, _ = match.groups()
+        marked, kind, args, _ = match.groups()
         if kind not in KINDS:
             raise ValueError(f"{match.group(0)[:80]}: unknown kind {kind!r}; one of {list(KINDS)}")
+        name = marked.removesuffix(AWAITED)
         call = ast.parse(f"f({args})", mode="eval").body  # literals only, by position or name
         positional = [ast.literal_eval(arg) for arg in call.args]
         named = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
-        if name not in not_run:
+        folder = _folder(name, positional)
+        if marked.endswith(AWAITED) and not os.path.isdir(os.path.join(raw_root, folder)):
+            inner = NOT_RUN_INLINE if kind in INLINE else NOT_RUN.format(folder=folder)
+        else:
             target = page if name == ALL else page.study(name)
             extra = {"page": page} if kind in _USES_PAGE else {}
             inner = KINDS[kind](target, *positional, **named, **extra)
-        elif kind == PLANNED:
-            inner = page_provenance.planned(None, *positional, **named)
-        else:
-            inner = NOT_RUN if kind in INLINE else ""
         if kind not in INLINE:
             inner = f"\n{inner}\n"
         return match.group(0)[: match.start(4) - match.start(0)] + inner + "<!-- end generated -->"
@@ -118,17 +120,23 @@ def blocks(text: str) -> list[tuple[str, str]]:
     """(study, kind) of every marker of `text`; an ALL marker's study is its first argument
     where that names a folder (the ViT kinds), as page_provenance.unmarked reads them."""
     found = []
-    for name, kind, args, _ in MARKER.findall(text):
+    for marked, kind, args, _ in MARKER.findall(text):
         call = ast.parse(f"f({args})", mode="eval").body
-        if name == ALL and call.args:
-            name = ast.literal_eval(call.args[0])
-        found.append((name, kind))
+        positional = [ast.literal_eval(arg) for arg in call.args]
+        found.append((_folder(marked.removesuffix(AWAITED), positional), kind))
     return found
+
+
+def _folder(name: str, positional: list) -> str:
+    """The raw folder a marker reads: its STUDY, or an ALL marker's first argument where that
+    names one (the ViT kinds); ALL itself for the kinds that read every folder."""
+    if name == ALL and positional and isinstance(positional[0], str):
+        return positional[0]
+    return name
 
 
 # Kinds: (RawStudy, *args) -> markdown; (Page) for ALL; _USES_PAGE also get page=.
 KINDS = {
-    PLANNED: page_provenance.planned,
     "header": page_provenance.header,
     "stale": page_provenance.stale,
     "figure": page_numbers.figure,
@@ -142,6 +150,7 @@ KINDS = {
     "extremes": page_numbers.extremes,
     "stage_table": page_numbers.stage_table,
     "stage_change": page_numbers.stage_change,
+    "stage_held_out_table": page_numbers.stage_held_out_table,
     "mean": page_numbers.mean,
     "diff": page_numbers.diff,
     "length_change": page_numbers.length_change,
@@ -153,6 +162,7 @@ KINDS = {
     "reproduced": page_numbers.reproduced,
     "attention_distance_figure": page_numbers.attention_distance_figure,
     "attention_distance_table": page_numbers.attention_distance_table,
+    "logit_decay_table": page_numbers.logit_decay_table,
     "targets": lambda raw: f"{page_numbers.targets(raw):,}",  # targets, as the footnote prints it
     "wall_time_table": page_provenance.wall_time_table,
     # The long-document study (experiments/long_doc_study.py): its tables read the fine-tuning
@@ -173,6 +183,19 @@ KINDS = {
     "vit_paired_table": page_vit.vit_paired_table,
     "vit_verdict": page_vit.vit_verdict,
     "vit_multiplicity": page_vit.vit_multiplicity,
+    "vit_claim": page_vit.vit_claim,  # README's row
+    "vit_chosen": page_vit.vit_chosen,
+    # Issue 56's controls: the split a study scores, what chose a setting, the packed 2 x 2.
+    "split": page_controls.split,
+    "chosen": page_controls.chosen,
+    "cross_table": page_controls.cross_table,
+    # The retrieval bench (experiments/length_bench.py): as the ViT kinds, a "not run yet" line
+    # until the folder is in the raw root.
+    "bench_header": page_length_bench.bench_header,
+    "bench_heat_map": page_length_bench.bench_heat_map,
+    "bench_table": page_length_bench.bench_table,
+    "bench_paired_table": page_length_bench.bench_paired_table,
+    "bench_verdicts": page_length_bench.bench_verdicts,
 }
 INLINE = {
     "stale",
@@ -191,6 +214,10 @@ INLINE = {
     "extremes",
     "vit_verdict",
     "vit_multiplicity",
+    "vit_claim",
+    "vit_chosen",
+    "split",
+    "chosen",
 }
 _USES_PAGE = {
     "stale",
@@ -200,6 +227,7 @@ _USES_PAGE = {
     "reproduced",
     "attention_distance_figure",
     "attention_distance_table",
+    "logit_decay_table",
     "long_doc_figure",
     "long_doc_table",
     "long_doc_paired_table",

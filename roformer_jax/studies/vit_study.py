@@ -10,6 +10,10 @@ interpolated absolute table when the resolution grows past the training one. Her
 `train_size` pixels and scores the same held-out digits upsampled to each of `eval_sizes`:
 the content stays the same, only the grid of patches grows.
 
+Issue 56: `valid_size` digits cut from the training ones (the test digits stay as they were)
+are scored as "valid_accuracy"; a selection study (`select`) scores them alone, so that
+`chosen_rates` chooses without the test digits, which are then scored once.
+
 A run's outputs are <workdir>/<run>/seed<k>/RESULT (its settings, accuracy per size, loss
 curve, seconds); a run whose file exists with the same settings is not trained again, so a
 killed study resumes, and one whose settings differ is a ValueError. The raw folder holds those
@@ -51,11 +55,14 @@ class Digits:
     train_labels: np.ndarray
     test_images: np.ndarray
     test_labels: np.ndarray
+    valid_images: np.ndarray  # cut from the training digits; [0, 8, 8, 1] at valid_size 0
+    valid_labels: np.ndarray
 
 
-def load_digits(test_size: int, split_seed: int) -> Digits:
+def load_digits(test_size: int, split_seed: int, valid_size: int = 0) -> Digits:
     """The 1,797 digits (shipped inside scikit-learn, nothing downloaded), a fixed random split
-    with `test_size` held out."""
+    with `test_size` held out and the next `valid_size` of the permutation for validation: the
+    test digits do not depend on valid_size."""
     # Imported here, not at the top: results_page imports this module, and rebuilding the page
     # from raw files needs no scikit-learn (the "vision" extra, not a dependency).
     from sklearn import datasets
@@ -63,8 +70,12 @@ def load_digits(test_size: int, split_seed: int) -> Digits:
     digits = datasets.load_digits()
     images = (digits.images / 16.0).astype(np.float32)[..., None]  # [B, 8, 8, 1]
     order = np.random.default_rng(split_seed).permutation(len(images))
-    test, train = order[:test_size], order[test_size:]
-    return Digits(images[train], digits.target[train], images[test], digits.target[test])
+    test, valid = order[:test_size], order[test_size : test_size + valid_size]
+    train = order[test_size + valid_size :]
+    labels = digits.target
+    return Digits(
+        images[train], labels[train], images[test], labels[test], images[valid], labels[valid]
+    )
 
 
 def upsample(images: np.ndarray, size: int) -> np.ndarray:
@@ -92,7 +103,8 @@ def zoomed_crops(images, rng, size: int, max_zoom: float) -> jax.Array:
 
 
 def runs(config: Mapping) -> dict[str, dict]:
-    """Each run's settings: the shared ones with its own `runs` entry over them."""
+    """Each run's settings: the shared ones with its own `runs` entry over them (model fields,
+    "table", "learning_rate"); valid_size and select only where set, as earlier runs wrote."""
     shared = {
         k: config[k]
         for k in (
@@ -110,11 +122,14 @@ def runs(config: Mapping) -> dict[str, dict]:
             "max_zoom",
         )
     }
+    shared |= {k: config[k] for k in ("valid_size", "select") if config.get(k)}
     out = {}
     for name, own in config["runs"].items():
         settings = json.loads(json.dumps(shared))
         settings["model"].update(own.get("model", {}))
         settings["table"] = bool(own.get("table", False))
+        if "learning_rate" in own:
+            settings["learning_rate"] = own["learning_rate"]
         out[name] = settings
     return out
 
@@ -173,7 +188,9 @@ def programs(settings_json: str) -> Programs:
 
 def train_and_score(settings: Mapping, seed: int, data: Digits) -> dict:
     """Trains one run from `seed` (its init, dropout and batch order) and scores it at every
-    size: {"accuracy": {size: fraction right}, "loss": [[step, mean train loss]], "train_s"}."""
+    size: {"accuracy": {size: fraction right} on the test digits (not in a selection run),
+    "valid_accuracy": the same on the validation digits (where there are some), "loss":
+    [[step, mean train loss]], "train_s"}."""
     started = time.time()
     net, optimizer, step, predict = programs(json.dumps(settings, sort_keys=True))
     train_x = upsample(data.train_images, settings["train_size"])
@@ -200,11 +217,19 @@ def train_and_score(settings: Mapping, seed: int, data: Digits) -> dict:
         if (t + 1) % every == 0:
             curve.append([t + 1, float(np.mean(jax.device_get(losses)))])
             losses = []
-    accuracy = {}
-    for size in settings["eval_sizes"]:
-        guesses = np.asarray(predict(params, upsample(data.test_images, size)))
-        accuracy[str(size)] = float(np.mean(guesses == data.test_labels))
-    return {"accuracy": accuracy, "loss": curve, "train_s": time.time() - started}
+
+    def scored(images, labels):
+        return {
+            str(size): float(np.mean(np.asarray(predict(params, upsample(images, size))) == labels))
+            for size in settings["eval_sizes"]
+        }
+
+    result = {}
+    if not settings.get("select"):
+        result["accuracy"] = scored(data.test_images, data.test_labels)
+    if settings.get("valid_size"):
+        result["valid_accuracy"] = scored(data.valid_images, data.valid_labels)
+    return result | {"loss": curve, "train_s": time.time() - started}
 
 
 def run_study(
@@ -212,7 +237,7 @@ def run_study(
 ) -> dict[str, list[dict]]:
     """Every run of `config` for every seed, cached (module doc): {run: [result per seed]}.
     With raw_dir, each result is copied there as it finishes."""
-    data = load_digits(config["test_size"], config["split_seed"])
+    data = load_digits(config["test_size"], config["split_seed"], config.get("valid_size", 0))
     results = {}
     for name, settings in runs(config).items():
         results[name] = []
@@ -227,7 +252,7 @@ def run_study(
                     **train_and_score(settings, seed, data),
                 }
                 _write_json(os.path.join(directory, RESULT), result)
-            log(f"{name} seed {seed}: {result['accuracy']}")
+            log(f"{name} seed {seed}: {result.get('accuracy', result.get('valid_accuracy'))}")
             if raw_dir:
                 target = run_dir(raw_dir, name, seed)
                 os.makedirs(target, exist_ok=True)
@@ -274,6 +299,26 @@ def read_results(raw_dir: str) -> tuple[dict, dict[str, list[dict]]]:
             with open(os.path.join(run_dir(raw_dir, name, seed), RESULT), encoding="utf-8") as f:
                 results[name].append(json.load(f))
     return record, results
+
+
+def chosen_rates(config: Mapping, results: Mapping) -> dict[str, float]:
+    """{encoding: its learning rate of highest mean validation accuracy at the training size}
+    over a selection study's runs, named "<encoding>, lr <rate>" (configs/study_vit.py's
+    `:select`). Reads "valid_accuracy" alone; a study that scored the test digits is a
+    ValueError, so that no choice can rest on them."""
+    if not config.get("select"):
+        raise ValueError(
+            f"{config['title']!r} scored its test digits: a setting is chosen on a selection "
+            "study (select: True), which scores the validation digits alone"
+        )
+    size, best = str(config["train_size"]), {}
+    for name, seeds in results.items():
+        encoding = name.rpartition(", lr ")[0]
+        score = float(np.mean([r["valid_accuracy"][size] for r in seeds]))
+        rate = runs(config)[name]["learning_rate"]
+        if encoding not in best or score > best[encoding][0]:
+            best[encoding] = (score, rate)
+    return {encoding: rate for encoding, (_, rate) in best.items()}
 
 
 # ---------------------------------------------------------------- tables, figure

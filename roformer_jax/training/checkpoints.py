@@ -2,18 +2,21 @@
 
 Each step folder `workdir/checkpoints/<step>/` holds two items, written atomically by orbax
 (a temporary folder renamed once complete; an interrupted save leaves no partial step):
-  state  the TrainState (step, params, optimizer state) as host numpy arrays
+  state  the TrainState (step, params, optimizer state): host numpy arrays, or global
+         jax.Arrays split over a mesh, which orbax writes each host's shards of
   meta   JSON: the experiment config it was trained with, and the trainer's host-side
          progress (pending metric sums, elapsed time) so a resumed run logs the same numbers
 
 Every step proves its bytes: `save` refuses a state that is not finite and writes into meta
-a SHA-256 digest of every array (at save time, on the host copy: the train step never waits
-for it); `restore` recomputes them, so that a flipped bit in a data file, which orbax reads
-without complaint, makes the step damaged like a garbled one. Steps saved before digests
-existed are checked for finiteness only.
+a SHA-256 digest of every array (at save time, on a host copy of the whole array, gathered
+from every host where it is split over them); `restore` recomputes them, so that a flipped
+bit in a data file, which orbax reads without complaint, makes the step damaged like a
+garbled one. Steps saved before digests existed are checked for finiteness only.
 
 Every process calls `save` and `restore` (orbax synchronizes them and lets the primary
-process write); `restore` refuses a checkpoint of a different model before reading any array.
+process write what is not split); `restore` refuses a checkpoint of a different model before
+reading any array, and places each array where its `shardings` say: a step written under
+one mesh restores onto another, or onto one device.
 A step that cannot be read (a garbled or truncated file, written over after orbax finished
 it) is moved aside to `<directory>.damaged/` with a warning, and the next older one is tried.
 """
@@ -35,6 +38,7 @@ from jax.experimental import multihost_utils
 
 from roformer_jax.nn.model_config import ModelConfig
 from roformer_jax.training.config import config_diff
+from roformer_jax.training.runtime import host_array, on_first_device
 
 
 class Checkpoints:
@@ -59,18 +63,20 @@ class Checkpoints:
         return sorted(self._manager.all_steps())
 
     def save(self, step: int, state: Any, meta: dict) -> None:
-        """Writes `state` (a pytree of host arrays) and `meta` (JSON) as step `step`.
+        """Writes `state` (a pytree of host arrays or jax.Arrays, on any devices) and `meta`
+        (JSON) as step `step`.
 
         Asynchronous: returns once the arrays are handed to orbax; `close` waits for it.
         Raises FloatingPointError, saving nothing, when an array of `state` holds NaN or inf.
         """
-        bad = _non_finite(state)
+        host = jax.tree.map(host_array, state)
+        bad = _non_finite(host)
         if bad:
             raise FloatingPointError(
                 f"the state of step {step} is not finite ({bad} holds NaN or inf); not saved "
                 f"to {self.directory}"
             )
-        meta = {**meta, INTEGRITY: {"finite": True, "sha256": digests(state)}}
+        meta = {**meta, INTEGRITY: {"finite": True, "sha256": digests(host)}}
         self._manager.save(
             step,
             args=ocp.args.Composite(
@@ -80,10 +86,19 @@ class Checkpoints:
         )
 
     def restore(
-        self, abstract_state: Any, model_config: Any, *, step: int | None = None
+        self,
+        abstract_state: Any,
+        model_config: Any,
+        *,
+        step: int | None = None,
+        shardings: Any = None,
     ) -> tuple[Any, dict] | None:
         """The newest readable (state, meta), or None when there is no checkpoint yet; with
         `step`, that step's (a ValueError when it is not kept or cannot be read).
+
+        shardings: where each array of `abstract_state` (a tree of its structure) lands,
+        whatever mesh the step was written under (runtime.Devices' and mesh.MeshDevices'
+        `shardings`); None: on this host's first device.
 
         model_config: the current ModelConfig (or its dict). Raises ValueError when the
         checkpoint was written for a different model config, naming the fields that differ,
@@ -93,6 +108,7 @@ class Checkpoints:
         # orbax raises, before _set_aside has said what happened.
         std_logging.getLogger("asyncio").addFilter(self._quiet)
         _quiet_reads_into_closed_loops()
+        target = _placed(abstract_state, shardings)
         steps = sorted(self._manager.all_steps(), reverse=True)
         if step is not None:
             if step not in steps:
@@ -112,9 +128,9 @@ class Checkpoints:
             self._check_same_model(step, saved, model_config)
             try:
                 state = self._manager.restore(
-                    step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state))
+                    step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))
                 ).state
-                _check_integrity(state, meta.pop(INTEGRITY, None))
+                _check_integrity(jax.tree.map(host_array, state), meta.pop(INTEGRITY, None))
             except Exception as e:  # noqa: BLE001 -- any unreadable or altered state is damage
                 self._set_aside(step, "state", e)
                 continue
@@ -167,6 +183,16 @@ class Checkpoints:
         if self._damaged:  # only then: a collection takes seconds in a process that has jitted
             gc.collect()  # so that the abandoned reads are reported to the filter
         std_logging.getLogger("asyncio").removeFilter(self._quiet)
+
+
+def _placed(abstract_state: Any, shardings: Any) -> Any:
+    """`abstract_state`'s ShapeDtypeStructs with their `shardings` (orbax restores each array
+    there; a step written over a mesh has no placement of its own on another)."""
+    if shardings is None:
+        shardings = on_first_device(abstract_state)
+    return jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract_state, shardings
+    )
 
 
 INTEGRITY = "integrity"  # meta's key: {"finite": True, "sha256": digests(state)}

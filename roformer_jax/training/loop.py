@@ -70,8 +70,10 @@ def _train_and_evaluate(
 ) -> dict:
     """train_and_evaluate in a workdir this process holds."""
     devices = mesh_lib.devices_for(cfg.mesh)
-    devices.check_model(cfg.model)
     stages = _stages(cfg, devices)
+    devices.check_model(
+        cfg.model, lengths=sorted({s[1] for s in stages} | set(cfg.data.valid_lengths))
+    )
     checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"), keep=cfg.train.keep_checkpoints)
     changes = workdir_lib.resume_changes(
         workdir, cfg, latest_step=checkpoints.latest_step(), allow=resume_with_changes
@@ -89,7 +91,10 @@ def _train_and_evaluate(
     logging.info("%s parameters; %s", f"{n_params:,}", hosts)
 
     # --- Restore, or initialize.
-    restored = checkpoints.restore(abstract_state, cfg.model)
+    # Onto this run's devices, whichever mesh (or none) the checkpoint was written under.
+    restored = checkpoints.restore(
+        abstract_state, cfg.model, shardings=devices.shardings(abstract_state)
+    )
     if restored is None:
         state, progress = _initial_state(cfg, init, init_rng, tx, data.corpus)
     else:
@@ -98,7 +103,7 @@ def _train_and_evaluate(
     logging.info("%s at step %d", "resuming" if start else "starting", start)
 
     # --- Step functions: one code path, jitted on one device, pmapped, or jitted over a mesh.
-    train_step, eval_step = _step_functions(cfg, model, tx)
+    train_step, eval_step = _step_functions(cfg, model, tx, init)
     state = devices.replicate(state)
     _record_session(cfg, workdir, start, changes, devices, state)
 
@@ -216,7 +221,7 @@ def _record_session(
         )
 
 
-def _step_functions(cfg: ExperimentConfig, model, tx):
+def _step_functions(cfg: ExperimentConfig, model, tx, init):
     """(train_step, eval_step), compiled for this process's devices (runtime.Devices.compile).
 
     The same pair for the same model, optimizer and step settings (model_and_optimizer gives
@@ -225,17 +230,19 @@ def _step_functions(cfg: ExperimentConfig, model, tx):
     """
     # Where targets are not bounded by masking.max_targets (whole words, "clm"), the head
     # runs at every position.
-    return _compiled_steps(model, tx, cfg.train.grad_accum, cfg.data.target_rate, cfg.mesh)
+    tcfg = cfg.train
+    return _compiled_steps(model, tx, init, tcfg.grad_accum, cfg.data.target_rate, cfg.mesh)
 
 
 @functools.lru_cache(maxsize=32)
-def _compiled_steps(model, tx, grad_accum: int, mask_prob, mesh: mesh_lib.MeshConfig):
+def _compiled_steps(model, tx, init, grad_accum: int, mask_prob, mesh: mesh_lib.MeshConfig):
     devices = mesh_lib.devices_for(mesh)  # a process's devices do not change
     return devices.compile(
         make_train_step(
             model, tx, grad_accum=grad_accum, axis_name=devices.axis, mask_prob=mask_prob
         ),
         make_eval_step(model, axis_name=devices.axis, mask_prob=mask_prob),
+        state_shapes(init),  # a mesh's shardings of the state
     )
 
 

@@ -3,18 +3,23 @@
     devices = mesh.devices_for(cfg.mesh)        # runtime.Devices where no mesh is asked for
     devices.check_model(cfg.model)
     state = devices.replicate(state)            # each leaf placed by the rules below
+    train_step, eval_step = devices.compile(train_step, eval_step, shapes)  # shardings in, out
+    checkpoints.restore(shapes, model, shardings=devices.shardings(shapes))  # from any mesh
 
 The mesh has four axes (MaxText's names): "data" (replicas of the model, each on its rows of
 the batch), "fsdp" (rows too, and the parameters and optimizer state split, gathered where a
 layer uses them), "tensor" (heads, MLP features and vocabulary split: each device computes
-its part of a layer) and "context" (the sequence split: issue 53 item 3, 1 for now).
+its part of a layer) and "context" (each row's positions split: the attention kinds run as
+ring attention or pass their linear states between devices, nn/context_parallel.py, under the
+mesh made ambient with `jax.set_mesh`).
 
 Where parameters go is two tables in one place, so that nn/ knows no mesh: PARAMETER_AXES
 names the logical axes of each parameter's dimensions by its path (embed, heads, kv_heads,
 mlp, vocab, or None), and RULES maps logical axes to mesh axes. Optimizer leaves that mirror
 a parameter (Adam's moments) go where it goes; the rest (counts, the step) are replicated.
-The batch's rows are split over data x fsdp. Everything else is XLA's (GSPMD): the step is
-the one pure function that pmap runs too (training.step), its sums global by construction.
+The batch's rows are split over data x fsdp, its positions over context. Everything else is
+XLA's (GSPMD): the step is the one pure function that pmap runs too (training.step), its sums
+global by construction.
 """
 
 from __future__ import annotations
@@ -26,10 +31,10 @@ import re
 
 import jax
 import numpy as np
-from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec
 
-from roformer_jax.training.runtime import Devices
+from roformer_jax.nn import context_parallel
+from roformer_jax.training.runtime import Devices, host_array
 
 AXES = ("data", "fsdp", "tensor", "context")
 BATCH = ("data", "fsdp")  # the mesh axes the batch's rows are split over
@@ -89,7 +94,7 @@ class MeshConfig:
     data: int | None = None  # replicas, each on its rows of the batch; -1: the devices left
     fsdp: int | None = None  # rows too, and the parameters and optimizer state split
     tensor: int | None = None  # heads, MLP features and vocabulary split; divides the heads
-    context: int | None = None  # the sequence split (not yet: 1)
+    context: int | None = None  # each row's positions split; 2 x context divides L
 
     def __post_init__(self):
         given = {a: getattr(self, a) for a in AXES if getattr(self, a) is not None}
@@ -97,11 +102,6 @@ class MeshConfig:
             raise ValueError(f"mesh sizes {given} must be >= 1, or -1 for the devices left")
         if list(given.values()).count(-1) > 1:
             raise ValueError(f"mesh sizes {given}: at most one of them may be -1")
-        if given.get("context", 1) != 1:
-            raise ValueError(
-                f"mesh.context={self.context}: context parallelism (the sequence split over "
-                "devices) is not there yet; leave it at 1"
-            )
 
     @property
     def enabled(self) -> bool:
@@ -222,9 +222,16 @@ class MeshDevices:
             tuple(self.sizes.values()), AXES, axis_types=(jax.sharding.AxisType.Auto,) * 4
         )
         self.process_index, self.process_count = jax.process_index(), jax.process_count()
+        self.rows = NamedSharding(self.mesh, PartitionSpec(BATCH))  # the batch's
+        self.whole = NamedSharding(self.mesh, PartitionSpec())  # replicated
 
-    def check_model(self, model) -> None:
+    def check_model(self, model, lengths=()) -> None:
+        """ValueError where the ModelConfig `model` does not fit the mesh at `lengths` (every
+        length the run feeds it): whole heads on each tensor device; with context > 1, a kind
+        that runs split over devices and lengths that 2 x context divides."""
         check_heads(model, self.sizes["tensor"])
+        if self.sizes["context"] > 1:
+            context_parallel.check_model(model, self.sizes["context"], lengths)
 
     def check_batch(self, batch_size: int, accum: int, name: str):
         rows = self.sizes["data"] * self.sizes["fsdp"]
@@ -234,15 +241,51 @@ class MeshDevices:
                 + (f" x grad_accum {accum}" if accum > 1 else "")
             )
 
-    def compile(self, train_step, eval_step):
-        """The steps jitted over the mesh; the train step's new state placed as the old."""
+    def compile(self, train_step, eval_step, state):
+        """The steps as one jit each over the mesh, their shardings explicit in and out: the
+        TrainState `state` (its shapes) by the rules, the batch's rows over data x fsdp, the
+        rng, step and metrics replicated. The train step's new state lands as the old (its
+        buffers donated). With context > 1, the steps see the batch's positions split over
+        context (`_over_context`) and run with the mesh ambient (`ambient`)."""
+        placed, rows, whole = self.shardings(state), self.rows, self.whole
+        train = jax.jit(
+            self._over_context(train_step),
+            in_shardings=(placed, rows, whole),
+            out_shardings=(placed, whole),
+            donate_argnums=(0,),
+        )
+        evaluate = jax.jit(
+            self._over_context(eval_step),
+            in_shardings=(placed.params, rows, whole),
+            out_shardings=whole,
+        )
+        return self.ambient(train), self.ambient(evaluate)
 
-        @functools.wraps(train_step)
-        def placed_train_step(state, batch, rng):
-            state, metrics = train_step(state, batch, rng)
-            return jax.lax.with_sharding_constraint(state, self.shardings(state)), metrics
+    def ambient(self, function):
+        """`function` traced and run with the mesh ambient (`jax.set_mesh`), where the
+        attention kinds find its context axis; as it is where context is 1."""
+        if self.sizes["context"] == 1:
+            return function
 
-        return jax.jit(placed_train_step, donate_argnums=(0,)), jax.jit(eval_step)
+        @functools.wraps(function)
+        def under_mesh(*args):
+            with jax.set_mesh(self.mesh):
+                return function(*args)
+
+        return under_mesh
+
+    def _over_context(self, step):
+        """`step(state, batch, rng)` with the batch's [B, L] leaves split over context too:
+        each device's rows arrive whole, and each keeps its L / C positions (no transfer), so
+        that XLA splits the activations along L from the embeddings on."""
+        if self.sizes["context"] == 1:
+            return step
+
+        @functools.wraps(step)
+        def split_step(state, batch, rng):
+            return step(state, jax.lax.with_sharding_constraint(batch, self._placed(batch)), rng)
+
+        return split_step
 
     def shardings(self, state):
         """The NamedSharding of each leaf of a TrainState (`state_specs`)."""
@@ -258,17 +301,27 @@ class MeshDevices:
         return jax.device_put(state, self.shardings(state))
 
     def shard(self, batch):  # this host's rows [b, ...] -> the global batch's [B, ...]
-        sharding = NamedSharding(self.mesh, PartitionSpec(BATCH))
         return jax.tree.map(
-            lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), batch
+            lambda x: jax.make_array_from_process_local_data(self.rows, np.asarray(x)), batch
         )
+
+    def _placed(self, batch):
+        """Each leaf's NamedSharding: rows over data x fsdp and, with context > 1, positions
+        [B, L] over context (any second dimension that context divides: a placement, which
+        changes no value)."""
+        context = self.sizes["context"]
+
+        def placed(x):
+            split = context > 1 and x.ndim > 1 and x.shape[1] % context == 0
+            return NamedSharding(self.mesh, PartitionSpec(BATCH, "context")) if split else self.rows
+
+        return jax.tree.map(placed, batch)
 
     def first(self, tree):
         """Host numpy copies of the global values (gathered from every host)."""
-        return jax.tree.map(_host, tree)
+        return jax.tree.map(lambda x: np.array(host_array(x)), tree)
 
-
-def _host(x) -> np.ndarray:
-    if x.is_fully_addressable:
-        return np.array(x)
-    return np.array(multihost_utils.process_allgather(x, tiled=True))
+    def saved(self, state):
+        """The state as its checkpoint holds it: the global arrays, which orbax writes each
+        host's shards of, and restores onto any mesh (Checkpoints.restore's shardings)."""
+        return state

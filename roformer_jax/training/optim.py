@@ -14,12 +14,15 @@ Hutter 2017; a floor end > 0 keeps it from annealing to zero), or held at the pe
 Weight decay follows BERT's `AdamWeightDecayOptimizer`: every parameter decays except biases
 and LayerNorm parameters. In a Flax tree those are exactly the 1-D leaves (biases, LayerNorm
 scales and offsets), while kernels and embedding tables are 2-D or more, so the mask is built
-from the ranks of the leaves and not from their names.
+from the ranks of the leaves and not from their names. `no_decay` exempts more by name, as a
+study asks: ("position_embeddings",) keeps the decay off BERT's position table (issue 56: is
+decay what holds a slowly learned table at its start?).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
 import jax
@@ -63,6 +66,9 @@ class OptimConfig:
     eps: float = 1e-6  # BERT's Adam epsilon
     weight_decay: float = 0.01  # decoupled (AdamW) or trust-ratio (LAMB), not on biases/LayerNorm
     clip_norm: float = 1.0  # global-norm clipping threshold; 0 = no clipping
+    # Names in the parameter tree (a module or a leaf) whose leaves do not decay either,
+    # e.g. ("position_embeddings",): the learned position table. () = BERT's mask alone.
+    no_decay: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
@@ -77,6 +83,9 @@ class OptimConfig:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
         if self.clip_norm < 0:
             raise ValueError(f"clip_norm must be >= 0 (0 = no clipping), got {self.clip_norm}")
+        names = self.no_decay
+        if isinstance(names, str) or not all(isinstance(n, str) and n for n in names):
+            raise ValueError(f"no_decay={self.no_decay!r} must be names of parameters or modules")
 
 
 def learning_rate_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
@@ -114,12 +123,29 @@ def learning_rate_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule
     return schedule
 
 
-def weight_decay_mask(params):
-    """True for the leaves that decay: every leaf of rank >= 2 (kernels, embedding tables).
+def weight_decay_mask(params, no_decay: tuple[str, ...] = ()):
+    """True for the leaves that decay: every leaf of rank >= 2 (kernels, embedding tables)
+    whose path in the tree names none of `no_decay`.
 
     Rank-1 leaves are biases and LayerNorm scales/offsets, which BERT exempts from decay.
+    Raises ValueError for a name of `no_decay` that no path has: misspelt, it would leave the
+    leaf it meant decaying without a word.
     """
-    return jax.tree.map(lambda p: jnp.ndim(p) >= 2, params)
+    names = {path: {_key_name(k) for k in path} for path, _ in jax.tree.leaves_with_path(params)}
+    missing = [name for name in no_decay if not any(name in n for n in names.values())]
+    if missing:
+        raise ValueError(
+            f"optim.no_decay names {missing}, which no parameter's path has; the model's "
+            f"top-level modules are {sorted({_key_name(path[0]) for path in names})}"
+        )
+    return jax.tree.map_with_path(
+        lambda path, p: jnp.ndim(p) >= 2 and not names[path] & set(no_decay), params
+    )
+
+
+def _key_name(key) -> str:
+    """The name a step of a tree path gives: a dict's key, a dataclass's field."""
+    return str(getattr(key, "key", getattr(key, "name", key)))
 
 
 def make_optimizer(cfg: OptimConfig, total_steps: int) -> optax.GradientTransformation:
@@ -136,7 +162,7 @@ def optimizer_on(cfg: OptimConfig, schedule: optax.Schedule) -> optax.GradientTr
         b2=cfg.b2,
         eps=cfg.eps,
         weight_decay=cfg.weight_decay,
-        mask=weight_decay_mask,
+        mask=functools.partial(weight_decay_mask, no_decay=cfg.no_decay),
     )
     if not cfg.clip_norm:
         return opt

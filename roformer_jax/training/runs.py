@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from absl import logging
 
 from roformer_jax.data.corpus import Corpus, load_corpus
@@ -65,8 +66,8 @@ def load_params(workdir: str, step: int | None = None) -> tuple[ExperimentConfig
         checkpoints.close()
     if restored is None:
         raise FileNotFoundError(f"{workdir} has no checkpoint yet")
-    state, _ = restored
-    return cfg, state.params, int(state.step)
+    state, _ = restored  # on this host's first device, whichever mesh wrote it
+    return cfg, jax.tree.map(np.asarray, state.params), int(state.step)
 
 
 def checkpoint_steps(workdir: str) -> list[int]:

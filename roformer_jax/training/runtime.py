@@ -57,8 +57,8 @@ class Devices:
         """The mesh this is, in training.mesh's axes: data parallel over every device."""
         return {"data": jax.device_count(), "fsdp": 1, "tensor": 1, "context": 1}
 
-    def check_model(self, model) -> None:
-        """Any model fits: every device holds all of it."""
+    def check_model(self, model, lengths=()) -> None:
+        """Any model fits at any length: every device holds all of it and whole rows."""
 
     def check_batch(self, batch_size: int, accum: int, name: str):
         if batch_size % (jax.device_count() * accum):
@@ -67,7 +67,9 @@ class Devices:
                 + (f" x grad_accum {accum}" if accum > 1 else "")
             )
 
-    def compile(self, train_step, eval_step):
+    def compile(self, train_step, eval_step, state=None):
+        """(train_step, eval_step) jitted or pmapped; `state`, the TrainState's shapes, is a
+        mesh's (training.mesh): jit and pmap here follow where their arguments are."""
         if not self.parallel:
             return jax.jit(train_step, donate_argnums=(0,)), jax.jit(eval_step)
         return (
@@ -84,6 +86,14 @@ class Devices:
         """Host numpy copies of the device-0 values (np.array copies: a zero-copy view of a
         CPU buffer would change under orbax's background write once the step donates it)."""
         return jax.tree.map(lambda x: np.array(x[0] if self.parallel else x), tree)
+
+    def saved(self, state):
+        """The state as its checkpoint holds it: host copies of device 0's (`first`)."""
+        return self.first(state)
+
+    def shardings(self, state):
+        """Where each leaf of a restored TrainState `state` lands before `replicate`."""
+        return on_first_device(state)
 
     def unshard(self, tree):
         """Host numpy rows of per-device outputs: [n, b / n, ...] -> [b, ...] (`shard`'s
@@ -111,6 +121,20 @@ class Devices:
             return jax.make_array_from_single_device_arrays(shape, sharding, copies)
 
         return jax.tree.map(put, tree)
+
+
+def on_first_device(tree):
+    """The SingleDeviceSharding of this host's first device, for every leaf of `tree`."""
+    first = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    return jax.tree.map(lambda _: first, tree)
+
+
+def host_array(x) -> np.ndarray:
+    """The whole of the array `x` on this host: gathered from every host where it is split
+    over their devices (every host must call it, in the same order)."""
+    if not isinstance(x, jax.Array) or x.is_fully_addressable:
+        return np.asarray(x)
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
 def bytes_on_device(tree, device) -> int:

@@ -134,7 +134,7 @@ class TrainLoop:
             session.last.update(record)
         if save or stop:
             meta = {**session.progress, "config": self.config, "elapsed_s": session.elapsed()}
-            (self.save or self.checkpoints.save)(done, self.devices.first(state), meta)
+            (self.save or self.checkpoints.save)(done, self.devices.saved(state), meta)
             logging.info("checkpoint of step %d saved to %s", done, self.checkpoints.directory)
         if stop:
             raise runtime.TrainingInterrupted(

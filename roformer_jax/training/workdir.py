@@ -12,8 +12,8 @@ drops it when its process dies, so a run killed by `kill -9` blocks no resume.
 
 A resume compares the config.json the run wrote with the new config (`config.config_diff`,
 nested keys, nothing known of the model's fields). `RESUMABLE` lists what it may change
-silently; a longer train.steps is recorded but never refused ("train further"); any other
-difference is refused, listed, unless the caller allows it (train_mlm.py
+silently; a longer train.steps ("train further") and another mesh are recorded but never
+refused; any other difference is refused, listed, unless the caller allows it (train_mlm.py
 --resume_with_changes), and then recorded: config.json holds the new config and, under
 "history", each session's changes; provenance.json's session names them too.
 """
@@ -59,8 +59,8 @@ FINETUNING = RunFiles(
 # What a resume may change without changing what the run computes: how often it logs,
 # evaluates and checkpoints, how many checkpoints it keeps, where its cache lives, how the
 # batch is split over devices and micro-batches (the same numbers up to float32 summation
-# order), and init_from, which a resumed run ignores. train.steps is apart: a longer run is
-# the common "train further" (recorded), a shorter one leaves checkpoints past its end.
+# order), and init_from, which a resumed run ignores. train.steps and the mesh are apart:
+# recorded, not refused (`_recorded`).
 RESUMABLE = (
     "train.log_every",
     "train.eval_every",
@@ -71,6 +71,15 @@ RESUMABLE = (
     "train.grad_accum",
     "train.init_from",
 )
+
+
+def _recorded(key: str, saved: Any, new: Any) -> bool:
+    """Whether a resume may change `key` from `saved` to `new`, recorded, without being
+    asked: a longer train.steps (a shorter one leaves checkpoints past its end), or the
+    mesh: the same numbers up to float32 summation order, as grad_accum's, but another
+    memory and speed, which a reader of the run's times needs (checkpoints restore onto any
+    mesh)."""
+    return key.startswith("mesh.") or (key == "train.steps" and new > saved)
 
 
 @contextlib.contextmanager
@@ -158,7 +167,7 @@ def resume_changes(
             f"train.steps={cfg.train.steps} is below the newest checkpoint of {workdir} (step "
             f"{latest_step}); use a new --workdir to train a shorter run"
         )
-    refused = {k: v for k, v in changes.items() if not (k == "train.steps" and v[1] > v[0])}
+    refused = {k: v for k, v in changes.items() if not _recorded(k, *v)}
     if refused and not allow:
         listed = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in refused.items())
         raise ValueError(

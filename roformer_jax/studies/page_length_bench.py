@@ -1,0 +1,70 @@
+"""The results page's blocks of the retrieval bench (experiments/length_bench.py): its header,
+heat map, tables and verdicts, read from a task's raw folder by length_bench.read_results.
+
+As the ViT study's, the raw folder holds the bench's own files, so these kinds take the page
+and the folder's name, as `<!-- generated: raw bench_table("bench_passkey", "text") -->`.
+A folder not yet in the raw root (the bench not run yet) gives a line that says so, so the
+page's section stands before the bench has run and fills in when its raw files land.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+from roformer_jax.studies import length_bench, length_bench_report
+from roformer_jax.studies.page_numbers import FIGURES
+from roformer_jax.studies.page_source import Page
+
+
+def _not_run(page: Page, name: str) -> str | None:
+    """The line a block shows while `name` has no raw files; None once it has."""
+    if os.path.exists(os.path.join(page.raw_root, name, length_bench.RECORD)):
+        return None
+    return f"*Not run yet: no raw files in {name}/ (the command above writes them).*"
+
+
+def _read(page: Page, name: str) -> tuple[dict, dict]:
+    """(config, {arm: [result per seed]}) of the bench in raw folder `name`."""
+    record, results = length_bench.read_results(os.path.join(page.raw_root, name))
+    return record["config"], results
+
+
+def bench_header(page: Page, name: str) -> str:
+    """The commit, machine and wall time of the command, and the command."""
+    if _not_run(page, name):
+        return _not_run(page, name)
+    record, results = length_bench.read_results(os.path.join(page.raw_root, name))
+    code, machine, wall = record["code"], record["machine"], record["wall_s"]
+    dirty = " with uncommitted changes" if code.get("dirty") else ""
+    return (
+        f"Ran at commit {(code.get('commit') or 'unknown')[:7]}{dirty}, {machine['cpus']} "
+        f"{machine['architecture']} cores, JAX {machine['jax']} ({machine['backend']}): "
+        f"{len(results)} arms × n = {len(record['config']['seeds'])} seeds; the command took "
+        f"{int(wall // 60)} min {int(wall % 60)} s (the cores were shared).\n\n"
+        f"    python {shlex.join(record['argv'])}"
+    )
+
+
+def bench_heat_map(page: Page, name: str, eval_set: str) -> str:
+    """length_bench_report.heat_maps, drawn into page.figures_dir when given."""
+    if _not_run(page, name):
+        return _not_run(page, name)
+    config, results = _read(page, name)
+    figure = f"{name}_{eval_set}.png"
+    if page.figures_dir is not None:
+        path = os.path.join(page.figures_dir, figure)
+        length_bench_report.heat_maps(config, results, eval_set, path)
+    return f"![{name} {eval_set}]({FIGURES}/{figure})"
+
+
+def bench_table(page: Page, name: str, eval_set: str) -> str:
+    return _not_run(page, name) or length_bench_report.accuracy_table(*_read(page, name), eval_set)
+
+
+def bench_paired_table(page: Page, name: str, eval_set: str) -> str:
+    return _not_run(page, name) or length_bench_report.paired_table(*_read(page, name), eval_set)
+
+
+def bench_verdicts(page: Page, name: str, eval_set: str) -> str:
+    return _not_run(page, name) or length_bench_report.verdict_table(*_read(page, name), eval_set)

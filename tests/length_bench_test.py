@@ -1,0 +1,139 @@
+"""Tests for roformer_jax/studies/length_bench.py, length_bench_report.py and
+page_length_bench.py: configs/bench_length.py's smoke variant runs end to end once (setUpClass,
+its models compiled once), resumes without running again, refuses changed settings, writes raw
+files the page reads back; every task's full config builds its arms."""
+
+import os
+import tempfile
+
+import numpy as np
+from absl.testing import absltest, parameterized
+
+from configs import bench_length
+from roformer_jax.studies import length_bench, length_bench_report, results_page
+
+NAME = "bench_passkey"
+
+
+def _render(raw_root, marker):
+    text = f"<!-- generated: raw {marker} --><!-- end generated -->"
+    return results_page.render(text, raw_root).split("-->")[1].split("<!--")[0].strip()
+
+
+class LengthBenchTest(parameterized.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.temp = tempfile.TemporaryDirectory()
+        cls.workdir = os.path.join(cls.temp.name, "work")
+        cls.raw_root = os.path.join(cls.temp.name, "raw")
+        cls.raw = os.path.join(cls.raw_root, NAME)
+        cls.config = bench_length.get_config("passkey,smoke").to_dict()
+        cls.logged = []
+        cls.results = length_bench.run_study(
+            cls.config, cls.workdir, raw_dir=cls.raw, log=cls.logged.append
+        )
+        machine = {"cpus": 2, "architecture": "x86_64", "jax": "0.10", "backend": "cpu"}
+        record = {"config": cls.config, "argv": ["bench"], "wall_s": 61.0, "machine": machine}
+        length_bench.write_record(cls.raw, {**record, "code": {"commit": "abc1234"}})
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.temp.cleanup()
+        super().tearDownClass()
+
+    def test_every_run_is_scored_at_every_length_and_depth(self):
+        lengths = [str(n) for n in length_bench.eval_lengths(self.config)]
+        self.assertEqual(list(self.results), list(self.config["arms"]))
+        for seeds in self.results.values():
+            self.assertEqual([r["seed"] for r in seeds], list(self.config["seeds"]))
+            for result in seeds:
+                self.assertEqual(set(result["accuracy"]), {"text", "filler"})
+                for eval_set, by_length in result["accuracy"].items():
+                    self.assertEqual(list(by_length), lengths)
+                    self.assertTrue(all(0 <= a <= 1 for a in by_length.values()))
+                    bins = result["by_depth"][eval_set][lengths[0]]
+                    self.assertLen(bins, len(self.config["depth_edges"]) - 1)
+        # A read arm scores its trained arm's parameters: at the trained length, with no
+        # scaling to apply, it reads what RoPE read.
+        for rope, yarn in zip(self.results["RoPE"], self.results["RoPE + YaRN"]):
+            self.assertEqual(
+                rope["accuracy"]["text"][lengths[0]], yarn["accuracy"]["text"][lengths[0]]
+            )
+        self.assertTrue(any("running" in line for line in self.logged))
+
+    def test_a_rerun_resumes_from_the_cache(self):
+        logged = []
+        again = length_bench.run_study(self.config, self.workdir, log=logged.append)
+        self.assertEqual(logged, [])  # nothing ran
+        self.assertEqual(
+            again["RoPE + YaRN"][1]["accuracy"], self.results["RoPE + YaRN"][1]["accuracy"]
+        )
+
+    def test_changed_settings_are_refused(self):
+        changed = {**self.config, "steps": self.config["steps"] + 1}
+        with self.assertRaisesRegex(ValueError, "holds a run of other settings"):
+            length_bench.run_study(changed, self.workdir, log=lambda line: None)
+
+    def test_raw_files_read_back(self):
+        record, results = length_bench.read_results(self.raw)
+        self.assertEqual(record["config"]["task"], "passkey")
+        self.assertEqual(results["RoPE"][0]["accuracy"], self.results["RoPE"][0]["accuracy"])
+        self.assertFalse(os.path.exists(os.path.join(self.raw, "RoPE", "seed0", "params.msgpack")))
+
+    def test_tables_verdicts_and_heat_map(self):
+        config, results = self.config, self.results
+        table = length_bench_report.accuracy_table(config, results, "text")
+        self.assertIn("| 32 (trained) | 64 |", table)
+        self.assertLen(table.splitlines(), 2 + len(results))
+        paired = length_bench_report.paired_table(config, results, "text")
+        self.assertNotIn("| RoPE |", paired)
+        # The read arm equals RoPE at the trained length, seed by seed: a zero-width interval.
+        self.assertIn("| RoPE + YaRN | +0.000 [+0.000, +0.000] |", paired)
+        verdict = length_bench_report.verdict(config, results, "text", "RoPE + YaRN")
+        self.assertIn("holds zero at 32", verdict)
+        grid = length_bench_report.depth_grid(config, results, "text", "RoPE")
+        self.assertEqual(grid.shape, (len(config["depth_edges"]) - 1, 2))
+        path = length_bench_report.heat_maps(
+            config, results, "text", os.path.join(self.temp.name, "heat.png")
+        )
+        self.assertGreater(os.path.getsize(path), 1000)
+
+    def test_page_blocks_say_not_run_yet_until_raw_files_exist(self):
+        self.assertStartsWith(
+            _render(self.raw_root, 'bench_table("bench_mqar", "mqar")'), "*Not run yet"
+        )
+        table = _render(self.raw_root, f'bench_table("{NAME}", "filler")')
+        self.assertEqual(
+            table, length_bench_report.accuracy_table(self.config, self.results, "filler")
+        )
+        header = _render(self.raw_root, f'bench_header("{NAME}")')
+        self.assertIn("2 arms × n = 2 seeds", header)
+        figure = _render(self.raw_root, f'bench_heat_map("{NAME}", "text")')
+        self.assertEqual(figure, f"![{NAME} text](results/{NAME}_text.png)")
+
+    @parameterized.parameters(*bench_length.TASKS)
+    def test_full_config_builds_every_arm(self, task):
+        config = bench_length.get_config(task).to_dict()
+        settings = length_bench.arms(config)
+        self.assertEqual(list(settings), list(config["arms"]))
+        self.assertEqual(settings["RoPE + NTK"]["reads"], "RoPE")
+        self.assertIn(config["baseline"], settings)
+        self.assertEqual(length_bench.eval_lengths(config), [64, 128, 256, 512])
+
+    def test_bad_arms_and_arguments(self):
+        config = bench_length.get_config("mqar,smoke").to_dict()
+        for arm, message in (
+            ({"reads": "RoPE"}, "give 'model', or 'reads' and 'scaling'"),
+            ({"reads": "RoPE + YaRN", "scaling": {}}, "not a trained arm"),
+            ({"model": {"position": "nope"}}, "position='nope'"),
+        ):
+            with self.assertRaisesRegex(ValueError, message):
+                length_bench.arms({**config, "arms": {**config["arms"], "bad": arm}})
+        with self.assertRaisesRegex(ValueError, "unknown argument 'needle'"):
+            bench_length.get_config("needle")
+        np.testing.assert_equal(bench_length.get_config().task, "passkey")
+
+
+if __name__ == "__main__":
+    absltest.main()
