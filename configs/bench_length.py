@@ -15,8 +15,10 @@ a global layer without positions and with the query temperature: Llama 4's 3 : 1
 layers; chunk and floor_scale scaled from Llama 4's 8,192 to a quarter of the training
 length); RoPE with a window and sinks as gpt-oss (a sliding layer, then a full one, a learned
 sink per head in both; the window a quarter of the training length); FoX (Lin et al. 2025: no
-positions and a learned forget gate); and RoPE's trained parameters read with NTK and with
-YaRN past the training length (factor = length / train_length).
+positions and a learned forget gate); the decay-gate study's other arms (FoX + RoPE, linear
+attention with RoPE in the numerator, eq. 19, without a gate, with FoX's and with RetNet's
+fixed one: retention); and RoPE's trained parameters read with NTK and with YaRN past the
+training length (factor = length / train_length).
 
 The published anchors are compared in shape, not scale: passkey (Mohtashami & Jaggi 2023;
 RULER's S-NIAH, Hsieh et al. 2024) at 1 to 8x the training length; MQAR as zoology sets it
@@ -29,6 +31,12 @@ from ml_collections import ConfigDict
 
 TASKS = ("passkey", "mqar", "flipflop")
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)  # passkey's evaluation grid, one depth bin each
+
+
+def _linear(gate: str) -> dict:
+    """Linear attention (elu + 1) with RoPE in the numerator only (eq. 19) and decay `gate`."""
+    section = {"placement": "numerator", "gate": gate}
+    return {"model": {"attention": "linear", "position": "rope", "sections": {"linear": section}}}
 
 
 def _arms(train_length: int) -> dict:
@@ -80,6 +88,11 @@ def _arms(train_length: int) -> dict:
             }
         },
         "FoX": {"model": {"position": "none", "sections": {"softmax": {"gate": "learned"}}}},
+        # The decay gates' study's other arms (configs/study_gates.py, issue 55 item 4).
+        "FoX + RoPE": {"model": {"position": "rope", "sections": {"softmax": {"gate": "learned"}}}},
+        "linear eq (19)": _linear("none"),
+        "gated linear eq (19)": _linear("learned"),
+        "retention": _linear("fixed"),
         "RoPE + NTK": {"reads": "RoPE", "scaling": {"rope_type": "ntk"}},
         "RoPE + YaRN": {"reads": "RoPE", "scaling": {"rope_type": "yarn"}},
     }
