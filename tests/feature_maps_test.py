@@ -20,6 +20,22 @@ def _vectors(seed, n, scale=0.5):
     return jnp.asarray(np.random.default_rng(seed).normal(size=(n, H)) * scale, jnp.float32)
 
 
+@jax.jit
+def _favor_estimates(keys, q, k, q_positions, k_positions):
+    """Over one draw of W (64 features) per key: φ(q_i)ᵀφ(k_i), and the same with the F
+    features rotated by RoPE at q_positions and k_positions (eq. 19). q, k [6, H] -> two
+    [keys, 6]. One program for both statistical tests: a vmapped draw compiles for seconds."""
+    rotation = rope_rotation(q_positions, k_positions)
+
+    def estimate(key):
+        w = feature_maps.orthogonal_gaussian(key, 64, H)
+        qf, kf = (feature_maps.favor_features(x, w, False) for x in (q, k))
+        qr, kr = rotation.q(qf[None, :, None]), rotation.k(kf[None, :, None])  # [1, 6, 1, F]
+        return jnp.sum(qf * kf, axis=-1), jnp.sum(qr * kr, axis=-1)[0, :, 0]
+
+    return jax.vmap(estimate)(keys)
+
+
 class OrthogonalGaussianTest(parameterized.TestCase):
     @parameterized.parameters(8, 20, 32)  # whole blocks, a cut last block, several blocks
     def test_rows_of_a_block_are_orthogonal(self, num_features):
@@ -80,13 +96,8 @@ class FavorTest(parameterized.TestCase):
         # each), the mean estimate is within 4 standard errors of it for every pair.
         q, k = _vectors(2, 6), _vectors(3, 6)
         keys = jax.random.split(jax.random.key(4), 1000)
-
-        def estimate(key):
-            w = feature_maps.orthogonal_gaussian(key, 64, H)
-            qf, kf = (feature_maps.favor_features(x, w, False) for x in (q, k))
-            return jnp.sum(qf * kf, axis=-1)  # pairs (q_i, k_i): [6]
-
-        estimates = np.asarray(jax.jit(jax.vmap(estimate))(keys), np.float64)
+        zero = jnp.zeros(6, jnp.int32)
+        estimates = np.asarray(_favor_estimates(keys, q, k, zero, zero)[0], np.float64)  # [keys, 6]
         exact = np.exp(np.sum(np.asarray(q) * np.asarray(k), -1) / H**0.5)
         standard_error = estimates.std(0, ddof=1) / len(keys) ** 0.5
         np.testing.assert_array_less(np.abs(estimates.mean(0) - exact), 4 * standard_error)
@@ -103,13 +114,8 @@ class FavorTest(parameterized.TestCase):
         f = 64
         rotation = rope_rotation(distance + 7, jnp.full((6,), 7))
         keys = jax.random.split(jax.random.key(10), 1000)
-
-        def numerator(key):
-            w = feature_maps.orthogonal_gaussian(key, f, H)
-            qf, kf = (feature_maps.favor_features(x, w, False)[None, :, None] for x in (q, k))
-            return jnp.sum(rotation.q(qf) * rotation.k(kf), axis=-1)[0, :, 0]  # [6]
-
-        estimates = np.asarray(jax.jit(jax.vmap(numerator))(keys), np.float64)
+        _, numerators = _favor_estimates(keys, q, k, distance + 7, jnp.full((6,), 7))
+        estimates = np.asarray(numerators, np.float64)  # [keys, 6]
         theta = 10000.0 ** (-np.arange(0, f, 2) / f)
         factor = np.cos(np.asarray(distance)[:, None] * theta).mean(-1)
         kernel = np.exp(np.sum(np.asarray(q) * np.asarray(k), -1) / H**0.5)

@@ -1,6 +1,7 @@
 """Tests for roformer_jax/positions.py: the table of position encodings (ALiBi: alibi_test)."""
 
 import dataclasses
+import functools
 from unittest import mock
 
 import chex
@@ -22,6 +23,19 @@ LEARNED = "rope_learned_positions"
 
 
 def _model(position, seed=0, **overrides):
+    """(model, variables); the plain ones (`position` alone) built once per module, shared by
+    the tests that read them."""
+    if seed == 0 and not overrides:
+        return _plain_model(position)
+    return _build(position, seed, **overrides)
+
+
+@functools.cache
+def _plain_model(position):
+    return _build(position, 0)
+
+
+def _build(position, seed, **overrides):
     config = tiny.model_config(
         vocab_size=V,
         max_len=16,
@@ -31,7 +45,8 @@ def _model(position, seed=0, **overrides):
         **{"causal": position == LEARNED, **overrides},
     )
     model = model_lib.RoFormer(config)
-    return model, model.init(jax.random.key(seed), jnp.zeros((1, L), jnp.int32))
+    # Inputs [B, L] as the tests': init runs op by op, and its ops then compile once for both.
+    return model, model.init(jax.random.key(seed), jnp.zeros((B, L), jnp.int32))
 
 
 def _ids(length=L, seed=1):
@@ -109,7 +124,8 @@ class TableTest(parameterized.TestCase):
         def loss(variables):
             return jnp.sum(learned.apply(variables, ids).logits ** 2)
 
-        grad = jax.grad(loss)(learned_vars)["params"]["embeddings"]["position_embeddings"]
+        # Jitted: op by op, the backward pass compiled each of its primitives on its own.
+        grad = jax.jit(jax.grad(loss))(learned_vars)["params"]["embeddings"]["position_embeddings"]
         self.assertGreater(float(jnp.abs(grad["embedding"][:L]).max()), 0.0)  # it trains
 
     def test_sinusoid_is_vaswani_formula(self):
@@ -198,8 +214,8 @@ class LearnedFrequencyTest(absltest.TestCase):
         fixed, _ = _model("rope_nd", sections={"rope_nd": {"axes": 2}}, num_layers=1)
         # Initialised to RoPE-Axial's frequencies, as float32 (fixed: exact phases).
         chex.assert_trees_all_close(
-            model.apply(variables, ids, position_ids=where),
-            fixed.apply(variables, ids, position_ids=where),
+            jax.jit(model.apply)(variables, ids, position_ids=where),
+            jax.jit(fixed.apply)(variables, ids, position_ids=where),
             atol=1e-5,
         )
 

@@ -150,7 +150,7 @@ class ExactRopeTest(parameterized.TestCase):
     def test_gradient_with_respect_to_floating_positions(self, layout):
         positions = jnp.arange(12) * 0.5 + 0.25
         score = lambda p: jnp.sum(rope.apply_rope(self.q, p, layout=layout) * self.k)  # noqa: E731
-        got = jax.grad(score)(positions)
+        got = jax.jit(jax.grad(score))(positions)  # one program, not each primitive's
         # d/dm of pair i rotated by m·θ_i is θ_i times it turned a further quarter turn: the
         # reference, in float64, rotates q turned by a quarter turn.
         with jax.enable_x64(True):
@@ -174,7 +174,8 @@ class ExactRopeTest(parameterized.TestCase):
             loss = lambda x: jnp.sum(  # noqa: E731
                 rope.apply_rope(x, self.positions + 5, layout=layout).astype(jnp.float32) * self.k
             )
-            return jax.grad(loss)(self.q.astype(dtype)).astype(jnp.float32)
+            # Jitted: op by op, the backward pass compiled each of its primitives on its own.
+            return jax.jit(jax.grad(loss))(self.q.astype(dtype)).astype(jnp.float32)
 
         want = grad(jnp.float32)
         self.assertGreater(float(jnp.abs(want).max()), 0.1)

@@ -169,6 +169,9 @@ class PathsTest(parameterized.TestCase):
         x, positions = _inputs(2, scale=3)  # small angles: finite differences stay accurate
         freqs = _frequencies("learned")
 
+        # Jitted (exact static): check_grads' derivatives are then a few whole programs, not
+        # each primitive of each derivative compiled on its own.
+        @functools.partial(jax.jit, static_argnames="exact")
         def rotate(x, freqs, exact=False):
             return rope_nd.apply_rope_nd(x, positions, freqs, layout=layout, exact=exact)
 
@@ -176,7 +179,8 @@ class PathsTest(parameterized.TestCase):
         # The exact path differentiates the learned frequencies to the same values.
         k = _inputs(2, seed=1)[0]
         grads = [
-            jax.grad(lambda f, e=e: jnp.sum(rotate(x, f, e) * k))(freqs) for e in (False, True)
+            jax.jit(jax.grad(lambda f, e=e: jnp.sum(rotate(x, f, e) * k)))(freqs)
+            for e in (False, True)
         ]
         chex.assert_trees_all_close(*grads, atol=1e-4 * np.abs(grads[1]).max(), rtol=0)
 
