@@ -4,6 +4,7 @@ import asyncio
 import dataclasses
 import glob
 import os
+import shutil
 import sys
 import types
 from unittest import mock
@@ -29,16 +30,32 @@ def _random_state(step: int):
     return {"step": np.int32(step), "params": {"kernel": kernel}}
 
 
+def _save(directory, keep, steps, state=_state):
+    checkpoints = Checkpoints(directory, keep=keep)
+    for step in steps:
+        checkpoints.save(step, state(step), {"config": {"model": MODEL}, "window": step})
+    checkpoints.close()
+
+
 class CheckpointsTest(parameterized.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        # Steps 1 to 3 of the small and of the incompressible states, saved once and copied
+        # by the tests that read or damage them: an orbax save is most of such a test's time.
+        super().setUpClass()
+        cls.saved = {state: os.path.join(tiny.workdir(), "checkpoints") for state in ("s", "r")}
+        _save(cls.saved["s"], keep=3, steps=(1, 2, 3))
+        _save(cls.saved["r"], keep=3, steps=(1, 2, 3), state=_random_state)
+
     def setUp(self):
         super().setUp()
         self.directory = os.path.join(tiny.workdir(), "checkpoints")
 
-    def _save(self, keep, steps, model=MODEL):
-        checkpoints = Checkpoints(self.directory, keep=keep)
-        for step in steps:
-            checkpoints.save(step, _state(step), {"config": {"model": model}, "window": step})
-        checkpoints.close()
+    def _save(self, keep, steps):
+        if (keep, steps) == (3, (1, 2, 3)):
+            shutil.copytree(self.saved["s"], self.directory)
+        else:
+            _save(self.directory, keep, steps)
 
     def _damage(self, pattern, damage):
         """Truncates or garbles the files of step 3 that match `pattern`."""
@@ -70,7 +87,14 @@ class CheckpointsTest(parameterized.TestCase):
             position="rope_learned_positions",
             sections={"softmax": {"gate": "learned", "output_gate": True}},
         )
-        params = RoFormer(config).init(jax.random.key(0), np.zeros((1, 4), np.int32))["params"]
+        # The model's parameter tree, traced but not compiled, holding random values.
+        shapes = jax.eval_shape(
+            RoFormer(config).init, jax.random.key(0), np.zeros((1, 4), np.int32)
+        )
+        rng = np.random.default_rng(0)
+        params = jax.tree.map(
+            lambda s: rng.standard_normal(s.shape).astype(s.dtype), shapes["params"]
+        )
         attention = params["encoder"]["layer_0"]["attention"]
         self.assertLessEqual({"forget_gate", "output_gate", "position_gate"}, set(attention))
         state = {"step": np.int32(1), "params": jax.tree.map(np.asarray, params)}
@@ -174,10 +198,10 @@ class CheckpointsTest(parameterized.TestCase):
 
     def _save_random(self, steps):
         """Steps of incompressible kernels, which orbax stores as their raw bytes."""
-        checkpoints = Checkpoints(self.directory, keep=len(steps))
-        for step in steps:
-            checkpoints.save(step, _random_state(step), {"config": {"model": MODEL}})
-        checkpoints.close()
+        if steps == (1, 2, 3):
+            shutil.copytree(self.saved["r"], self.directory)
+        else:
+            _save(self.directory, len(steps), steps, state=_random_state)
 
     def _overwrite_middle(self, step, new_bytes):
         """new_bytes(old) replaces 8 bytes in the middle of step's largest array data file."""

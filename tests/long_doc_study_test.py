@@ -357,17 +357,18 @@ class CommandTest(absltest.TestCase):
     def test_a_fresh_machine_resumes_from_the_raw_folder(self):
         # An empty workdir and a raw folder that lacks one fine-tuning (the study stopped
         # there): only that fine-tuning runs, and only its encoder is pre-trained again.
+        # BERT's: its pre-training is one stage of one shape, the multi-length RoFormer's two.
         raw, fresh = os.path.join(self.dir, "raw_copy"), os.path.join(self.dir, "fresh")
         shutil.copytree(self.raw, raw)
         os.remove(os.path.join(raw, "study.json"))
-        missing = long_doc_study.finetune_dir(raw, "RoFormer multi-length @ 64", 0)
+        missing = long_doc_study.finetune_dir(raw, "BERT @ 32", 0)
         shutil.rmtree(missing)
         again = self.run_command(fresh, raw)
         self.assertEqual(again.returncode, 0, again.stderr[-3000:])
         self.assertEqual(again.stderr.count("fine-tuning in"), 1)
-        self.assertIn("RoFormer multi-length @ 64 seed 0: fine-tuning in", again.stderr)
+        self.assertIn("BERT @ 32 seed 0: fine-tuning in", again.stderr)
         self.assertEqual(again.stderr.count("training in"), 1)
-        self.assertIn("RoFormer multi-length seed 0: training in", again.stderr)
+        self.assertIn("BERT seed 0: training in", again.stderr)
         self.assertEqual(again.stderr.count(f"finished in {raw}, restored"), 1 + 4)
         self.assertTrue(os.path.exists(os.path.join(missing, "final_metrics.json")))
         self.assertTrue(os.path.exists(os.path.join(raw, "study.json")))

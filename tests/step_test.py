@@ -2,6 +2,7 @@
 per-row dropout."""
 
 import functools
+import inspect
 
 import chex
 import jax
@@ -24,7 +25,26 @@ from roformer_jax.training.step import (
 )
 
 
-@functools.cache  # built once per config: the tests that share one share _train_step's compile
+def _cached(fn):
+    """functools.cache of `fn(named..., **model)` keyed by its bound arguments: however a test
+    spells a config (`_train_step(0.1)`, `_train_step(dropout=0.1)`), it gets the one built."""
+    signature = inspect.signature(fn)
+
+    @functools.cache
+    def call(named, model):
+        return fn(*named, **dict(model))
+
+    @functools.wraps(fn)
+    def cached(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        *named, model = bound.arguments.values()
+        return call(tuple(named), tuple(sorted(model.items())))
+
+    return cached
+
+
+@_cached  # built once per config: the tests that share one share _train_step's compile
 def _setup(dropout: float, objective: str = "mlm", **model):
     """tiny's model (bytes) in one layer with the given dropout (and `model` fields), its
     optimizer, a state and a 4 x 64 batch of the objective ("clm": a causal model;
@@ -60,23 +80,42 @@ def _setup(dropout: float, objective: str = "mlm", **model):
     return model, tx, state, batch
 
 
-@functools.cache
-def _train_step(dropout: float, **model):
-    """The jitted train step of `_setup(dropout, **model)`: each test that trains that config
-    (softmax with dropout: four tests) runs one compiled step for each batch shape."""
+@_cached
+def _train_step(dropout: float, grad_accum: int = 1, mask_prob: float | None = None, **model):
+    """The jitted train step of `_setup(dropout, **model)`: the tests that train one config
+    with one option share its compile (one for each batch shape)."""
     model, tx, _, _ = _setup(dropout=dropout, **model)
-    return jax.jit(make_train_step(model, tx))
+    return jax.jit(make_train_step(model, tx, grad_accum=grad_accum, mask_prob=mask_prob))
+
+
+@_cached
+def _eval_step(dropout: float, mask_prob: float | None = None, **model):
+    """The jitted eval step of `_setup(dropout, **model)`, shared as `_train_step` is."""
+    model, _, _, _ = _setup(dropout=dropout, **model)
+    return jax.jit(make_eval_step(model, mask_prob=mask_prob))
+
+
+# One causal model for the next-token tests: #55's parameters (FoX's gates, learned positions)
+# in one config, so that the loss and the new parameters' training share one compiled step.
+_GATED = dict(
+    objective="clm",
+    sections=freeze({"softmax": {"gate": "learned", "output_gate": True}}),
+    position="rope_learned_positions",
+)
+# FAVOR+'s random features, redrawn every 2 steps: the redraw test and the metrics test's favor
+# kind share one model and its step.
+_FAVOR = dict(attention="linear", feature_map="favor", random_features=16, feature_redraw=2)
 
 
 class MlmHeadAtTargetsTest(absltest.TestCase):
     def test_train_and_eval_steps_match_the_head_everywhere(self):
-        model, tx, state, batch = _setup(dropout=0.0)
-        step = {p: jax.jit(make_train_step(model, tx, mask_prob=p)) for p in (None, 0.15)}
-        full, at_targets = (step[p](state, batch, jax.random.key(1)) for p in (None, 0.15))
+        # With dropout: the head at targets must also draw the encoder's dropout unchanged.
+        _, _, state, batch = _setup(dropout=0.1)
+        full, at_targets = (
+            _train_step(0.1, mask_prob=p)(state, batch, jax.random.key(1)) for p in (None, 0.15)
+        )
         chex.assert_trees_all_close(at_targets, full, rtol=1e-5, atol=1e-6)
-        evals = [
-            jax.jit(make_eval_step(model, mask_prob=p))(state.params, batch) for p in (None, 0.15)
-        ]
+        evals = [_eval_step(0.1, mask_prob=p)(state.params, batch) for p in (None, 0.15)]
         chex.assert_trees_all_close(evals[1], evals[0], rtol=1e-5)
 
 
@@ -84,10 +123,10 @@ class DropoutPerRowTest(parameterized.TestCase):
     """Dropout is drawn per global row: how rows are split must not change the numbers."""
 
     def test_micro_batches_of_one_row_give_the_numbers_of_one_batch(self):
-        model, tx, state, batch = _setup(dropout=0.1)
+        _, _, state, batch = _setup(dropout=0.1)
         key = jax.random.key(1)
         one = _train_step(dropout=0.1)(state, batch, key)
-        split = jax.jit(make_train_step(model, tx, grad_accum=4))(state, batch, key)
+        split = _train_step(dropout=0.1, grad_accum=4)(state, batch, key)
         chex.assert_trees_all_close(split, one, rtol=2e-5, atol=1e-6)
 
     def test_a_row_draws_the_same_dropout_in_any_batch(self):
@@ -116,9 +155,9 @@ class DropoutPerRowTest(parameterized.TestCase):
 
 class IsolatedDocumentsTest(absltest.TestCase):
     def test_a_batch_of_segments_is_read_with_them(self):
-        model, _, state, batch = _setup(dropout=0.0)
+        model, _, state, batch = _setup(dropout=0.1)  # evaluation drops nothing
         segments = np.repeat([[0] * 20 + [1] * 44], 4, axis=0).astype(np.int32)  # [B, L]
-        step = jax.jit(make_eval_step(model))
+        step = _eval_step(0.1)
         isolated = step(state.params, {**batch, "segment_ids": segments})
         apply = jax.jit(
             lambda params, ids, mask, segments: (
@@ -135,7 +174,7 @@ class IsolatedDocumentsTest(absltest.TestCase):
 
 class NextTokenLossTest(absltest.TestCase):
     def test_clm_step_loss_is_the_mean_next_token_cross_entropy(self):
-        model, tx, state, batch = _setup(dropout=0.0, objective="clm")
+        model, _, state, batch = _setup(dropout=0.0, **_GATED)
         logits = jax.jit(model.apply)(
             {"params": state.params}, batch["input_ids"], attention_mask=batch["attention_mask"]
         ).logits  # [B, L, V]
@@ -145,33 +184,25 @@ class NextTokenLossTest(absltest.TestCase):
         tokens = np.asarray(batch["input_ids"])
         lengths = [64, 40, 64, 64]
         xent = [-log_p[b, i, tokens[b, i + 1]] for b in range(4) for i in range(lengths[b] - 2)]
-        _, metrics = jax.jit(make_train_step(model, tx))(state, batch, jax.random.key(1))
+        _, metrics = _train_step(0.0, **_GATED)(state, batch, jax.random.key(1))
         self.assertEqual(float(metrics["count"]), len(xent))
         np.testing.assert_allclose(metrics["loss"] / metrics["count"], np.mean(xent), rtol=1e-5)
-        sums = jax.jit(make_eval_step(model))(state.params, batch)
+        sums = _eval_step(0.0, **_GATED)(state.params, batch)
         np.testing.assert_allclose(sums["loss"] / sums["count"], np.mean(xent), rtol=1e-5)
 
 
-class GatedStepTest(parameterized.TestCase):
-    """One train step of a causal model with #55's parameters: FoX's gates, learned positions."""
+class GatedStepTest(absltest.TestCase):
+    """Train steps of a causal model with #55's parameters: FoX's gates, learned positions."""
 
-    @parameterized.named_parameters(
-        (
-            "fox",
-            dict(sections=freeze({"softmax": {"gate": "learned", "output_gate": True}})),
-            ("forget_gate", "output_gate"),
-        ),
-        ("learned_positions", dict(position="rope_learned_positions"), ("position_gate",)),
-    )
-    def test_a_step_trains_the_new_parameters(self, model, trained):
-        _, _, state, batch = _setup(dropout=0.0, objective="clm", **model)
-        step = _train_step(0.0, objective="clm", **model)
+    def test_a_step_trains_the_new_parameters(self):
+        _, _, state, batch = _setup(dropout=0.0, **_GATED)
+        step = _train_step(0.0, **_GATED)
         new, metrics = step(state, batch, jax.random.key(1))
         self.assertTrue(np.isfinite(float(metrics["loss"])))
         new, _ = step(new, batch, jax.random.key(2))  # the first update's rate is warmup's 0
         self.assertEqual(int(new.step), 2)
         before, after = (s.params["encoder"]["layer_0"]["attention"] for s in (state, new))
-        for name in trained:
+        for name in ("forget_gate", "output_gate", "position_gate"):
             for old, now in zip(jax.tree.leaves(before[name]), jax.tree.leaves(after[name])):
                 self.assertGreater(float(jnp.max(jnp.abs(now - old))), 0.0, name)
 
@@ -186,16 +217,17 @@ class TrainingMetricsTest(parameterized.TestCase):
     @parameterized.parameters(
         ({"attention": "softmax"}, False, False, 0.1),
         ({"attention": "linear", "linear_rope": "both"}, True, True, 0.0),
-        ({"attention": "linear", "feature_map": "favor", "random_features": 16}, True, False, 0.0),
+        (_FAVOR, True, False, 0.0),
         ({"attention": "cosine"}, True, False, 0.0),
     )
     def test_min_denominator_only_where_the_kind_has_one(
         self, model, reported, micro_batches, dropout
     ):
-        step = _train_step(dropout=dropout, **model)
-        model, tx, state, batch = _setup(dropout=dropout, **model)
+        # Softmax is _setup's default: the same cached config as the other tests'.
+        model = {k: v for k, v in model.items() if (k, v) != ("attention", "softmax")}
+        _, _, state, batch = _setup(dropout=dropout, **model)
         key = jax.random.key(1)
-        _, metrics = step(state, batch, key)
+        _, metrics = _train_step(dropout, **model)(state, batch, key)
         want = {"loss", "correct", "count", "grad_norm"} | (
             {"min_denominator"} if reported else set()
         )
@@ -205,20 +237,15 @@ class TrainingMetricsTest(parameterized.TestCase):
         if reported:
             self.assertGreater(float(metrics["min_denominator"]), 0.0)
         if micro_batches:  # the minimum over micro-batches is the minimum over the batch
-            _, split = jax.jit(make_train_step(model, tx, grad_accum=2))(state, batch, key)
+            _, split = _train_step(dropout, grad_accum=2, **model)(state, batch, key)
             self.assertEqual(float(split["min_denominator"]), float(metrics["min_denominator"]))
-        sums = jax.jit(make_eval_step(model))(state.params, batch)
+        # Which sums evaluation returns is known from its trace: no compile needed.
+        sums = jax.eval_shape(_eval_step(dropout, **model), state.params, batch)
         self.assertEqual(set(sums), {"loss", "correct", "count"})
 
     def test_favor_redraws_its_features_by_the_step(self):
-        model, tx, state, batch = _setup(
-            dropout=0.0,
-            attention="linear",
-            feature_map="favor",
-            random_features=16,
-            feature_redraw=2,
-        )
-        step = jax.jit(make_train_step(model, tx))
+        _, _, state, batch = _setup(dropout=0.0, **_FAVOR)
+        step = _train_step(0.0, **_FAVOR)
         key = jax.random.key(1)
         losses = [
             float(step(state.replace(step=jnp.int32(t)), batch, key)[1]["loss"]) for t in (0, 1, 2)
@@ -232,7 +259,7 @@ class PairLossTest(absltest.TestCase):
 
     def test_sums_against_the_model_outputs(self):
         model, _, state, batch = _setup(dropout=0.0, objective="mlm_same_doc")
-        sums = jax.jit(make_eval_step(model, mask_prob=0.15))(state.params, batch)
+        sums = _eval_step(0.0, mask_prob=0.15, objective="mlm_same_doc")(state.params, batch)
         out = jax.jit(model.apply)(
             {"params": state.params},
             batch["input_ids"],
@@ -258,11 +285,11 @@ class PairLossTest(absltest.TestCase):
     def test_micro_batches_match_and_the_pair_head_has_a_gradient(self):
         # No dropout: DropoutPerRowTest splits dropped rows into micro-batches; here the pair
         # loss is split, at a third less compiling.
-        model, tx, state, batch = _setup(dropout=0.0, objective="mlm_same_doc")
+        _, _, state, batch = _setup(dropout=0.0, objective="mlm_same_doc")
         key = jax.random.key(1)
-        new, one = jax.jit(make_train_step(model, tx, mask_prob=0.15))(state, batch, key)
-        split = jax.jit(make_train_step(model, tx, grad_accum=2, mask_prob=0.15))
-        chex.assert_trees_all_close(split(state, batch, key), (new, one), rtol=2e-5, atol=1e-6)
+        steps = {a: _train_step(0.0, a, 0.15, objective="mlm_same_doc") for a in (1, 2)}
+        new, one = steps[1](state, batch, key)
+        chex.assert_trees_all_close(steps[2](state, batch, key), (new, one), rtol=2e-5, atol=1e-6)
         self.assertEqual(one["pair_count"], 4)
         # The first update's learning rate is 0 (warm-up), so read the gradient where AdamW
         # keeps it: its first moment, (1 - b1) · g.
