@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from roformer_jax.studies.stats import holm, paired_t_p, t_interval
 
@@ -230,6 +229,8 @@ def holm_text(family: Mapping[str, list[float]], what: str, *, alpha: float = 0.
     seeds = {len(d) for d in tested.values()}
     if len(seeds) == 1:  # what the smallest p must reach: the strictest step of Holm's
         n = seeds.pop()
+        from scipy import stats as scipy_stats  # ~0.8 s to import: only where used
+
         t = float(scipy_stats.t.isf(alpha / (2 * m), n - 1))
         text += f"where with {n} seeds the first must reach |t| ≥ {t:.3g} ({n - 1} d.f.), "
     if not apart:
