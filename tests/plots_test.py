@@ -13,7 +13,7 @@ class PlotCurvesTest(absltest.TestCase):
     def test_a_paired_panel_only_where_a_run_has_a_baseline_to_pair_with(self):
         curves = {"a": [{"step": [1, 2], "train_loss": [2.0, 1.0], "valid_loss": [2.5, 1.5]}]}
         diff = {"step": [1, 2], "mean": [0.1, 0.2], "low": [0.1, 0.2], "high": [0.1, 0.2], "n": 1}
-        pyplot = plots._pyplot()
+        pyplot = plots.pyplot()
         panels, real = [], pyplot.subplots
 
         def subplots(rows, cols, **kwargs):

@@ -16,14 +16,10 @@ import os
 import warnings
 from collections.abc import Mapping
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from roformer_jax.studies import stats, tables  # noqa: E402
-from roformer_jax.studies.length_bench import eval_lengths  # noqa: E402
+from roformer_jax.studies import plots, stats, tables
+from roformer_jax.studies.length_bench import eval_lengths
 
 
 def accuracies(results: Mapping, arm: str, eval_set: str, length: int) -> list[float]:
@@ -123,7 +119,9 @@ def heat_maps(config: Mapping, results: Mapping, eval_set: str, path: str) -> st
     arms, lengths, edges = list(results), eval_lengths(config), config["depth_edges"]
     cols = min(5, len(arms))
     rows = -(-len(arms) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 2.4 * rows + 0.6), squeeze=False)
+    fig, axes = plots.pyplot().subplots(
+        rows, cols, figsize=(2.6 * cols, 2.4 * rows + 0.6), squeeze=False
+    )
     labels = [f"{a:.2g}–{b:.2g}" for a, b in zip(edges[:-1], edges[1:])]
     for ax, arm in zip(axes.ravel(), arms):
         grid = depth_grid(config, results, eval_set, arm)
@@ -145,5 +143,5 @@ def heat_maps(config: Mapping, results: Mapping, eval_set: str, path: str) -> st
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
+    plots.pyplot().close(fig)
     return path

@@ -13,7 +13,7 @@ import numpy as np
 from roformer_jax.studies.stats import t_interval
 
 
-def _pyplot():
+def pyplot():
     """matplotlib's pyplot on the Agg backend, imported at the first plot: ~1 s of import
     that the commands which import this module but draw nothing (a cached rerun) skip."""
     import matplotlib
@@ -28,7 +28,7 @@ def _save(fig, path: str, *, bottom: float = 0.0, right: float = 1.0) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.tight_layout(rect=(0, bottom, right, 1))
     fig.savefig(path, dpi=120)
-    _pyplot().close(fig)
+    pyplot().close(fig)
     return path
 
 
@@ -40,7 +40,7 @@ def plot_decay(distances, values, path: str, *, title: str) -> str:
       values: [K] f(r).
       path: output PNG.
     """
-    fig, ax = _pyplot().subplots(figsize=(6, 4))
+    fig, ax = pyplot().subplots(figsize=(6, 4))
     ax.plot(distances, values, color="tab:blue")
     ax.set_xlabel("relative distance")
     ax.set_ylabel("relative upper bound")
@@ -78,7 +78,7 @@ def plot_curves(
     # One legend beside the panels, not one over each: a run has one color in every panel, and
     # a study's ten runs' legends would hide the curves they name.
     width = 5.5 * panels + _LEGEND_WIDTH
-    fig, axes = _pyplot().subplots(1, panels, figsize=(width, 4), squeeze=False)
+    fig, axes = pyplot().subplots(1, panels, figsize=(width, 4), squeeze=False)
     colors = {name: f"C{i % 10}" for i, name in enumerate(curves)}  # a run's color in every panel
     for ax, metric in zip(axes[0], metrics):
         _draw_metric(ax, curves, metric, colors, floor=floor if "loss" in metric else None)
@@ -199,7 +199,7 @@ def plot_lengths(
       footnote: corpus, targets, model and hardware, wrapped under the panels.
     """
 
-    fig, (by_length, by_position) = _pyplot().subplots(1, 2, figsize=(15, 5))
+    fig, (by_length, by_position) = pyplot().subplots(1, 2, figsize=(15, 5))
     longest = max(n for seeds in scores.values() for s in seeds for n in s)
     for i, (name, seeds) in enumerate(scores.items()):
         color = f"C{i}" if i < 10 else _MORE_COLORS[(i - 10) % len(_MORE_COLORS)]
@@ -270,7 +270,7 @@ def plot_accuracy_lengths(
       chance, reference: horizontal lines (reference: (label, accuracy)).
       footnote: data, model and hardware, wrapped under the panel.
     """
-    fig, ax = _pyplot().subplots(figsize=(7.5, 4.5))
+    fig, ax = pyplot().subplots(figsize=(7.5, 4.5))
     for i, (name, points) in enumerate(lines.items()):
         lengths = sorted(points)
         means, errors = zip(*(_mean_error(points[n]) for n in lengths))
@@ -326,7 +326,7 @@ def plot_attention_distance(
       trained_length: drawn as a vertical line (the rows the runs were trained on).
     """
     names = list(weights)
-    fig, axes = _pyplot().subplots(
+    fig, axes = pyplot().subplots(
         1, len(names), figsize=(3.2 * len(names), 3.6), squeeze=False, sharey=True
     )
     for ax, name in zip(axes[0], names):
