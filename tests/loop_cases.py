@@ -20,11 +20,8 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TMP = tiny.workdir("train_test_")
 
 
-def _config(**overrides) -> ExperimentConfig:
-    """configs/tiny.py, one layer, on the generated corpus (tiny.corpus), 3 short steps.
-
-    overrides: section__field=value, e.g. train__steps=8, or a top-level field (seed=1).
-    """
+def _overrides(**overrides) -> dict:
+    """configs/tiny.py's overrides that make `_config(**overrides)`, as section__field=value."""
     short = dict(
         data__source=tiny.corpus(_TMP),
         data__seq_len=32,
@@ -42,7 +39,15 @@ def _config(**overrides) -> ExperimentConfig:
         train__eval_batches=2,
         train__data_cache_dir=os.path.join(_TMP, "data"),
     )
-    return tiny.experiment_config(**{**short, **overrides})
+    return {**short, **overrides}
+
+
+def _config(**overrides) -> ExperimentConfig:
+    """configs/tiny.py, one layer, on the generated corpus (tiny.corpus), 3 short steps.
+
+    overrides: section__field=value, e.g. train__steps=8, or a top-level field (seed=1).
+    """
+    return tiny.experiment_config(**_overrides(**overrides))
 
 
 def _records(workdir):
@@ -63,13 +68,18 @@ def _traced_once():
 
 
 # Overrides that make `_config()` a causal LM, or FAVOR+ with RoPE in the numerator (eq. 19)
-# whose random features are redrawn after 2 of the 3 steps.
+# whose random features are redrawn after 2 of the 3 steps, dropout on and 16 training rows
+# (DevicesAndHostsTest runs it again on 2 hosts of 4 devices: each device draws the masks of
+# its 2 rows as one device does), evaluated in _config's 8.
 _CLM = {"data__objective": "clm", "model__causal": True}
 _FAVOR = {
     "model__attention": "linear",
     "model__sections__linear__feature_map": "favor",
     "model__sections__linear__random_features": 16,
     "model__sections__linear__feature_redraw": 2,
+    "model__hidden_dropout": 0.1,
+    "train__batch_size": 16,
+    "train__eval_batch_size": 8,
     "seed": 3,
 }
 _VARIANTS = {"mlm": {}, "clm": _CLM, "favor": _FAVOR}

@@ -25,6 +25,7 @@ from loop_cases import (
     _config,
     _free_port,
     _initial_state,
+    _overrides,
     _records,
     _reference_run,
 )
@@ -227,65 +228,56 @@ class EndToEndTest(parameterized.TestCase):
 
 
 class DevicesAndHostsTest(absltest.TestCase):
-    """configs/tiny.py in one layer on rows of 32, dropout on, FAVOR+ attention whose
-    features are redrawn after 2 of the 3 steps: the same numbers on 1 device and on 2 hosts
-    of 4 devices each (softmax's attention dropout is drawn per row as the hidden dropout is:
-    step_test.py's DropoutPerRowTest).
+    """_reference_run("favor"): one layer on rows of 32, dropout on, FAVOR+ attention whose
+    features are redrawn after 2 of the 3 steps, trained in this process on 1 device, and the
+    same numbers from experiments/train_mlm.py on 2 hosts of 4 devices each (softmax's
+    attention dropout is drawn per row as the hidden dropout is: step_test.py's
+    DropoutPerRowTest).
 
-    Every run is experiments/train_mlm.py in a subprocess (XLA_FLAGS fakes CPU devices;
-    jax.distributed joins two processes over loopback). Rows are split by device and host
-    whatever the model's depth and length: one layer of 32 (validated at 32 and 64) shows it
-    as two of 64 would, at half the compiling.
+    The hosts are subprocesses (XLA_FLAGS fakes CPU devices; jax.distributed joins two
+    processes over loopback) given the reference's config as flags. Rows are split by device
+    and host whatever the model's depth and length: one layer of 32 (validated at 32 and 64)
+    shows it as two of 64 would, at half the compiling.
     """
 
-    _FLAGS = (
-        "--config.model.num_layers=1",
-        "--config.data.seq_len=32",
-        "--config.data.valid_lengths=(64,)",
-        "--config.model.hidden_dropout=0.1",
-        "--config.model.attention=linear",
-        "--config.model.sections.linear.feature_map=favor",
-        "--config.model.sections.linear.random_features=16",
-        "--config.model.sections.linear.feature_redraw=2",
-        "--config.train.steps=3",
-        "--config.train.log_every=1",
-        "--config.train.eval_every=3",
-        "--config.train.checkpoint_every=3",
-        "--config.train.eval_batches=2",
-        "--config.data.max_chars=100000",
-    )
+    @staticmethod
+    def _flags() -> list[str]:
+        """`_config(**_FAVOR)` as train_mlm.py's flags: max_chars, None there, a bound past
+        the generated corpus here, which cuts nothing."""
+        overrides = _overrides(
+            **_FAVOR,
+            data__max_chars=10**6,
+            train__data_cache_dir=os.path.join(_TMP, "hosts", "data"),
+        )
+        return [f"--config.{key.replace('__', '.')}={value}" for key, value in overrides.items()]
 
     @classmethod
-    def _run(cls, name: str, *flags: str, devices: int = 1, processes: int = 1) -> list[dict]:
+    def _run(cls, name: str, *flags: str) -> list[dict]:
+        """train_mlm.py as 2 processes of 4 devices each: its records."""
         workdir = os.path.join(_TMP, "hosts", name)
         command = [
             sys.executable,
             os.path.join(_ROOT, "experiments", "train_mlm.py"),
             f"--config={os.path.join(_ROOT, 'configs', 'tiny.py')}",
             f"--workdir={workdir}",
-            f"--config.train.data_cache_dir={os.path.join(_TMP, 'hosts', 'data')}",
-            *cls._FLAGS,
+            *cls._flags(),
             *flags,
+            "--distributed",
+            f"--coordinator_address=127.0.0.1:{_free_port()}",
+            "--num_processes=2",
         ]
-        xla = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
+        xla = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4"
         env = dict(os.environ, XLA_FLAGS=xla)
-        if processes > 1:
-            port = _free_port()
-            command += [
-                "--distributed",
-                f"--coordinator_address=127.0.0.1:{port}",
-                f"--num_processes={processes}",
-            ]
         runs = [
             subprocess.Popen(
-                command + ([f"--process_id={i}"] if processes > 1 else []),
+                [*command, f"--process_id={i}"],
                 cwd=_ROOT,
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
             )
-            for i in range(processes)
+            for i in range(2)
         ]
         for run in runs:
             output, _ = run.communicate(timeout=600)
@@ -305,10 +297,10 @@ class DevicesAndHostsTest(absltest.TestCase):
         # run shows both splits (each is red alone when broken). Then one jit over a mesh of
         # both hosts' devices, data 2 x fsdp 2 x tensor 2: each host places its own rows, and
         # the parameters are split across hosts.
-        expected = self._run("one")
-        self._assert_same_numbers(self._run("hosts2x4", devices=4, processes=2), expected)
+        expected = _records(_reference_run("favor")[0])
+        self._assert_same_numbers(self._run("hosts2x4"), expected)
         mesh = ("--config.mesh.data=2", "--config.mesh.fsdp=2", "--config.mesh.tensor=2")
-        records = self._run("hosts2x4_mesh", *mesh, devices=4, processes=2)
+        records = self._run("hosts2x4_mesh", *mesh)
         self._assert_same_numbers(records, expected)
 
 
