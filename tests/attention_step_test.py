@@ -153,12 +153,18 @@ class DecodeStepsTest(parameterized.TestCase):
 
     def test_linear_state_is_constant_in_the_length(self):
         q, k, v = _qkv(6)
-        _, state = attention_step.linear_attention_step(
-            None, q, k, v, rotation=rope_rotation(jnp.arange(L))
-        )
-        _, longer = attention_step.linear_attention_step(
-            state, q, k, v, rotation=rope_rotation(jnp.arange(L, 2 * L))
-        )
+
+        # Shapes only: traced, not run (op by op, the two steps compiled ~100 primitives).
+        def two_steps(q, k, v):
+            _, state = attention_step.linear_attention_step(
+                None, q, k, v, rotation=rope_rotation(jnp.arange(L))
+            )
+            _, longer = attention_step.linear_attention_step(
+                state, q, k, v, rotation=rope_rotation(jnp.arange(L, 2 * L))
+            )
+            return state, longer
+
+        state, longer = jax.eval_shape(two_steps, q, k, v)
         chex.assert_trees_all_equal_shapes(state, longer)
         chex.assert_shape(state.numerator, (B, N, H, H))  # Σ R_j φ(k_j) v_jᵀ
         chex.assert_shape(state.denominator, (B, N, H, 1))  # Σ φ(k_j)

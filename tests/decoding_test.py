@@ -163,7 +163,6 @@ class DecodeModeTest(parameterized.TestCase):
         ids, mask, position_ids = decoding.left_padded(ids, mask)
         total = P + T
 
-        @jax.jit
         def step(cache, ids, mask, position_ids):  # decode_length fixes the cache's shapes
             return model.apply(
                 {**variables, **cache},
@@ -174,15 +173,20 @@ class DecodeModeTest(parameterized.TestCase):
                 mutable=["cache"],
             )
 
-        def stepwise():  # the prompt, then each later token on its own
+        # One program, as decoding.generate runs them (two jitted steps compiled ~15% more).
+        @jax.jit
+        def stepwise(ids, mask, position_ids):  # the prompt, then each later token on its own
             out, cache = step({}, ids[:, :P], mask[:, :P], position_ids[:, :P])
-            logits = [out.logits]
-            for i in range(P, total):
-                out, cache = step(cache, *(x[:, i : i + 1] for x in (ids, mask, position_ids)))
-                logits.append(out.logits)
-            return jnp.concatenate(logits, axis=1)
 
-        got = stepwise()
+            def one_token(cache, token):  # token: ([B], [B], [B])
+                out, cache = step(cache, *(x[:, None] for x in token))
+                return cache, out.logits[:, 0]  # [B, V]
+
+            later = tuple(x[:, P:].T for x in (ids, mask, position_ids))  # [T, B] each
+            _, logits = jax.lax.scan(one_token, cache, later)  # [T, B, V]
+            return jnp.concatenate([out.logits, logits.transpose(1, 0, 2)], axis=1)
+
+        got = stepwise(ids, mask, position_ids)
         real = np.asarray(mask)[..., None]
         # The same float32 sums in another order (one block of keys at a time, a cache or a
         # state instead of the whole sequence): each logit of either is within

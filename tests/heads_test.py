@@ -3,6 +3,8 @@
 HF parity of every head is in tests/hf_test.py.
 """
 
+import functools
+
 import chex
 import flax
 import jax
@@ -42,8 +44,10 @@ def _batch(head, seed=0):
     return ids, types, mask
 
 
+@functools.cache
 def _init(head, seed=0):
-    """The model and N(0, 0.3²) parameters of its shapes (no compiled init: fast tests)."""
+    """The model and N(0, 0.3²) parameters of its shapes (no compiled init: fast tests), once
+    per process (tracing the init takes ~0.2 s); numpy leaves, which no test edits."""
     model = heads.TaskModel(_config(), head, K)
     shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 1, 1), jnp.int32))
     rng = np.random.default_rng(seed)
@@ -52,6 +56,28 @@ def _init(head, seed=0):
         for path, x in flax.traverse_util.flatten_dict(shapes).items()
     }
     return model, flax.traverse_util.unflatten_dict(params)
+
+
+@functools.cache
+def _with_dropout(head):
+    """(params, seed) -> (gradients of Σ sin(outputs), outputs) with dropout drawn from the
+    seed, on `_batch(head)`: jitted once per head (one compile, not one per op), shared by the
+    gradient and dropout tests."""
+    model, _ = _init(head)
+    ids, types, mask = _batch(head)
+
+    def loss(params, seed):
+        out = model.apply(
+            {"params": params},
+            ids,
+            attention_mask=mask,
+            token_type_ids=types,
+            deterministic=False,
+            rngs={"dropout": jax.random.key(seed)},
+        )
+        return sum(jnp.sum(jnp.sin(x)) for x in out), out
+
+    return jax.jit(jax.grad(loss, has_aux=True))
 
 
 class HeadsTest(parameterized.TestCase):
@@ -116,21 +142,8 @@ class HeadsTest(parameterized.TestCase):
 
     @parameterized.named_parameters(HEAD_NAMES)
     def test_gradients_are_finite_and_reach_the_head(self, head):
-        model, variables = _init(head)
-        ids, types, mask = _batch(head)
-
-        def loss(params):
-            out = model.apply(
-                {"params": params},
-                ids,
-                attention_mask=mask,
-                token_type_ids=types,
-                deterministic=False,
-                rngs={"dropout": jax.random.key(1)},
-            )
-            return sum(jnp.sum(jnp.sin(x)) for x in out)
-
-        grads = jax.jit(jax.grad(loss))(variables["params"])  # one compile, not one per op
+        _, variables = _init(head)
+        grads, _ = _with_dropout(head)(variables["params"], 1)
         chex.assert_tree_all_finite(grads)
         for path, g in flax.traverse_util.flatten_dict(grads["head"]).items():
             self.assertGreater(float(jnp.abs(g).max()), 0.0, path)
@@ -150,14 +163,10 @@ class HeadsTest(parameterized.TestCase):
         )
 
     def test_dropout_draws_from_the_dropout_rng(self):
-        model, variables = _init("token_classification")
-        ids, types, mask = _batch("token_classification")
+        _, variables = _init("token_classification")
 
-        @jax.jit  # one compile for every seed, not one per op
         def run(seed):
-            return model.apply(
-                variables, ids, deterministic=False, rngs={"dropout": jax.random.key(seed)}
-            ).logits
+            return _with_dropout("token_classification")(variables["params"], seed)[1].logits
 
         chex.assert_trees_all_equal(run(0), run(0))
         self.assertGreater(float(jnp.abs(run(0) - run(1)).max()), 1e-3)
