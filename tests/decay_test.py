@@ -3,6 +3,7 @@
 decode steps, gates of 0 (today's causal forms bit for bit), gates of -30 and gradients."""
 
 import chex
+import grid
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -124,8 +125,11 @@ class FormsTest(parameterized.TestCase):
                 got = _gated(name, q, k, v, log_decay, chunk_size=chunk, **kw)
                 np.testing.assert_allclose(got, want, atol=2e-6, err_msg=f"chunk {chunk}")
 
-    @parameterized.product(name=[n for n, _ in NAMES], kv_heads=(N, 1))
-    def test_decode_steps_equal_the_causal_form(self, name, kv_heads):
+    @parameterized.parameters(
+        *grid.covering("decay_decode_steps", extra=2, kind=[n for n, _ in NAMES], kv_heads=(N, 1))
+    )
+    def test_decode_steps_equal_the_causal_form(self, kind, kv_heads):
+        name = kind
         q, k, v = _qkv(2)
         k, v = k[:, :, :kv_heads], v[:, :, :kv_heads]  # kv_heads 1: grouped heads
         log_decay = _log_decay(2)
@@ -170,8 +174,17 @@ class FormsTest(parameterized.TestCase):
 
 
 class GateValuesTest(parameterized.TestCase):
-    @parameterized.product(name=[n for n, _ in NAMES], segments=(False, True), kv_heads=(N, 1))
-    def test_gates_of_zero_are_todays_causal_form_bit_for_bit(self, name, segments, kv_heads):
+    @parameterized.parameters(
+        *grid.covering(
+            "decay_gates_of_zero",
+            extra=3,
+            kind=[n for n, _ in NAMES],
+            segments=(False, True),
+            kv_heads=(N, 1),
+        )
+    )
+    def test_gates_of_zero_are_todays_causal_form_bit_for_bit(self, kind, segments, kv_heads):
+        name = kind
         q, k, v = _qkv(4)
         k, v = k[:, :, :kv_heads], v[:, :, :kv_heads]
         fn, kw = KINDS_BY_NAME[name]
@@ -192,11 +205,13 @@ class GateValuesTest(parameterized.TestCase):
         log_decay = jnp.full((B, L, N), -30.0)
 
         def loss(q, k, v, log_decay):
-            return jnp.sum(_gated(name, q, k, v, log_decay, mask=_mask(5)) ** 2)
+            out = _gated(name, q, k, v, log_decay, mask=_mask(5))
+            return jnp.sum(out**2), out
 
-        out = _gated(name, q, k, v, log_decay, mask=_mask(5))
+        # One compiled program: run op by op, the gradient compiled each op and its transpose.
+        grads, out = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3), has_aux=True))(q, k, v, log_decay)
         self.assertTrue(bool(jnp.all(jnp.isfinite(out))))
-        for grad in jax.grad(loss, argnums=(0, 1, 2, 3))(q, k, v, log_decay):
+        for grad in grads:
             self.assertTrue(bool(jnp.all(jnp.isfinite(grad))))
 
     @parameterized.named_parameters(*NAMES)
@@ -209,7 +224,7 @@ class GateValuesTest(parameterized.TestCase):
                 extra = {} if name == "softmax" else {"chunk_size": 3}
                 return _gated(name, q, k, v, log_decay, mask=_mask(6), **extra)
 
-            check_grads(fn, (q, k, v, _log_decay(6)), order=1, modes=["rev"])
+            check_grads(jax.jit(fn), (q, k, v, _log_decay(6)), order=1, modes=["rev"])
 
 
 class DecayTest(absltest.TestCase):

@@ -110,7 +110,10 @@ class GateTest(parameterized.TestCase):
             params = Gate().init(jax.random.key(0), x)["params"]
             params = jax.tree.map(lambda p: jnp.asarray(rng.normal(0, 0.3, p.shape)), params)
             q, k, v = (jnp.asarray(rng.normal(size=(b, length, n, h))) for _ in range(3))
-            check_grads(gated_attention, (params, x, q, k, v), order=1, modes=("fwd", "rev"))
+            # Compiled: op by op, its derivatives and transposes compiled each primitive.
+            check_grads(
+                jax.jit(gated_attention), (params, x, q, k, v), order=1, modes=("fwd", "rev")
+            )
 
 
 if __name__ == "__main__":

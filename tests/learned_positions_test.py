@@ -37,6 +37,11 @@ def _learned_attention(x, kernel, bias, q, k, v, segment_ids=SEGMENTS, base=100.
     )
 
 
+# Compiled once per dtype: run op by op, each of its ops compiles on its own, and the gradient
+# check's derivatives and transposes more so.
+_compiled_attention = jax.jit(_learned_attention)
+
+
 def _rotated(x, position, base):
     """RoPE's eq. (34) on one head's features x [H] at a real position, interleaved pairs."""
     angles = position * base ** (-np.arange(0, H, 2) / H)  # [H/2]
@@ -94,13 +99,13 @@ class FormulaTest(parameterized.TestCase):
     def test_float64_equals_the_written_out_formula(self):
         with jax.enable_x64(True):
             inputs = _inputs()
-            got = _learned_attention(*(jnp.asarray(a) for a in inputs))
+            got = _compiled_attention(*(jnp.asarray(a) for a in inputs))
             chex.assert_type(got, jnp.float64)
             np.testing.assert_allclose(got, _reference(*inputs), rtol=0, atol=1e-12)
 
     def test_float32_is_within_its_rounding(self):
         inputs = _inputs(1)
-        got = _learned_attention(*(jnp.asarray(a, jnp.float32) for a in inputs))
+        got = _compiled_attention(*(jnp.asarray(a, jnp.float32) for a in inputs))
         np.testing.assert_allclose(got, _reference(*inputs), rtol=0, atol=_float32_bound(*inputs))
 
     def test_segments_restart_the_sum(self):
@@ -121,12 +126,21 @@ class FormulaTest(parameterized.TestCase):
         # Through x, the positions' own parameters (kernel, bias) and q, k, v.
         with jax.enable_x64(True):
             inputs = [jnp.asarray(a) for a in _inputs(4)]
-            check_grads(_learned_attention, inputs, order=1, modes=("fwd", "rev"))
+            check_grads(_compiled_attention, inputs, order=1, modes=("fwd", "rev"))
+
+
+class _Compiled:
+    """A model whose `apply` is compiled once per input shape and keywords: run op by op, a
+    forward compiles each of its ops. `module` is the model itself, `config` its config."""
+
+    def __init__(self, module):
+        self.module, self.config = module, module.config
+        self.apply = jax.jit(module.apply, static_argnames=("capture_intermediates",))
 
 
 def _model(seed=0, **overrides):
     """A tiny causal model of two layers with weights N(0, 0.2²) (attention far from uniform,
-    positions far from t + 1)."""
+    positions far from t + 1), as `_Compiled`."""
     config = tiny.model_config(
         **{"vocab_size": V, "max_len": 16, "causal": True, "position": POSITION, **overrides}
     )
@@ -137,7 +151,7 @@ def _model(seed=0, **overrides):
         path: jnp.asarray((path[-1] == "scale") + rng.normal(0, 0.2, x.shape), jnp.float32)
         for path, x in flax.traverse_util.flatten_dict(shapes).items()
     }
-    return model, flax.traverse_util.unflatten_dict(params)
+    return _Compiled(model), flax.traverse_util.unflatten_dict(params)
 
 
 def _ids(length=L, seed=1):
@@ -154,7 +168,7 @@ class ModelTest(parameterized.TestCase):
     def test_parameters_start_at_rope_positions(self):
         config = tiny.model_config(causal=True, position=POSITION, num_kv_heads=2)
         model = model_lib.RoFormer(config)
-        params = model.init(jax.random.key(0), _ids())["params"]
+        params = jax.jit(model.init)(jax.random.key(0), _ids())["params"]
         gate = params["encoder"]["layer_0"]["attention"]["position_gate"]
         chex.assert_shape(gate["kernel"], (config.hidden_size, 2))
         np.testing.assert_allclose(jax.nn.softplus(gate["bias"]), np.ones(2), rtol=1e-6)
@@ -210,7 +224,9 @@ class ModelTest(parameterized.TestCase):
 
         @jax.jit
         def step(cache, ids):  # the prompt, then each later token on its own
-            return model.apply({**variables, **cache}, ids, decode_length=L, mutable=["cache"])
+            return model.module.apply(
+                {**variables, **cache}, ids, decode_length=L, mutable=["cache"]
+            )
 
         out, cache = step({}, ids[:, :prompt])
         logits = [out.logits]
@@ -225,7 +241,9 @@ class ModelTest(parameterized.TestCase):
         model, variables = _model()
         prompts, new = _ids(4), 3
         mask = jnp.asarray([[True] * 4, [False, True, True, True]])  # left padding cancels
-        got = decoding.generate(model, variables, prompts, attention_mask=mask, max_new_tokens=new)
+        got = decoding.generate(
+            model.module, variables, prompts, attention_mask=mask, max_new_tokens=new
+        )
         _, mask, _ = decoding.left_padded(prompts, mask)
         mask = jnp.concatenate([mask, jnp.ones((B, new), bool)], axis=1)
         logits = model.apply(variables, got, attention_mask=mask).logits

@@ -4,6 +4,7 @@ padding, segment ids) and the decode step (a prompt, then tokens), with gradient
 
 import itertools
 
+import grid
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -49,6 +50,51 @@ def _visible(mask, causal, window, chunk, segment_ids=None):
     return visible
 
 
+# Compiled once per shape and spans: run op by op, each new span or block size compiled each
+# of a call's ops anew.
+_SPANS = ("causal", "window", "chunk")
+_softmax = jax.jit(attention.softmax_attention, static_argnames=_SPANS)
+_step = jax.jit(
+    attention_step.softmax_attention_step, static_argnames=("capacity", "window", "chunk")
+)
+
+
+def _full_form(q, k, v, mask, causal, window, chunk, segment_ids=None, **kw):
+    """softmax_attention with the spans, padding [B, L] and segment ids [B, L] as numpy."""
+    return _softmax(
+        q,
+        k,
+        v,
+        mask=jnp.asarray(mask),
+        causal=causal,
+        window=window,
+        chunk=chunk,
+        segment_ids=None if segment_ids is None else jnp.asarray(segment_ids),
+        **kw,
+    )
+
+
+def _prompt_then_tokens(q, k, v, mask, blocks, **kw):
+    """The decode step over consecutive blocks of the given sizes: the outputs concatenated
+    [B, L, N, H] and the last cache."""
+    cache, outs, start = None, [], 0
+    for size in blocks:
+        part = slice(start, start + size)
+        out, cache = _step(
+            cache,
+            q[:, part],
+            k[:, part],
+            v[:, part],
+            positions=jnp.arange(L)[part],
+            mask=jnp.asarray(mask[:, part]),
+            capacity=L,
+            **kw,
+        )
+        outs.append(out)
+        start += size
+    return jnp.concatenate(outs, axis=1), cache
+
+
 # (causal, window, chunk): chunks alone, with a window inside or across them, not causal.
 CASES = [(True, None, c) for c in (1, 2, 3, 4, L)] + [
     (True, 2, 3),
@@ -91,16 +137,7 @@ class ChunkedFormTest(parameterized.TestCase):
         mask = _mask(1)
         with jax.enable_x64(True):
             q, k, v = _qkv(1, jnp.float64)
-            got = attention.softmax_attention(
-                q,
-                k,
-                v,
-                mask=jnp.asarray(mask),
-                causal=causal,
-                window=window,
-                chunk=chunk,
-                segment_ids=None if segment_ids is None else jnp.asarray(segment_ids),
-            )
+            got = _full_form(q, k, v, mask, causal, window, chunk, segment_ids)
             self.assertEqual(got.dtype, jnp.float64)
         want = softmax_reference(q, k, v, _visible(mask, causal, window, chunk, segment_ids))
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
@@ -109,9 +146,7 @@ class ChunkedFormTest(parameterized.TestCase):
     def test_float32(self, causal, window, chunk):
         mask = _mask(2)
         q, k, v = _qkv(2)
-        got = attention.softmax_attention(
-            q, k, v, mask=jnp.asarray(mask), causal=causal, window=window, chunk=chunk
-        )
+        got = _full_form(q, k, v, mask, causal, window, chunk)
         self.assertEqual(got.dtype, jnp.float32)
         want = softmax_reference(q, k, v, _visible(mask, causal, window, chunk))
         np.testing.assert_allclose(got, want, rtol=0, atol=softmax_float32_bound(q, k, v))
@@ -123,40 +158,26 @@ class ChunkedFormTest(parameterized.TestCase):
             def f(q, k, v):
                 return attention.softmax_attention(q, k, v, causal=True, chunk=2)
 
-            check_grads(f, (q, k, v), order=1, modes=("rev",), atol=1e-6, rtol=1e-6)
+            check_grads(jax.jit(f), (q, k, v), order=1, modes=("rev",), atol=1e-6, rtol=1e-6)
 
 
 class ChunkedStepTest(parameterized.TestCase):
-    @parameterized.product(
-        spans=((None, 1), (None, 3), (None, 4), (2, 3), (5, 3)),
-        blocks=((1,) * L, (4, 1, 4), (5, 2, 2)),
-        dtype=(jnp.float32, jnp.float64),
+    @parameterized.parameters(
+        *grid.covering(
+            "masks_chunked_step",
+            extra=2,
+            spans=((None, 1), (None, 3), (None, 4), (2, 3), (5, 3)),
+            blocks=((1,) * L, (4, 1, 4), (5, 2, 2)),
+            dtype=(jnp.float32, jnp.float64),
+        )
     )
     def test_prompt_then_tokens_equal_the_causal_form(self, spans, blocks, dtype):
         window, chunk = spans
         mask = _mask(4)
         with jax.enable_x64(dtype == jnp.float64):
             q, k, v = _qkv(4, dtype)
-            want = attention.softmax_attention(
-                q, k, v, mask=jnp.asarray(mask), causal=True, window=window, chunk=chunk
-            )
-            cache, outs, start = None, [], 0
-            for size in blocks:
-                part = slice(start, start + size)
-                out, cache = attention_step.softmax_attention_step(
-                    cache,
-                    q[:, part],
-                    k[:, part],
-                    v[:, part],
-                    positions=jnp.arange(L)[part],
-                    mask=jnp.asarray(mask[:, part]),
-                    capacity=L,
-                    window=window,
-                    chunk=chunk,
-                )
-                outs.append(out)
-                start += size
-            got = jnp.concatenate(outs, axis=1)
+            want = _full_form(q, k, v, mask, True, window, chunk)
+            got, cache = _prompt_then_tokens(q, k, v, mask, blocks, window=window, chunk=chunk)
         # A chunk needs only its own C keys: the cache is a ring of C slots.
         self.assertEqual(cache.keys.shape[2], masks.ring_span(window, chunk))
         atol = 1e-12 if dtype == jnp.float64 else 2e-6

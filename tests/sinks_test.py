@@ -9,7 +9,17 @@ import numpy as np
 from absl.testing import absltest, parameterized
 from attention_cases import softmax_float32_bound, softmax_reference
 from jax.test_util import check_grads
-from masks_test import SEGMENTS, L, N, _mask, _qkv, _visible
+from masks_test import (
+    SEGMENTS,
+    L,
+    N,
+    _full_form,
+    _mask,
+    _prompt_then_tokens,
+    _qkv,
+    _softmax,
+    _visible,
+)
 
 from roformer_jax.nn import attention, attention_step
 
@@ -27,16 +37,8 @@ class SinkFormTest(parameterized.TestCase):
         mask = _mask(5)
         with jax.enable_x64(True):
             q, k, v = _qkv(5, jnp.float64)
-            got = attention.softmax_attention(
-                q,
-                k,
-                v,
-                mask=jnp.asarray(mask),
-                causal=causal,
-                window=window,
-                chunk=chunk,
-                sinks=jnp.asarray(SINKS),
-                segment_ids=None if segment_ids is None else jnp.asarray(segment_ids),
+            got = _full_form(
+                q, k, v, mask, causal, window, chunk, segment_ids, sinks=jnp.asarray(SINKS)
             )
             self.assertEqual(got.dtype, jnp.float64)
         visible = _visible(mask, causal, window, chunk, segment_ids)
@@ -48,7 +50,7 @@ class SinkFormTest(parameterized.TestCase):
         mask = _mask(6)
         q, k, v = _qkv(6)
         sinks = jnp.asarray(SINKS, jnp.float32)
-        got = attention.softmax_attention(q, k, v, mask=jnp.asarray(mask), causal=True, sinks=sinks)
+        got = _full_form(q, k, v, mask, True, None, None, sinks=sinks)
         self.assertEqual(got.dtype, jnp.float32)
         want = softmax_reference(q, k, v, _visible(mask, True, None, None), SINKS)
         np.testing.assert_allclose(got, want, rtol=0, atol=softmax_float32_bound(q, k, v))
@@ -56,16 +58,17 @@ class SinkFormTest(parameterized.TestCase):
     def test_a_sink_takes_weight(self):
         # The weights sum to less than 1: each output is the sinkless one times that sum.
         q, k, v = _qkv(7)
-        plain = attention.softmax_attention(q, k, v, causal=True)
-        sunk = attention.softmax_attention(q, k, v, causal=True, sinks=jnp.full((N,), 30.0))
+        plain = _softmax(q, k, v, causal=True)
+        sunk = _softmax(q, k, v, causal=True, sinks=jnp.full((N,), 30.0))
         np.testing.assert_allclose(sunk, 0.0, atol=1e-6)
-        low = attention.softmax_attention(q, k, v, causal=True, sinks=jnp.full((N,), -80.0))
+        low = _softmax(q, k, v, causal=True, sinks=jnp.full((N,), -80.0))
         np.testing.assert_allclose(low, plain, atol=1e-6)
 
     def test_gradients_reach_the_sinks(self):
         with jax.enable_x64(True):
             q, k, v = _qkv(8, jnp.float64, length=5)
 
+            @jax.jit
             def f(q, k, v, sinks):
                 return attention.softmax_attention(q, k, v, causal=True, chunk=3, sinks=sinks)
 
@@ -87,24 +90,10 @@ class SinkStepTest(parameterized.TestCase):
         with jax.enable_x64(dtype == jnp.float64):
             q, k, v = _qkv(9, dtype)
             sinks = jnp.asarray(SINKS, dtype)
-            kw = dict(window=window, chunk=chunk, sinks=sinks)
-            want = attention.softmax_attention(q, k, v, mask=jnp.asarray(mask), causal=True, **kw)
-            cache, outs, start = None, [], 0
-            for size in blocks:
-                part = slice(start, start + size)
-                out, cache = attention_step.softmax_attention_step(
-                    cache,
-                    q[:, part],
-                    k[:, part],
-                    v[:, part],
-                    positions=jnp.arange(L)[part],
-                    mask=jnp.asarray(mask[:, part]),
-                    capacity=L,
-                    **kw,
-                )
-                outs.append(out)
-                start += size
-            got = jnp.concatenate(outs, axis=1)
+            want = _full_form(q, k, v, mask, True, window, chunk, sinks=sinks)
+            got, _ = _prompt_then_tokens(
+                q, k, v, mask, blocks, window=window, chunk=chunk, sinks=sinks
+            )
         atol = 1e-12 if dtype == jnp.float64 else 2e-6
         np.testing.assert_allclose(got, want, rtol=0, atol=atol)
 
