@@ -53,7 +53,11 @@ class AttentionWeightsTest(parameterized.TestCase):
             largest_bias = (
                 0.0
                 if bias is None
-                else float(np.abs(bias(None, cfg, jnp.arange(LENGTH), jnp.arange(LENGTH))).max())
+                else float(
+                    np.abs(
+                        bias(cfg.position_section, cfg, jnp.arange(LENGTH), jnp.arange(LENGTH))
+                    ).max()
+                )
             )
             score_error = tolerance.dot(n=h + 2, magnitude=norms * h**-0.5 + largest_bias)
             weight_error = 2 * score_error + tolerance.relative(depth=LENGTH + 3)
