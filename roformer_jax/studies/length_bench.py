@@ -40,11 +40,11 @@ import optax
 from roformer_jax.data import retrieval_tasks
 from roformer_jax.nn.model import RoFormer
 from roformer_jax.nn.model_config import model_config_from_dict
-from roformer_jax.studies import stats
+from roformer_jax.studies import own_runs, stats
 from roformer_jax.studies.length_study import scaling_at
 from roformer_jax.studies.run_dirs import run_dir
 
-RESULT = "result.json"
+RESULT = own_runs.RESULT
 RECORD = "bench.json"  # not study.json (trainer runs) nor record.json (the ViT study's)
 PARAMS = "params.msgpack"  # workdir only: read arms score these
 EVAL_CHUNK = 32  # rows per forward pass when scoring (memory at 8x the length)
@@ -226,7 +226,7 @@ def run_study(
             log(f"[{done + 1}/{len(todo)}] {name} seed {seed}: running")
             scores, params = _run(settings, seed, workdir)
             result = {"settings": settings, "seed": seed, **scores}
-            _write_json(os.path.join(directory, RESULT), result)
+            own_runs.write_json(os.path.join(directory, RESULT), result)
             if "reads" not in settings:
                 with open(os.path.join(directory, PARAMS), "wb") as f:
                     f.write(flax.serialization.to_bytes(params))
@@ -260,41 +260,13 @@ def _summary(result: Mapping) -> str:
     )
 
 
-def cached_result(directory: str, settings: Mapping) -> dict | None:
-    """The run's RESULT in `directory`, None where there is none; ValueError where it is a run
-    of other settings (a cached run is reused by name, so changed settings must not)."""
-    path = os.path.join(directory, RESULT)
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        result = json.load(f)
-    if result["settings"] != json.loads(json.dumps(settings)):
-        raise ValueError(
-            f"{directory} holds a run of other settings ({result['settings']} != {settings}); "
-            "delete it or use another --workdir"
-        )
-    return result
-
-
-def _write_json(path: str, value) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=1)
-        f.write("\n")
+cached_result = own_runs.cached_result
 
 
 def write_record(raw_dir: str, record: Mapping) -> None:
-    _write_json(os.path.join(raw_dir, RECORD), record)
+    own_runs.write_json(os.path.join(raw_dir, RECORD), record)
 
 
 def read_results(raw_dir: str) -> tuple[dict, dict[str, list[dict]]]:
     """(record, {arm: [result per seed]}) from a raw folder alone."""
-    with open(os.path.join(raw_dir, RECORD), encoding="utf-8") as f:
-        record = json.load(f)
-    config, results = record["config"], {}
-    for name in config["arms"]:
-        results[name] = []
-        for seed in config["seeds"]:
-            with open(os.path.join(run_dir(raw_dir, name, seed), RESULT), encoding="utf-8") as f:
-                results[name].append(json.load(f))
-    return record, results
+    return own_runs.read_results(raw_dir, RECORD, "arms")

@@ -39,10 +39,10 @@ import optax
 
 from roformer_jax.nn.model_config import model_config_from_dict
 from roformer_jax.nn.vit import ViT
-from roformer_jax.studies import plots, stats, tables
+from roformer_jax.studies import own_runs, plots, stats, tables
 from roformer_jax.studies.run_dirs import run_dir
 
-RESULT = "result.json"
+RESULT = own_runs.RESULT
 RECORD = "record.json"  # not study.json: study_record.read_raw reads trainer runs
 CLASSES = 10  # digits 0-9
 
@@ -251,7 +251,7 @@ def run_study(
                     "seed": seed,
                     **train_and_score(settings, seed, data),
                 }
-                _write_json(os.path.join(directory, RESULT), result)
+                own_runs.write_json(os.path.join(directory, RESULT), result)
             log(f"{name} seed {seed}: {result.get('accuracy', result.get('valid_accuracy'))}")
             if raw_dir:
                 target = run_dir(raw_dir, name, seed)
@@ -261,44 +261,16 @@ def run_study(
     return results
 
 
-def cached_result(directory: str, settings: Mapping) -> dict | None:
-    """The run's result.json in `directory`, None where there is none; ValueError where it is
-    a run of other settings (a cached run is reused by name, so changed settings must not)."""
-    path = os.path.join(directory, RESULT)
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        result = json.load(f)
-    if result["settings"] != settings:
-        raise ValueError(
-            f"{directory} holds a run of other settings ({result['settings']} != {settings}); "
-            "delete it or use another --workdir"
-        )
-    return result
-
-
-def _write_json(path: str, value) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=1)
-        f.write("\n")
+cached_result = own_runs.cached_result
 
 
 def write_record(raw_dir: str, record: Mapping) -> None:
-    _write_json(os.path.join(raw_dir, RECORD), record)
+    own_runs.write_json(os.path.join(raw_dir, RECORD), record)
 
 
 def read_results(raw_dir: str) -> tuple[dict, dict[str, list[dict]]]:
     """(record, {run: [result per seed]}) from a raw folder alone."""
-    with open(os.path.join(raw_dir, RECORD), encoding="utf-8") as f:
-        record = json.load(f)
-    config, results = record["config"], {}
-    for name in config["runs"]:
-        results[name] = []
-        for seed in config["seeds"]:
-            with open(os.path.join(run_dir(raw_dir, name, seed), RESULT), encoding="utf-8") as f:
-                results[name].append(json.load(f))
-    return record, results
+    return own_runs.read_results(raw_dir, RECORD, "runs")
 
 
 def chosen_rates(config: Mapping, results: Mapping) -> dict[str, float]:

@@ -1,0 +1,52 @@
+"""The runs of a study that trains its own small models outside the trainer (the ViT study,
+the retrieval bench): each run's RESULT in <workdir>/<run>/seed<k>/, reused where its settings
+are the same (so a killed study resumes) and refused where they differ; the study's record
+beside the runs' results in its raw folder, from which the page reads them all back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+
+from roformer_jax.studies.run_dirs import run_dir
+
+RESULT = "result.json"
+
+
+def cached_result(directory: str, settings: Mapping) -> dict | None:
+    """The run's RESULT in `directory`, None where there is none; ValueError where it is a run
+    of other settings (a cached run is reused by name, so changed settings must not be)."""
+    path = os.path.join(directory, RESULT)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        result = json.load(f)
+    if result["settings"] != json.loads(json.dumps(settings)):  # tuples read back as lists
+        raise ValueError(
+            f"{directory} holds a run of other settings ({result['settings']} != {settings}); "
+            "delete it or use another --workdir"
+        )
+    return result
+
+
+def write_json(path: str, value) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=1)
+        f.write("\n")
+
+
+def read_results(raw_dir: str, record_name: str, runs_key: str) -> tuple[dict, dict[str, list]]:
+    """(record, {run: [result per seed]}) from a raw folder alone: the record's
+    config[runs_key] names the runs, its config["seeds"] the seeds."""
+    with open(os.path.join(raw_dir, record_name), encoding="utf-8") as f:
+        record = json.load(f)
+    config, results = record["config"], {}
+    for name in config[runs_key]:
+        results[name] = []
+        for seed in config["seeds"]:
+            with open(os.path.join(run_dir(raw_dir, name, seed), RESULT), encoding="utf-8") as f:
+                results[name].append(json.load(f))
+    return record, results
