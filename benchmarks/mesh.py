@@ -33,9 +33,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
+from mlm_batch import mlm_batch  # noqa: E402
 from timing import report  # noqa: E402
 
-from roformer_jax.data import masking  # noqa: E402
 from roformer_jax.data.data_config import DataConfig  # noqa: E402
 from roformer_jax.nn.model import RoFormer  # noqa: E402
 from roformer_jax.nn.model_config import model_config  # noqa: E402
@@ -95,7 +95,9 @@ class _Step:
         step = make_train_step(model, tx, mask_prob=DataConfig().mask_prob)
         self._step = devices.compile(step, lambda *a: None, shapes)[0]
         rows = devices.sizes["data"] * devices.sizes["fsdp"]
-        self._batch = devices.shard(_batch(cfg, rows, seq_len))
+        self._batch = devices.shard(
+            mlm_batch(cfg.vocab_size, rows, seq_len, np.random.default_rng(0))
+        )
         self.compiled = self._step.lower(shapes, self._batch, self._key).compile()
         self._state = None
 
@@ -123,19 +125,6 @@ class _Step:
         self._state, metrics = self._step(state, self._batch, self._key)
         jax.block_until_ready(metrics)
         return time.perf_counter() - t0
-
-
-def _batch(cfg, rows: int, seq_len: int) -> dict:
-    """[rows, seq_len] of masked random ids."""
-    rng = np.random.default_rng(0)
-    ids = rng.integers(5, cfg.vocab_size, size=(rows, seq_len)).astype(np.int32)
-    data = masking.mask_tokens(ids, rng, vocab_size=cfg.vocab_size, mask_id=4, special_ids=range(5))
-    data.update(
-        attention_mask=np.ones_like(ids),
-        token_type_ids=np.zeros_like(ids),
-        index=np.arange(rows, dtype=np.int32),
-    )
-    return data
 
 
 def timed(cfg, entries: list[str], seq_len: int, rounds: int) -> list[dict]:

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
+from mlm_batch import mlm_batch
 from timing import report
 
 from roformer_jax.data import masking
@@ -88,13 +89,7 @@ def _train_step(
     model = RoFormer(cfg)
     tx = optim.make_optimizer(optim.OptimConfig(warmup_steps=0), total_steps=10_000)
     rng = np.random.default_rng(0)
-    ids = rng.integers(5, cfg.vocab_size, size=(batch, seq_len)).astype(np.int32)
-    data = masking.mask_tokens(ids, rng, vocab_size=cfg.vocab_size, mask_id=4, special_ids=range(5))
-    data.update(
-        attention_mask=np.ones_like(ids),
-        token_type_ids=np.zeros_like(ids),
-        index=np.arange(batch, dtype=np.int32),
-    )
+    data = mlm_batch(cfg.vocab_size, batch, seq_len, rng)
     if doc_len is not None:
         starts = rng.random((batch, seq_len)) < 1.0 / doc_len  # [B, L]
         starts[:, 0] = False
@@ -102,7 +97,7 @@ def _train_step(
 
     @jax.jit
     def init(key):
-        params = model.init(key, ids[:1])["params"]
+        params = model.init(key, data["input_ids"][:1])["params"]
         return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
 
     step = jax.jit(make_train_step(model, tx, mask_prob=mask_prob), donate_argnums=(0,))

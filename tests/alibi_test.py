@@ -5,26 +5,17 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import tiny
+import positions_test
 from absl.testing import absltest
 
 from roformer_jax.nn import alibi, attention
-from roformer_jax.nn import model as model_lib
 
 B, L, V = 2, 8, 64
 
 
 def _model(position, **overrides):
-    config = tiny.model_config(
-        vocab_size=V,
-        max_len=16,
-        position=position,
-        hidden_dropout=0.0,
-        initializer_range=0.2,  # 10x BERT's: attention far from uniform
-        **overrides,
-    )
-    model = model_lib.RoFormer(config)
-    return model, model.init(jax.random.key(0), jnp.zeros((1, L), jnp.int32))
+    """positions_test's tiny encoder (initialised at seed 0): attention far from uniform."""
+    return positions_test._build(position, 0, **overrides)
 
 
 def _ids(length=L, seed=1):
