@@ -2,6 +2,8 @@
 Σ_{t=j+1..i} log_decay[t] written out in float64, its chunked form for every chunk size, its
 decode steps, gates of 0 (today's causal forms bit for bit), gates of -30 and gradients."""
 
+import functools
+
 import chex
 import grid
 import jax
@@ -11,7 +13,7 @@ from absl.testing import absltest, parameterized
 from attention_cases import KINDS, B, H, L, N, _mask, _qkv, _reference, decay_weights
 from jax.test_util import check_grads
 
-from roformer_jax.nn import attention, attention_step, decay
+from roformer_jax.nn import attention, decay
 from roformer_jax.nn.attention_kinds import ATTENTION_KINDS
 from roformer_jax.nn.rope import rope_rotation
 
@@ -76,6 +78,53 @@ def _gated(name, q, k, v, log_decay, **kw):
     return fn(q, k, v, causal=True, log_decay=log_decay, **_options(name, options), **kw)
 
 
+@functools.partial(jax.jit, static_argnames=("name", "chunk_size", "window"))
+def _full(q, k, v, log_decay, mask=None, segment_ids=None, *, name, chunk_size=None, window=None):
+    """Kind `name`'s causal form, jitted: the tests share a program per kind and option."""
+    kw = {} if chunk_size is None else {"chunk_size": chunk_size}
+    if window is not None:
+        kw["window"] = window
+    return _gated(name, q, k, v, log_decay, mask=mask, segment_ids=segment_ids, **kw)
+
+
+@functools.partial(jax.jit, static_argnames=("name", "window"))
+def _step(memory, q, k, v, log_decay, positions, *, name, window=None):
+    """Kind `name`'s decode step for the tokens at `positions` [T] after those in `memory`,
+    RoPE at those positions: jitted, so each block shape compiles once, not op by op."""
+    kw = dict(KINDS_BY_NAME[name][1])
+    if "rotation" not in kw:
+        kw["rotation"] = rope_rotation(positions)
+    if name == "softmax":
+        kw.update(positions=positions, capacity=None if window else L, window=window)
+    step = ATTENTION_KINDS[name.split("_")[0]].step
+    return step(memory, q, k, v, log_decay=log_decay, **kw)
+
+
+@functools.partial(jax.jit, static_argnames=("name",))
+def _chunked(q, k, v, log_decay, mask, segment_ids, *, name):
+    """{segments: {chunk size: kind `name`'s causal form}}, with and without `segment_ids`, for
+    chunk sizes 1, 2, 3 and L: one program."""
+    return {
+        segments: {
+            chunk: _gated(name, q, k, v, log_decay, mask=mask, segment_ids=ids, chunk_size=chunk)
+            for chunk in (1, 2, 3, L)
+        }
+        for segments, ids in (("without segments", None), ("with segments", segment_ids))
+    }
+
+
+def _decoded(name, q, k, v, log_decay, blocks, window=None):
+    """The blocks' outputs of kind `name`'s steps, block by block, concatenated: [B, L, N, H]."""
+    memory, outs, start = None, [], 0
+    for size in blocks:
+        part = slice(start, start + size)
+        args = (q[:, part], k[:, part], v[:, part], log_decay[:, part], POSITIONS[part])
+        out, memory = _step(memory, *args, name=name, window=window)
+        outs.append(out)
+        start += size
+    return jnp.concatenate(outs, axis=1)
+
+
 class FormulaTest(parameterized.TestCase):
     @parameterized.named_parameters(*NAMES)
     def test_float64_equals_the_written_out_sum(self, name):
@@ -85,7 +134,7 @@ class FormulaTest(parameterized.TestCase):
             mask, log_decay = _mask(0), _log_decay(0)
             for segment_ids in (None, SEGMENTS):
                 want = _want(name, q, k, v, log_decay, mask, segment_ids)
-                got = _gated(name, q, k, v, log_decay, mask=mask, segment_ids=segment_ids)
+                got = _full(q, k, v, log_decay, mask, segment_ids, name=name)
                 chex.assert_type(got, jnp.float64)
                 np.testing.assert_allclose(got, want, atol=1e-12, rtol=1e-12)
 
@@ -99,7 +148,7 @@ class FormulaTest(parameterized.TestCase):
         mask, log_decay = _mask(0), _log_decay(0)
         with jax.enable_x64(True):
             want = _want(name, *(x.astype(jnp.float64) for x in (q, k, v)), log_decay, mask)
-        got = _gated(name, q, k, v, log_decay.astype(jnp.float32), mask=mask)
+        got = _full(q, k, v, log_decay.astype(jnp.float32), mask, name=name)
         np.testing.assert_allclose(got, want, atol=1e-5)
 
     def test_without_causal_is_an_error(self):
@@ -118,59 +167,31 @@ class FormsTest(parameterized.TestCase):
         # divide L; with segments, across the chunks where a segment restarts.
         q, k, v = _qkv(1)
         mask, log_decay = _mask(1), _log_decay(1)
-        for segment_ids in (None, SEGMENTS):
-            kw = dict(mask=mask, segment_ids=segment_ids)
-            want = _gated(name, q, k, v, log_decay, chunk_size=L, **kw)
+        forms = _chunked(q, k, v, log_decay, mask, SEGMENTS, name=name)
+        for segments, outs in forms.items():
             for chunk in (1, 2, 3):
-                got = _gated(name, q, k, v, log_decay, chunk_size=chunk, **kw)
-                np.testing.assert_allclose(got, want, atol=2e-6, err_msg=f"chunk {chunk}")
+                np.testing.assert_allclose(
+                    outs[chunk], outs[L], atol=2e-6, err_msg=f"chunk {chunk}, {segments}"
+                )
 
     @parameterized.parameters(
         *grid.covering("decay_decode_steps", extra=2, kind=[n for n, _ in NAMES], kv_heads=(N, 1))
     )
     def test_decode_steps_equal_the_causal_form(self, kind, kv_heads):
-        name = kind
         q, k, v = _qkv(2)
         k, v = k[:, :, :kv_heads], v[:, :, :kv_heads]  # kv_heads 1: grouped heads
         log_decay = _log_decay(2)
-        fn, kw = KINDS_BY_NAME[name]
-        kw = _options(name, kw)
-        want = fn(q, k, v, causal=True, log_decay=log_decay, **kw)
-        step = ATTENTION_KINDS[name.split("_")[0]].step
+        want = _full(q, k, v, log_decay, name=kind)
         for blocks in ((1,) * L, (4, 1, 2)):
-            memory, outs, start = None, [], 0
-            for size in blocks:
-                part = slice(start, start + size)
-                options = dict(kw, log_decay=log_decay[:, part])
-                if "rotation" in kw and kw["rotation"] is not None:
-                    options["rotation"] = rope_rotation(POSITIONS[part])
-                if step is attention_step.softmax_attention_step:
-                    options.update(positions=POSITIONS[part], capacity=L)
-                out, memory = step(memory, q[:, part], k[:, part], v[:, part], **options)
-                outs.append(out)
-                start += size
-            got = jnp.concatenate(outs, axis=1)
+            got = _decoded(kind, q, k, v, log_decay, blocks)
             np.testing.assert_allclose(got, want, atol=2e-6, err_msg=str(blocks))
 
     def test_softmax_ring_decays_as_the_windowed_form(self):
         q, k, v = _qkv(3)
         log_decay = _log_decay(3, scale=0.3)
-        kw = dict(rotation=rope_rotation(POSITIONS), window=3)
-        want = attention.softmax_attention(q, k, v, causal=True, log_decay=log_decay, **kw)
-        cache, outs = None, []
-        for part in (slice(0, 4), slice(4, 5), slice(5, 7)):
-            kw["rotation"] = rope_rotation(POSITIONS[part])
-            out, cache = attention_step.softmax_attention_step(
-                cache,
-                q[:, part],
-                k[:, part],
-                v[:, part],
-                positions=POSITIONS[part],
-                log_decay=log_decay[:, part],
-                **kw,
-            )
-            outs.append(out)
-        np.testing.assert_allclose(jnp.concatenate(outs, axis=1), want, atol=2e-6)
+        want = _full(q, k, v, log_decay, name="softmax", window=3)
+        got = _decoded("softmax", q, k, v, log_decay, (4, 1, 2), window=3)
+        np.testing.assert_allclose(got, want, atol=2e-6)
 
 
 class GateValuesTest(parameterized.TestCase):
@@ -193,6 +214,7 @@ class GateValuesTest(parameterized.TestCase):
             kw["segment_ids"] = SEGMENTS
         if name != "softmax":
             kw["chunk_size"] = 3
+        # Op by op: jitted, the two programs may order their sums differently (last bits).
         np.testing.assert_array_equal(
             fn(q, k, v, log_decay=jnp.zeros((B, L, N)), **kw), fn(q, k, v, **kw)
         )
