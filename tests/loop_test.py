@@ -345,7 +345,7 @@ class InitFromTest(absltest.TestCase):
 
     def test_run_rngs_redo_a_runs_initial_parameters(self):
         # What analyses of a finished run compare with (experiments/position_table.py).
-        cfg = _config(train__steps=1, seed=3)
+        cfg = _config(seed=3)  # _config()'s steps: the reference run's step serves it
         started = _initial_state(cfg, os.path.join(_TMP, "run_rngs"))
         init = runs.model_and_optimizer(cfg)[3]
         chex.assert_trees_all_equal(jax.jit(init)(runs.run_rngs(3)[0]).params, started.params)

@@ -1,7 +1,9 @@
 """Tests for roformer_jax/training/runtime.py: devices, and a terminal a user can read."""
 
+import functools
 import logging as pylogging
 import os
+import shutil
 import subprocess
 import sys
 
@@ -11,7 +13,7 @@ import tiny
 from absl import logging
 from absl.testing import absltest, flagsaver
 
-from roformer_jax.training import runtime
+from roformer_jax.training import provenance, runtime
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TRAIN = os.path.join(_ROOT, "experiments", "train_mlm.py")
@@ -30,6 +32,27 @@ def _train_mlm(*flags: str) -> subprocess.CompletedProcess:
         text=True,
         timeout=600,
     )
+
+
+# One layer on rows of 32: what the terminal shows does not depend on the model.
+_THREE_STEPS = (
+    "--config.model.num_layers=1",
+    "--config.data.seq_len=32",
+    "--config.data.valid_lengths=(32,)",
+    "--config.train.steps=3",
+    "--config.train.log_every=1",
+    "--config.train.eval_every=3",
+    "--config.train.checkpoint_every=2",
+    "--config.train.eval_batches=1",
+    "--config.data.max_chars=50000",
+)
+
+
+@functools.cache
+def _three_steps() -> tuple[str, subprocess.CompletedProcess]:
+    """A 3-step run of train_mlm.py: its workdir and its process, run once for the module."""
+    workdir = tiny.workdir()
+    return workdir, _train_mlm(f"--workdir={workdir}", *_THREE_STEPS)
 
 
 class DevicesTest(absltest.TestCase):
@@ -55,20 +78,7 @@ class QuietLogsTest(absltest.TestCase):
             self.assertTrue(keep(_record(orbax, pylogging.INFO)))
 
     def test_a_run_shows_progress_saves_and_a_plain_summary_only(self):
-        workdir = tiny.workdir()
-        run = _train_mlm(
-            # One layer on rows of 32: what the terminal shows does not depend on the model.
-            f"--workdir={workdir}",
-            "--config.model.num_layers=1",
-            "--config.data.seq_len=32",
-            "--config.data.valid_lengths=(32,)",
-            "--config.train.steps=3",
-            "--config.train.log_every=1",
-            "--config.train.eval_every=3",
-            "--config.train.checkpoint_every=2",
-            "--config.train.eval_batches=1",
-            "--config.data.max_chars=50000",
-        )
+        _, run = _three_steps()
         self.assertEqual(run.returncode, 0, run.stderr[-3000:])
         lines = run.stderr.splitlines()
         self.assertEmpty([line for line in lines if "orbax" in line or "Options" in line])
@@ -102,17 +112,16 @@ class QuietLogsTest(absltest.TestCase):
         )
 
     def test_a_session_of_one_step_exits_0(self):
-        # Its one step compiles and is not timed: train/tokens_per_s is None.
-        run = _train_mlm(
-            f"--workdir={tiny.workdir()}",
-            "--config.model.num_layers=1",
-            "--config.data.seq_len=32",
-            "--config.data.valid_lengths=(32,)",
-            "--config.train.steps=1",
-            "--config.train.eval_batches=1",
-            "--config.data.max_chars=50000",
-        )
+        # The 3-step run resumed from its checkpoint of step 2: a session of one step (its
+        # programs the first session compiled, read back from the compilation cache), which
+        # compiles and is not timed: train/tokens_per_s is None.
+        finished, _ = _three_steps()
+        workdir = tiny.workdir()
+        shutil.copytree(finished, workdir, dirs_exist_ok=True)
+        shutil.rmtree(os.path.join(workdir, "checkpoints", "3"))
+        run = _train_mlm(f"--workdir={workdir}", *_THREE_STEPS)
         self.assertEqual(run.returncode, 0, run.stderr[-3000:])
+        self.assertEqual(provenance.read(workdir)["sessions"][-1]["start_step"], 2)
         self.assertIn("train/tokens_per_s n/a", run.stderr.strip().splitlines()[-1])
 
 
