@@ -8,7 +8,8 @@ operation alone) and whole jitted programs (a train step, a jitted init).
 
 As a pytest plugin (-p suite_compiles), each process of the run (pytest-xdist's workers too)
 writes its events to $SUITE_COMPILES_DIR (default /tmp/suite_compiles) at the end; run as a
-script, it sums them. Compiles in subprocesses that tests start are not counted. The suite's
+script, it sums them: per test file, the tests' wall and CPU time (of the process running
+them) and what JAX spent in them. Subprocesses that tests start are not counted. The suite's
 time: docs/speed.md, "The main command and the test suite".
 """
 
@@ -16,6 +17,9 @@ import collections
 import gc
 import json
 import os
+import time
+
+import pytest
 
 _DIR = os.environ.get("SUITE_COMPILES_DIR", "/tmp/suite_compiles")
 _PHASES = {
@@ -42,12 +46,16 @@ def pytest_configure(config):
     monitoring.register_event_duration_secs_listener(_listen)
 
 
-def pytest_runtest_logstart(nodeid, location):
-    _current[0] = nodeid.split("::")[0]
-
-
-def pytest_runtest_logreport(report):  # setup, call and teardown: the test's own time
-    _events.append((report.nodeid.split("::")[0], "test", "", report.duration))
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test's setup, call and teardown: its wall and its process's CPU time. Here, not in
+    pytest_runtest_logreport, which pytest-xdist's controller also calls for each worker's
+    report (every test counted twice)."""
+    _current[0] = item.nodeid.split("::")[0]
+    wall, cpu = time.perf_counter(), time.process_time()
+    yield
+    _events.append((_current[0], "test", "", time.perf_counter() - wall))
+    _events.append((_current[0], "cpu", "", time.process_time() - cpu))
 
 
 def pytest_sessionfinish(session):
@@ -94,8 +102,8 @@ def main():
     by_file = collections.defaultdict(lambda: collections.defaultdict(float))
     programs = collections.defaultdict(lambda: [0, 0.0])  # name: [compiles, lower + compile s]
     for file, phase, name, seconds in events:
-        if phase == "test":
-            by_file[file]["test"] += seconds
+        if phase in ("test", "cpu"):
+            by_file[file][phase] += seconds
             continue
         kind = "one by one" if _one_by_one(name, alone) else "program"
         totals[kind, phase][0] += 1
@@ -104,8 +112,11 @@ def main():
         if kind == "program" and phase != "trace":  # traces nest: a step's holds its model's
             programs[name][0] += phase == "compile"
             programs[name][1] += seconds
-    tested = sum(f["test"] for f in by_file.values())
-    print(f"{len(os.listdir(_DIR))} processes, {len(events)} events, tests {tested:.0f} s\n")
+    tested, cpu = (sum(f[phase] for f in by_file.values()) for phase in ("test", "cpu"))
+    print(
+        f"{len(os.listdir(_DIR))} processes, {len(events)} events, tests {tested:.0f} s "
+        f"({cpu:.0f} s of their processes' CPU)\n"
+    )
     print("| run as | trace s (n) | lower s (n) | compile s (n) |\n|---|---|---|---|")
     for kind in ("one by one", "program"):
         cells = [f"{totals[kind, p][1]:.1f} ({totals[kind, p][0]:,})" for p in _PHASES.values()]
@@ -113,12 +124,12 @@ def main():
     print("\n| program | compiles | lower + compile s |\n|---|---|---|")
     for name, (count, seconds) in sorted(programs.items(), key=lambda kv: -kv[1][1])[: args.top]:
         print(f"| {name} | {count} | {seconds:.1f} |")
-    print("\n| test file | test s | one by one s | programs s |\n|---|---|---|---|")
+    print("\n| test file | test s | CPU s | one by one s | programs s |\n|---|---|---|---|---|")
     ranked = sorted(by_file.items(), key=lambda kv: -kv[1]["test"])
     for file, seconds in ranked[: args.top]:
         print(
-            f"| {file} | {seconds['test']:.1f} | {seconds['one by one']:.1f} | "
-            f"{seconds['program']:.1f} |"
+            f"| {file} | {seconds['test']:.1f} | {seconds['cpu']:.1f} | "
+            f"{seconds['one by one']:.1f} | {seconds['program']:.1f} |"
         )
 
 
