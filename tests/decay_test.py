@@ -126,6 +126,16 @@ def _decoded(name, q, k, v, log_decay, blocks, window=None):
 
 
 class FormulaTest(parameterized.TestCase):
+    def test_chunked_sums_are_the_written_out_sums(self):
+        # Softmax's fast path: chunks that do (1, L) and do not (2, 3) divide L, through gates
+        # down to -30, whose long products a difference of prefix sums would round.
+        with jax.enable_x64(True):
+            log_decay = _log_decay(4, scale=15.0)
+            want = attention.decay_sums(log_decay)
+            for chunk in (1, 2, 3, L):
+                got = decay.chunked_sums(log_decay, chunk)
+                np.testing.assert_allclose(got, want, rtol=1e-12, atol=0, err_msg=str(chunk))
+
     @parameterized.named_parameters(*NAMES)
     def test_float64_equals_the_written_out_sum(self, name):
         with jax.enable_x64(True):

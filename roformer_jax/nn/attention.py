@@ -181,9 +181,9 @@ def softmax_attention(
             dropout_rng=dropout_rng,
             example_ids=example_ids,
         )
-    if log_decay is not None:
-        decay = decay_sums(log_decay.astype(compute_dtype(q)))
-        bias = decay if bias is None else bias + decay
+    if log_decay is not None:  # decay_sums, by chunks: fused into the scores (docs/speed.md)
+        gates = decay.chunked_sums(log_decay.astype(compute_dtype(q)))
+        bias = gates if bias is None else bias + gates
     visible = _visible(mask, causal, segment_ids, window, chunk, q.shape[1], k.shape[1])
     return softmax_over_visible(
         q, k, v, visible, bias, dropout_rate, dropout_rng, example_ids, sinks

@@ -3,10 +3,11 @@ recurrent forms (attention_core.py, attention_step.py).
 
 A gate weighs key j's term at query i by exp(Σ_{t=j+1..i} log_decay[t]): the forget gate of
 FoX (Lin et al. 2025), a decay learned from the input, or RetNet's fixed decay per head
-(Sun et al. 2023). The formula, written out, is `attention.decay_sums`; here are its forms
-that never build [L, L]: within a chunk, the sums since the chunk's start, and between
-chunks a state multiplied by each chunk's decay. Every exponent they take is <= 0, so a
-long product of gates underflows to 0 and never overflows.
+(Sun et al. 2023). The formula, written out, is `attention.decay_sums`; here are its forms:
+for the linear kinds, ones that never build [L, L] (within a chunk, the sums since the
+chunk's start; between chunks, a state multiplied by each chunk's decay); for softmax's
+scores, the [L, L] sums from per-chunk sums (`chunked_sums`). Every exponent they take is
+<= 0, so a long product of gates underflows to 0 and never overflows.
 
 Glossary of shapes: B batch, L length, N query heads, K key/value heads, J chunks, C chunk
 length, F features, E value columns, T new tokens of a decode step.
@@ -80,6 +81,37 @@ def later_sums(log_decay):
     difference of prefix sums would lose digits to their size)."""
     flipped = jnp.cumsum(jnp.flip(log_decay, axis=-1), axis=-1)
     return jnp.concatenate([jnp.flip(flipped, axis=-1)[..., 1:], 0 * log_decay[..., :1]], -1)
+
+
+def chunked_sums(log_decay, chunk: int = 64):
+    """`attention.decay_sums` from sums over chunks of C: [B, L, N] -> [B, N, L, L] (0 where
+    j >= i), with nothing of size [L, L] but the answer, so that XLA fuses it into the
+    scores where `decay_sums` sums [L, L] terms.
+
+    Query i in chunk I, key j in an earlier chunk J: b_i (I's gates up to i) + the chunks
+    strictly between (their totals, summed as `decay_sums` sums gates) + J's gates after j
+    (`later_sums`): terms <= 0 each, so no digit is lost to a difference of long sums. j in
+    I: b_i - b_j, as `chunk_gates`.
+    """
+    b, length, n = log_decay.shape
+    c = min(chunk, length)
+    x = jnp.pad(heads_last(log_decay, log_decay.dtype), ((0, 0), (0, 0), (0, -length % c)))
+    x = x.reshape(b, n, -1, c)  # [B, N, J, C]
+    inside, after = jnp.cumsum(x, axis=-1), later_sums(x)  # b_i; the gates after j
+    totals = inside[..., -1]  # [B, N, J]
+    chunks = jnp.arange(x.shape[2])
+    later = chunks[:, None] > chunks[None, :]  # chunk I after chunk J, [J, J]
+    upto = jnp.cumsum(jnp.where(later, totals[..., :, None], 0.0), axis=-2)  # J < K <= I
+    between = jnp.pad(upto[..., :-1, :], ((0, 0), (0, 0), (1, 0), (0, 0)))  # J < K < I
+    far = inside[..., :, :, None, None] + between[..., :, None, :, None]
+    far = far + after[..., None, None, :, :]  # [B, N, J(I), C(i), J, C(j)]
+    near = inside[..., :, :, None] - inside[..., :, None, :]  # [B, N, J, C(i), C(j)]
+    t = jnp.arange(c)
+    near = jnp.where(t[:, None] > t[None, :], near, 0.0)[..., :, :, None, :]
+    same = (chunks[:, None] == chunks[None, :])[:, None, :, None]  # [J, 1, J, 1]
+    sums = jnp.where(same, near, jnp.where(later[:, None, :, None], far, 0.0))
+    padded = x.shape[2] * c
+    return sums.reshape(b, n, padded, padded)[..., :length, :length]
 
 
 def decay_state(seen, kx, log_decay):
