@@ -16,7 +16,7 @@ from absl.testing import absltest, parameterized
 from configs import study_vit
 from roformer_jax.nn import vit
 from roformer_jax.nn.model_config import ModelConfig
-from roformer_jax.studies import results_page, vit_study
+from roformer_jax.studies import own_runs, results_page, vit_study
 
 B, Y, X, C, P = 2, 8, 12, 3, 4  # images of a 2 x 3 grid of 4 x 4 patches
 GRID = (Y // P, X // P)
@@ -231,9 +231,9 @@ class StudyTest(absltest.TestCase):
             record, results = vit_study.read_results(raw)
             self.assertEqual(list(results), list(config["runs"]))
             directory = os.path.join(raw, "RoPE-Axial", "seed0")
-            self.assertEqual(vit_study.cached_result(directory, settings)["seed"], 0)
+            self.assertEqual(own_runs.cached_result(directory, settings)["seed"], 0)
             with self.assertRaisesRegex(ValueError, "other settings"):
-                vit_study.cached_result(directory, {**settings, "steps": 21})
+                own_runs.cached_result(directory, {**settings, "steps": 21})
             pair = next(iter(config["pairs"]))
             text = (
                 f'<!-- generated: raw vit_paired_table("vit") -->\n<!-- end generated -->\n'

@@ -221,7 +221,7 @@ def run_study(
     started = time.time()
     for done, (name, seed) in enumerate(todo):
         settings, directory = settings_of[name], run_dir(workdir, name, seed)
-        result = cached_result(directory, settings)
+        result = own_runs.cached_result(directory, settings)
         if result is None:
             log(f"[{done + 1}/{len(todo)}] {name} seed {seed}: running")
             scores, params = _run(settings, seed, workdir)
@@ -258,9 +258,6 @@ def _summary(result: Mapping) -> str:
         f"{name} " + ", ".join(f"{n}: {a:.2f}" for n, a in by_length.items())
         for name, by_length in result["accuracy"].items()
     )
-
-
-cached_result = own_runs.cached_result
 
 
 def write_record(raw_dir: str, record: Mapping) -> None:

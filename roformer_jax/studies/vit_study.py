@@ -243,7 +243,7 @@ def run_study(
         results[name] = []
         for seed in config["seeds"]:
             directory = run_dir(workdir, name, seed)
-            result = cached_result(directory, settings)
+            result = own_runs.cached_result(directory, settings)
             if result is None:
                 log(f"training {name} seed {seed}")
                 result = {
@@ -259,9 +259,6 @@ def run_study(
                 shutil.copyfile(os.path.join(directory, RESULT), os.path.join(target, RESULT))
             results[name].append(result)
     return results
-
-
-cached_result = own_runs.cached_result
 
 
 def write_record(raw_dir: str, record: Mapping) -> None:
