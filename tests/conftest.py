@@ -1,5 +1,5 @@
 """The suite's XLA settings and compilation cache, made before any test module imports JAX; the
-seed of sampled grids.
+seed of sampled grids and of the heavy classes' turn (tests/grid.py, tests/rotation.py).
 
 Most tests compile more than they run (tiny models, a few steps), so the suite trades run time
 for compile time. The settings are environment variables set here, in the process that starts
@@ -39,6 +39,7 @@ import sys
 import tempfile
 
 import grid
+import rotation
 
 _XLA_FLAGS = (
     "--xla_backend_optimization_level=0",
@@ -85,18 +86,40 @@ _share_a_compilation_cache()
 _SEED = grid.seed()
 
 
-def _grids() -> str:
+def _left_out(config) -> set[str]:
+    """The heavy classes this run leaves to other runs' turns (tests/rotation.py): none where
+    the full suite is asked for, or files or tests are named rather than folders."""
+    if grid.full() or not rotation.whole_suite(config.args, str(config.rootpath)):
+        return set()
+    return rotation.skipped(rotation.costs(), _SEED, rotation.SHARDS, rotation.THRESHOLD_S)
+
+
+def pytest_collection_modifyitems(config, items):
+    left_out = _left_out(config)
+    kept = [item for item in items if rotation.class_of(item.nodeid) not in left_out]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in set(kept)])
+        items[:] = kept
+
+
+def _grids(config) -> str:
     if grid.full():
-        return f"full parameter grids ({grid.FULL_VARIABLE}=1)"
-    return f"sampled parameter grids: replay with {grid.SEED_VARIABLE}={_SEED}"
+        return f"the full suite ({grid.FULL_VARIABLE}=1): every grid case and test class"
+    turn, left_out = "", _left_out(config)
+    if left_out:
+        turn = (
+            f"; heavy classes: shard {_SEED % rotation.SHARDS + 1} of {rotation.SHARDS}, "
+            f"{len(left_out)} classes left to other runs (tests/rotation.py)"
+        )
+    return f"sampled parameter grids{turn}: replay with {grid.SEED_VARIABLE}={_SEED}"
 
 
 def pytest_report_header(config):
-    return _grids()
+    return _grids(config)
 
 
 def pytest_terminal_summary(terminalreporter):
-    terminalreporter.write_line(_grids())
+    terminalreporter.write_line(_grids(terminalreporter.config))
 
 
 def pytest_sessionfinish(session):

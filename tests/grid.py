@@ -7,7 +7,7 @@ each run so that, over runs, the whole grid is checked.
 
   ROFORMER_TEST_SEED=<int>  replays a run's draw; pytest prints the seed it used in its header
                             and its summary (tests/conftest.py).
-  ROFORMER_FULL_GRID=1      runs every case of every grid.
+  ROFORMER_FULL_SUITE=1     runs every case of every grid (and every class: tests/rotation.py).
 """
 
 import itertools
@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 
 SEED_VARIABLE = "ROFORMER_TEST_SEED"
-FULL_VARIABLE = "ROFORMER_FULL_GRID"
+FULL_VARIABLE = "ROFORMER_FULL_SUITE"
 
 
 def seed() -> int:
@@ -36,7 +36,7 @@ def seed() -> int:
 
 
 def full() -> bool:
-    """Whether $ROFORMER_FULL_GRID asks for every case."""
+    """Whether $ROFORMER_FULL_SUITE asks for every case."""
     return os.environ.get(FULL_VARIABLE, "") not in ("", "0")
 
 
@@ -56,7 +56,7 @@ def sample(
 
     Greedy set cover: while a predicate has no case in the sample, add the case that satisfies
     the most unsatisfied predicates (ties drawn at random), so the sample stays small. With
-    ROFORMER_FULL_GRID=1, every case. `name` makes each grid's draw its own.
+    ROFORMER_FULL_SUITE=1, every case. `name` makes each grid's draw its own.
     """
     if full():
         return [dict(c) for c in cases]

@@ -15,7 +15,7 @@ import tiny
 from absl.testing import absltest, parameterized
 from page_cases import _PAGE, _RAW, _RUN, _read, _unknown
 
-from roformer_jax.studies import results_page
+from roformer_jax.studies import results_page, study_record
 
 
 def _change_final_valid_loss(raw):
@@ -142,6 +142,17 @@ class ResultsPageTest(parameterized.TestCase):
         )
         with self.assertRaisesRegex(ValueError, "no study 'multilength_controls'"):
             results_page.render(block("multilength_controls length_table()"), _RAW)
+
+    def test_an_awaited_study_still_running_says_in_progress(self):
+        # Its runs are committed as they finish; the comparisons wait for the last.
+        root = tiny.workdir()
+        study_record.write(os.path.join(root, "gates"), {"finished": False})
+        text = "<!-- generated: gates? length_table() --><!-- end generated -->|" + (
+            "<!-- generated: gates? diff('a', 'b', 512) --><!-- end generated -->"
+        )
+        block, inline = results_page.render(text, root, changed=_unknown).split("|")
+        self.assertIn("In progress: docs/results/raw/gates/", block)
+        self.assertIn(results_page.IN_PROGRESS_INLINE, inline)
 
     @parameterized.named_parameters(
         ("unknown_kind", "causal_wikitext2 median() --><!-- end generated -->", "kind 'median'"),

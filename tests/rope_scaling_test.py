@@ -5,7 +5,7 @@ tested in rope_test.py and rope_exact_test.py, a model with one in model_config_
 The comparison with HF runs on a sample of its grid (tests/grid.py), drawn per run: every kind
 with every value of every axis, factor 1, partial rotary and an odd number of rotated pairs, plus
 random cases. `ROFORMER_TEST_SEED=<seed> pytest ...` replays a run's draw (pytest prints the seed);
-`ROFORMER_FULL_GRID=1` runs the whole grid (1,152 cases).
+`ROFORMER_FULL_SUITE=1` runs the whole grid (1,152 cases).
 """
 
 import json

@@ -10,8 +10,11 @@ The page is prose written by hand, with generated parts between markers:
 STUDY names a folder of the raw root (study_record.read_raw), or is "raw" for all of them;
 a STUDY that ends in "?" (`multilength_controls_wikitext2?`, `raw?` for the ViT kinds, whose
 folder is their first argument) is awaited: until its folder exists the block says so
-(NOT_RUN, or NOT_RUN_INLINE inside a sentence), so that a study's section can be written
-before it runs and fill itself in when its raw files are committed;
+(NOT_RUN, or NOT_RUN_INLINE inside a sentence), and while its study.json says it is not
+finished, that it is in progress (IN_PROGRESS, IN_PROGRESS_INLINE), so that a study's section
+can be written before it runs, its raw files committed run by run as they come (a sitting cut
+short loses none: the command resumes from them), and the section fill itself in when the
+study has finished;
 KIND is a key of KINDS, called with ARGS, Python literals by position or name
 (`length_paired_table("RoPE")`, `diff("RoPE + YaRN", "RoPE", 2048)`, `diff("none", step=500)`).
 A table or figure sits on lines of its own between its markers; an inline value (INLINE)
@@ -42,8 +45,9 @@ from roformer_jax.studies import (
     page_numbers,
     page_provenance,
     page_vit,
+    study_record,
 )
-from roformer_jax.studies.page_source import Page
+from roformer_jax.studies.page_source import Page, read_json
 from roformer_jax.training import provenance
 
 MARKER = re.compile(r"<!-- generated: (\S+) (\w+)\((.*?)\) -->(.*?)<!-- end generated -->", re.S)
@@ -53,6 +57,11 @@ NOT_RUN = (
     "*Not run yet: no raw files in docs/results/raw/{folder}/ (its config gives the command).*"
 )
 NOT_RUN_INLINE = "(not run yet)"
+IN_PROGRESS = (
+    "*In progress: docs/results/raw/{folder}/ holds the runs finished so far; this is drawn "
+    "when the study has finished (its config gives the command, which resumes from them).*"
+)
+IN_PROGRESS_INLINE = "(in progress)"
 
 
 def render(
@@ -86,8 +95,10 @@ def render(
         positional = [ast.literal_eval(arg) for arg in call.args]
         named = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
         folder = _folder(name, positional)
-        if marked.endswith(AWAITED) and not os.path.isdir(os.path.join(raw_root, folder)):
-            inner = NOT_RUN_INLINE if kind in INLINE else NOT_RUN.format(folder=folder)
+        awaited = marked.endswith(AWAITED) and _awaited(raw_root, folder)
+        if awaited:
+            inline, block = _AWAITED_TEXT[awaited]
+            inner = inline if kind in INLINE else block.format(folder=folder)
         else:
             target = page if name == ALL else page.study(name)
             extra = {"page": page} if kind in _USES_PAGE else {}
@@ -97,6 +108,22 @@ def render(
         return match.group(0)[: match.start(4) - match.start(0)] + inner + "<!-- end generated -->"
 
     return MARKER.sub(replace, text)
+
+
+_AWAITED_TEXT = {
+    "not run": (NOT_RUN_INLINE, NOT_RUN),
+    "in progress": (IN_PROGRESS_INLINE, IN_PROGRESS),
+}
+
+
+def _awaited(raw_root: str, folder: str) -> str | None:
+    """Why an awaited study's blocks cannot be drawn yet ("not run", "in progress"), or None."""
+    if not os.path.isdir(os.path.join(raw_root, folder)):
+        return "not run"
+    record = os.path.join(raw_root, folder, study_record.FILE)
+    if not os.path.exists(record) or not study_record.is_finished(read_json(record)):
+        return "in progress"
+    return None
 
 
 def differences(page: str, regenerated: str, *, name: str = "docs/results.md") -> str:
