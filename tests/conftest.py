@@ -88,8 +88,10 @@ _SEED = grid.seed()
 
 def _left_out(config) -> set[str]:
     """The heavy classes this run leaves to other runs' turns (tests/rotation.py): none where
-    the full suite is asked for, or files or tests are named rather than folders."""
-    if grid.full() or not rotation.whole_suite(config.args, str(config.rootpath)):
+    the full suite is asked for, or files or tests are named rather than folders, or -k or -m
+    picks tests."""
+    picked = config.option.keyword or config.option.markexpr
+    if grid.full() or picked or not rotation.whole_suite(config.args, str(config.rootpath)):
         return set()
     return rotation.skipped(rotation.costs(), _SEED, rotation.SHARDS, rotation.THRESHOLD_S)
 

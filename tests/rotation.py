@@ -9,7 +9,7 @@ every class is checked, and a failure replays with the seed pytest prints.
 
   ROFORMER_TEST_SEED=<int>   replays a run's shard (and grid draws).
   ROFORMER_FULL_SUITE=1      runs every class (and every grid case).
-  python -m pytest tests/x_test.py  (files or tests named, not folders): all of what is named.
+  python -m pytest tests/x_test.py  (files or tests named, or -k, -m): all of what is asked for.
 
 A class's cost includes what its tests share (a subprocess started once, a module's reference
 run), so it goes, or stays, whole. `COSTS` is data, remade from a whole run:
