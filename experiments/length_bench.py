@@ -8,7 +8,9 @@ Trains each arm x seed on the task (cached in <workdir>, resumable: a rerun runs
 missing), scores it at every length, logs a line per run with the time left, and prints the
 accuracy and paired tables. With --raw_dir, copies each run's result.json there as it finishes
 and at the end writes bench.json (the command, config, code and machine), from which
-`python experiments/results_page.py` rebuilds docs/results.md's section.
+`python experiments/results_page.py` rebuilds docs/results.md's section. Rerun on a fresh
+machine (an empty --workdir), it takes back the runs finished in --raw_dir, so a bench longer
+than a sitting goes on from its committed raw files.
 """
 
 import os

@@ -4,6 +4,7 @@ its models compiled once), resumes without running again, refuses changed settin
 files the page reads back; every task's full config builds its arms."""
 
 import os
+import shutil
 import tempfile
 
 import numpy as np
@@ -11,6 +12,7 @@ from absl.testing import absltest, parameterized
 
 from configs import bench_length
 from roformer_jax.studies import length_bench, length_bench_report, results_page
+from roformer_jax.studies.run_dirs import run_dir
 
 NAME = "bench_passkey"
 
@@ -69,6 +71,25 @@ class LengthBenchTest(parameterized.TestCase):
         self.assertEqual(
             again["RoPE + YaRN"][1]["accuracy"], self.results["RoPE + YaRN"][1]["accuracy"]
         )
+
+    def test_a_fresh_machine_takes_the_finished_runs_back_from_the_raw_folder(self):
+        # The raw folder without a read arm's run: only that runs, on its trained arm's
+        # parameters trained again (seeded: the same model, so the same scores).
+        raw = os.path.join(self.temp.name, "raw_partial")
+        shutil.copytree(self.raw, raw)
+        result = os.path.join(run_dir(raw, "RoPE + YaRN", 1), length_bench.RESULT)
+        os.remove(result)
+        fresh, logged = os.path.join(self.temp.name, "fresh"), []
+        again = length_bench.run_study(self.config, fresh, raw_dir=raw, log=logged.append)
+        self.assertLen(logged, 2)
+        self.assertStartsWith(logged[0], "[4/4] RoPE + YaRN seed 1: running")
+        ran_again = again["RoPE + YaRN"].pop(1)
+        self.assertEqual(ran_again["accuracy"], self.results["RoPE + YaRN"][1]["accuracy"])
+        self.assertEqual(again, {**self.results, "RoPE + YaRN": self.results["RoPE + YaRN"][:1]})
+        self.assertTrue(os.path.exists(result))
+        os.remove(os.path.join(raw, length_bench.RECORD))
+        table = _render(os.path.dirname(raw), 'bench_table("raw_partial", "text")')
+        self.assertStartsWith(table, "*In progress: raw_partial/ holds the runs finished so far")
 
     def test_changed_settings_are_refused(self):
         changed = {**self.config, "steps": self.config["steps"] + 1}

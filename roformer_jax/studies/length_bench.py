@@ -17,7 +17,10 @@ A run's outputs are <workdir>/<arm>/seed<k>/RESULT (its settings, accuracy by ev
 length and depth, loss curve, seconds) and a trained arm's PARAMS there (for its read arms);
 a run whose RESULT exists with the same settings is not run again, so a killed bench resumes,
 and one whose settings differ is a ValueError. The raw folder holds each RESULT and RECORD
-(study_record.make_record's fields), from which the results page is rebuilt. The config is
+(study_record.make_record's fields), from which the results page is rebuilt; a bench started
+again on a fresh machine (an empty workdir) takes its finished runs back from there, and
+trains again only an arm whose parameters a read arm still to run needs (seeded, the same
+model on the same kind of machine). The config is
 a plain dictionary (configs/bench_length.py's, `to_dict()`).
 """
 
@@ -26,7 +29,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
@@ -222,9 +224,11 @@ def run_study(
     for done, (name, seed) in enumerate(todo):
         settings, directory = settings_of[name], run_dir(workdir, name, seed)
         result = own_runs.cached_result(directory, settings)
+        if result is None and raw_dir:  # finished on another machine or in another sitting
+            result = own_runs.cached_result(run_dir(raw_dir, name, seed), settings)
         if result is None:
             log(f"[{done + 1}/{len(todo)}] {name} seed {seed}: running")
-            scores, params = _run(settings, seed, workdir)
+            scores, params = _run(settings_of, name, seed, workdir)
             result = {"settings": settings, "seed": seed, **scores}
             own_runs.write_json(os.path.join(directory, RESULT), result)
             if "reads" not in settings:
@@ -233,24 +237,32 @@ def run_study(
             left = (time.time() - started) / (done + 1) * (len(todo) - done - 1)
             log(f"{name} seed {seed}: {_summary(result)}; about {left / 60:.0f} min left")
         if raw_dir:
-            target = run_dir(raw_dir, name, seed)
-            os.makedirs(target, exist_ok=True)
-            shutil.copyfile(os.path.join(directory, RESULT), os.path.join(target, RESULT))
+            own_runs.write_json(os.path.join(run_dir(raw_dir, name, seed), RESULT), result)
         results.setdefault(name, []).append(result)
     return results
 
 
-def _run(settings: Mapping, seed: int, workdir: str) -> tuple[dict, dict]:
+def _run(settings_of: Mapping, name: str, seed: int, workdir: str) -> tuple[dict, dict]:
     """(a run's scores, loss curve and seconds; its parameters)."""
-    started = time.time()
+    started, settings = time.time(), settings_of[name]
     if "reads" in settings:
-        directory = run_dir(workdir, settings["reads"], seed)
-        with open(os.path.join(directory, PARAMS), "rb") as f:  # the trained arm's, as saved
-            params = flax.serialization.msgpack_restore(f.read())
-        curve = []
+        params, curve = _trained_params(settings_of, settings["reads"], seed, workdir), []
     else:
         params, curve = train(settings, seed)
     return {**score(settings, params), "loss": curve, "run_s": time.time() - started}, params
+
+
+def _trained_params(settings_of: Mapping, name: str, seed: int, workdir: str):
+    """A trained arm's parameters as it saved them; trained again where its run was taken back
+    from the raw folder, which keeps no parameters."""
+    path = os.path.join(run_dir(workdir, name, seed), PARAMS)
+    if not os.path.exists(path):
+        params, _ = train(settings_of[name], seed)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(flax.serialization.to_bytes(params))
+    with open(path, "rb") as f:
+        return flax.serialization.msgpack_restore(f.read())
 
 
 def _summary(result: Mapping) -> str:

@@ -3,8 +3,9 @@ heat map, tables and verdicts, read from a task's raw folder by length_bench.rea
 
 As the ViT study's, the raw folder holds the bench's own files, so these kinds take the page
 and the folder's name, as `<!-- generated: raw bench_table("bench_passkey", "text") -->`.
-A folder not yet in the raw root (the bench not run yet) gives a line that says so, so the
-page's section stands before the bench has run and fills in when its raw files land.
+A folder not yet in the raw root (the bench not run yet), or one without the bench's record
+(its runs committed as they finish), gives a line that says so, so the page's section stands
+before the bench has run and fills in when the bench has finished.
 """
 
 from __future__ import annotations
@@ -18,9 +19,16 @@ from roformer_jax.studies.page_source import Page
 
 
 def _not_run(page: Page, name: str) -> str | None:
-    """The line a block shows while `name` has no raw files; None once it has."""
-    if os.path.exists(os.path.join(page.raw_root, name, length_bench.RECORD)):
+    """The line a block shows until `name` has its record, written when the bench finishes;
+    None once it has."""
+    folder = os.path.join(page.raw_root, name)
+    if os.path.exists(os.path.join(folder, length_bench.RECORD)):
         return None
+    if os.path.isdir(folder):
+        return (
+            f"*In progress: {name}/ holds the runs finished so far; this is drawn when the "
+            "bench has finished (the command above resumes from them).*"
+        )
     return f"*Not run yet: no raw files in {name}/ (the command above writes them).*"
 
 
