@@ -8,8 +8,9 @@ best checkpoint on the test file. The task kind (task_kinds.TASK_KINDS[cfg.task.
 gives the head, the encoding, the loss and the metrics; task_model.py the encoder and the
 optimizer. What pre-training provides is reused: `runs.load_run` (or `hf.load_hf_roformer`)
 for the encoder, `step.make_sums_train_step` for the update (per-row dropout keys, sums over
-devices), `optim` for AdamW with warm-up, `runtime.Devices` for jit on one device and pmap
-on several, and the loop pre-training runs, `train_loop.TrainLoop` (records, the NaN stop
+devices), `optim` for AdamW with warm-up, `mesh.devices_for` for jit on one device, pmap on
+several or one jit over a mesh (cfg.mesh: data, fsdp, tensor, context), and the loop
+pre-training runs, `train_loop.TrainLoop` (records, the NaN stop
 with its advice, checkpoints, signals), given fine-tuning's validation and keep-best save.
 
 Workdir: config.json, metrics.jsonl, tensorboard/, checkpoints/ (the latest epoch, for
@@ -41,6 +42,7 @@ from absl import logging
 from roformer_jax.data import builtin_tasks
 from roformer_jax.nn.model import evaluation_update
 from roformer_jax.nn.model_config import ModelConfig
+from roformer_jax.training import mesh as mesh_lib
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import runtime
 from roformer_jax.training import workdir as workdir_lib
@@ -48,7 +50,7 @@ from roformer_jax.training.checkpoints import Checkpoints
 from roformer_jax.training.finetune_config import FinetuneExperiment, TaskConfig
 from roformer_jax.training.step import make_sums_train_step
 from roformer_jax.training.task_kinds import TASK_KINDS, TaskKind, apply_model, read_examples
-from roformer_jax.training.task_model import load_encoder, model_and_optimizer
+from roformer_jax.training.task_model import load_encoder, model_and_optimizer, state_shapes
 from roformer_jax.training.train_loop import Due, TrainLoop
 
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -155,12 +157,14 @@ def _train_batch(rows, targets, step: int, steps_per_epoch: int, batch_size: int
 # ---------------------------------------------------------------- restore
 
 
-def _restore(workdir: str, abstract_state, model_cfg: ModelConfig, init, init_rng):
+def _restore(workdir: str, abstract_state, model_cfg: ModelConfig, init, init_rng, devices):
     """(state, progress) of the latest checkpoint, or the initial ones; progress holds the
     metric window since the last record, the best epoch so far and the training seconds."""
     latest = Checkpoints(os.path.join(workdir, "checkpoints"), keep=1)
     try:
-        restored = latest.restore(abstract_state, model_cfg)
+        restored = latest.restore(
+            abstract_state, model_cfg, shardings=devices.shardings(abstract_state)
+        )
     finally:
         latest.close()
     if restored is None:
@@ -176,7 +180,7 @@ class _Run(NamedTuple):
 
     cfg: FinetuneExperiment
     workdir: str
-    devices: runtime.Devices
+    devices: runtime.Devices | mesh_lib.MeshDevices
     data: TaskData
     model_cfg: ModelConfig
     schedule: Any
@@ -195,7 +199,7 @@ def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
 
 
 def _finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
-    fcfg, devices = cfg.finetune, runtime.Devices()
+    fcfg, devices = cfg.finetune, mesh_lib.devices_for(cfg.mesh)
     if devices.process_count > 1:
         raise ValueError("fine-tuning runs on one host (its devices: any number)")
     eval_batch = fcfg.eval_batch_size or fcfg.batch_size
@@ -206,6 +210,7 @@ def _finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
     model_cfg, encoder_params, tok = load_encoder(cfg.init_from, cfg.random_init_size)
     model_cfg = fcfg.encoder_config(model_cfg)
     data = load_data(cfg, tok, workdir)
+    devices.check_model(model_cfg, lengths=(data.row_shape[-1],))
 
     # --- Model and optimizer; the encoder's parameters replace the fresh ones. Shapes first.
     model, schedule, tx, init = model_and_optimizer(
@@ -221,14 +226,14 @@ def _finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
     abstract_state = jax.eval_shape(init, init_rng)
 
     # --- Restore, or initialize.
-    state, progress = _restore(workdir, abstract_state, model_cfg, init, init_rng)
+    state, progress = _restore(workdir, abstract_state, model_cfg, init, init_rng, devices)
     logging.info(
         "%s at step %d of %d", "resuming" if state.step else "starting", int(state.step), data.total
     )
     workdir_lib.write_json_atomically(
         os.path.join(workdir, workdir_lib.CONFIG_FILE), dataclasses.asdict(cfg)
     )
-    train_step, predict = _step_functions(model, tx, data.kind)
+    train_step, predict = _step_functions(model, tx, data.kind, cfg.mesh, data.row_shape)
     evaluate = functools.partial(_evaluate, predict, devices, eval_batch, data)
     run = _Run(cfg, workdir, devices, data, model_cfg, schedule, abstract_state, evaluate)
 
@@ -240,11 +245,12 @@ def _finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
 
 
 @functools.lru_cache(maxsize=32)
-def _step_functions(model, tx, kind: TaskKind):
-    """(train_step, predict), compiled for this process's devices: the same pair for the same
-    model, optimizer and kind (model_and_optimizer gives the same model and optimizer for the
-    same settings), so that jax.jit's caches serve a later run of them in this process."""
-    devices = runtime.Devices()  # a process's devices do not change
+def _step_functions(model, tx, kind: TaskKind, mesh: mesh_lib.MeshConfig, row_shape):
+    """(train_step, predict), compiled for this process's devices or `mesh`: the same pair
+    for the same model, optimizer, kind, mesh and rows (model_and_optimizer gives the same
+    model and optimizer for the same settings), so that jax.jit's caches serve a later run
+    of them in this process."""
+    devices = mesh_lib.devices_for(mesh)  # a process's devices do not change
 
     def sums(params, batch, **kwargs):  # the kind's loss, correct and count sums
         return kind.sums(apply_model(model, params, batch, **kwargs), batch)
@@ -253,7 +259,8 @@ def _step_functions(model, tx, kind: TaskKind):
         update = evaluation_update(steps_done)
         return apply_model(model, params, batch, deterministic=True, update=update)
 
-    return devices.compile(make_sums_train_step(sums, tx, axis_name=devices.axis), predict)
+    train_step = make_sums_train_step(sums, tx, axis_name=devices.axis)
+    return devices.compile(train_step, predict, state_shapes(model, tx, row_shape))
 
 
 def _evaluate(
@@ -348,7 +355,8 @@ def _final_metrics(run: _Run) -> dict:
     finally:
         best.close()
     kind, splits = run.data.kind, run.data.splits
-    params, steps_done = run.devices.replicate((best_state.params, best_state.step))
+    placed = run.devices.replicate(best_state)
+    params, steps_done = placed.params, placed.step
     final, predictions = {"best_step": int(best_state.step)}, {}
     for name in ("valid", "test"):
         if name in splits:

@@ -1,4 +1,5 @@
-"""What a fine-tuning run is: the task, the schedule, the optimizer, where the encoder comes from.
+"""What a fine-tuning run is: the task, the schedule, the optimizer, where the encoder comes from
+and where it runs (the device mesh).
 
     cfg = finetune_experiment_from_dict(config.to_dict())   # from an ml_collections config
 
@@ -15,6 +16,7 @@ from roformer_jax.data.tasks import TRUNCATIONS
 from roformer_jax.nn.heads import SUMMARY_POSITIONS
 from roformer_jax.nn.model_config import SIZES, ModelConfig
 from roformer_jax.training.config import section_from_dict
+from roformer_jax.training.mesh import MeshConfig
 from roformer_jax.training.optim import OptimConfig
 from roformer_jax.training.task_kinds import TASK_KINDS
 
@@ -110,6 +112,7 @@ class FinetuneExperiment:
     init_from: str | None = None
     random_init_size: str = "tiny"  # a key of model_config.SIZES; used only without init_from
     seed: int = 0  # head initialization, dropout and data order
+    mesh: MeshConfig = MeshConfig()  # where it runs: jit / pmap, or one jit over a mesh
 
     def __post_init__(self):
         if self.random_init_size not in SIZES:
@@ -118,7 +121,12 @@ class FinetuneExperiment:
             )
 
 
-SECTIONS = {"task": TaskConfig, "finetune": FinetuneConfig, "optim": OptimConfig}
+SECTIONS = {
+    "task": TaskConfig,
+    "finetune": FinetuneConfig,
+    "optim": OptimConfig,
+    "mesh": MeshConfig,
+}
 _TOP_LEVEL = ("init_from", "random_init_size", "seed")
 
 

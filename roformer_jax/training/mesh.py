@@ -68,6 +68,12 @@ PARAMETER_AXES = (
     (r".*position_gate/kernel", ("embed", None)),  # [D, K]: learned positions' increments
     (r".*position_gate/bias", (None,)),
     (r".*attention/(sinks|q_norm|k_norm)", (None,)),  # softmax's sinks [N], QK-norm's [H]
+    # Fine-tuning's task heads (nn/heads.py): a dense layer as the MLM head's, then a
+    # projection to a few labels.
+    (r"head/classifier/dense/kernel", ("embed", "embed")),
+    (r"head/classifier/dense/bias", ("embed",)),
+    (r"head/(classifier(/out_proj)?|qa_outputs)/kernel", ("embed", None)),  # [D, labels]
+    (r"head/(classifier(/out_proj)?|qa_outputs)/bias", (None,)),
 )
 
 # (logical axis, the mesh axes it may take), in priority order: each parameter's dimensions
@@ -210,9 +216,8 @@ def devices_for(mesh: MeshConfig) -> Devices | MeshDevices:
 
 
 class MeshDevices:
-    """One `jit` over a Mesh of all hosts' devices; runtime.Devices' interface (see there)
-    but `unshard` (fine-tuning's, which runs on runtime.Devices), with global arrays in place
-    of pmap's leading device axis."""
+    """One `jit` over a Mesh of all hosts' devices; runtime.Devices' interface (see there),
+    with global arrays in place of pmap's leading device axis."""
 
     axis = None  # no named axis: the step's sums are global sums under jit
 
@@ -320,6 +325,10 @@ class MeshDevices:
             return NamedSharding(self.mesh, PartitionSpec(BATCH, "context")) if split else self.rows
 
         return jax.tree.map(placed, batch)
+
+    def unshard(self, tree):
+        """Host numpy rows of the eval step's outputs, which it returns replicated."""
+        return jax.tree.map(np.asarray, tree)
 
     def first(self, tree):
         """Host numpy copies of the global values (gathered from every host)."""

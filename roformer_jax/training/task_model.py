@@ -70,6 +70,19 @@ def initial_params(model: heads.TaskModel, encoder_params, rng, ids):
 
 
 @functools.lru_cache(maxsize=32)
+def state_shapes(model: heads.TaskModel, tx, row_shape: tuple[int, ...]):
+    """The TrainState's shapes for `model` and `tx` at rows of `row_shape`, whichever encoder
+    it starts from: what step functions over a mesh are compiled for."""
+    ids = jnp.zeros((1, *row_shape), jnp.int32)
+
+    def init(rng):
+        params = model.init(rng, ids)["params"]
+        return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
+
+    return jax.eval_shape(init, jax.random.key(0))
+
+
+@functools.lru_cache(maxsize=32)
 def _jitted_init(model: heads.TaskModel):
     """jax.jit(model.init), one per model: a bound method is a new function at each access,
     and jit would trace it anew each time (unjitted, each op would compile on its own)."""
