@@ -1,20 +1,21 @@
 """The costliest test classes, taken in turns: each run of the suite checks one shard of them.
 
 The suite's budget is 6 minutes on 2 cores. About 1,800 tests, most of them a few programs to
-compile, cost twice that, and their cost is spread thin: sampling the parameter grids
-(tests/grid.py) saves ~10%. So the classes whose tests cost the most (`COSTS`, seconds per
-class from a whole run) are split into SHARDS shards of about equal cost, and a run of the
-whole suite checks every other class and one shard, picked by the run's seed: over runs,
-every class is checked, and a failure replays with the seed pytest prints.
+compile, cost twice that, and their cost is spread thin: the largest grids are sampled already
+(tests/grid.py), and sampling every parameterized family down to a third would save ~10% more.
+So the classes whose tests cost the most (`costs()`, seconds per class from a whole run) are
+split into SHARDS shards of about equal cost, and a run of the whole suite checks every other
+class and one shard, picked by the run's seed: over runs, every class is checked, and a
+failure replays with the seed pytest prints.
 
   ROFORMER_TEST_SEED=<int>   replays a run's shard (and grid draws).
   ROFORMER_FULL_SUITE=1      runs every class (and every grid case).
   python -m pytest tests/x_test.py  (files or tests named, or -k, -m): all of what is asked for.
 
 A class's cost includes what its tests share (a subprocess started once, a module's reference
-run), so it goes, or stays, whole. `COSTS` is data, remade from a whole run:
+run), so it goes, or stays, whole. The costs are data, remade from a whole run:
 
-  ROFORMER_FULL_SUITE=1 python -m pytest -q -n auto tests --junitxml=/tmp/suite.xml
+  python -m pytest -q -n auto tests/*_test.py --junitxml=/tmp/suite.xml   # every class
   python tests/rotation.py /tmp/suite.xml        # rewrites tests/class_seconds.json
 """
 
