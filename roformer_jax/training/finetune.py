@@ -10,8 +10,8 @@ optimizer. What pre-training provides is reused: `runs.load_run` (or `hf.load_hf
 for the encoder, `step.make_sums_train_step` for the update (per-row dropout keys, sums over
 devices), `optim` for AdamW with warm-up, `mesh.devices_for` for jit on one device, pmap on
 several or one jit over a mesh (cfg.mesh: data, fsdp, tensor, context), and the loop
-pre-training runs, `train_loop.TrainLoop` (records, the NaN stop
-with its advice, checkpoints, signals), given fine-tuning's validation and keep-best save.
+pre-training runs, `train_loop.TrainLoop` (records, the NaN stop with its advice,
+checkpoints, signals), given fine-tuning's validation and keep-best save.
 
 Workdir: config.json, metrics.jsonl, tensorboard/, checkpoints/ (the latest epoch, for
 resume), best/ (the epoch with the best validation metric), data/ (a builtin task's files),
