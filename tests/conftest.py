@@ -98,19 +98,21 @@ def _left_out(config) -> set[str]:
 
 def pytest_collection_modifyitems(config, items):
     left_out = _left_out(config)
-    kept = [item for item in items if rotation.class_of(item.nodeid) not in left_out]
-    if len(kept) < len(items):
-        config.hook.pytest_deselected(items=[i for i in items if i not in set(kept)])
+    kept, dropped = [], []
+    for item in items:
+        (dropped if rotation.class_of(item.nodeid) in left_out else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
         items[:] = kept
 
 
 def _grids(config) -> str:
     if grid.full():
         return f"the full suite ({grid.FULL_VARIABLE}=1): every grid case and test class"
-    turn, left_out = "", _left_out(config)
+    turn, left_out, shards = "", _left_out(config), rotation.SHARDS
     if left_out:
         turn = (
-            f"; heavy classes: shard {_SEED % rotation.SHARDS + 1} of {rotation.SHARDS}, "
+            f"; heavy classes: shard {rotation.turn(_SEED, shards) + 1} of {shards}, "
             f"{len(left_out)} classes left to other runs (tests/rotation.py)"
         )
     return f"sampled parameter grids{turn}: replay with {grid.SEED_VARIABLE}={_SEED}"

@@ -51,10 +51,15 @@ def shards(class_costs: Mapping[str, float], count: int, threshold: float) -> li
     return groups
 
 
+def turn(seed: int, count: int) -> int:
+    """The shard whose turn a run of `seed` is."""
+    return seed % count
+
+
 def skipped(class_costs: Mapping[str, float], seed: int, count: int, threshold: float) -> set[str]:
-    """The heavy classes a run of `seed` leaves out: those of every shard but seed % count."""
+    """The heavy classes a run of `seed` leaves out: those of every shard but its turn's."""
     groups = shards(class_costs, count, threshold)
-    return {name for i, group in enumerate(groups) if i != seed % count for name in group}
+    return {name for i, group in enumerate(groups) if i != turn(seed, count) for name in group}
 
 
 def class_of(nodeid: str) -> str:

@@ -20,8 +20,8 @@ and one whose settings differ is a ValueError. The raw folder holds each RESULT 
 (study_record.make_record's fields), from which the results page is rebuilt; a bench started
 again on a fresh machine (an empty workdir) takes its finished runs back from there, and
 trains again only an arm whose parameters a read arm still to run needs (seeded, the same
-model on the same kind of machine). The config is
-a plain dictionary (configs/bench_length.py's, `to_dict()`).
+model on the same kind of machine). The config is a plain dictionary
+(configs/bench_length.py's, `to_dict()`).
 """
 
 from __future__ import annotations
