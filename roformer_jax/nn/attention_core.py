@@ -185,8 +185,9 @@ def grouped_product(qf, states):
     return out.reshape(b, n, length, -1)
 
 
-def kernel_sums(qf, kf, values, *, causal, chunk_size, segments=None, log_decay=None):
-    """Σ_j (qf_i·kf_j) values_j over all j, or over j <= i when causal; O(L) memory.
+def kernel_sums(terms, *, causal, chunk_size, segments=None, log_decay=None):
+    """Σ_j (qf_i·kf_j) values_j over all j, or over j <= i when causal, for each term
+    (qf, kf, values) of `terms`; O(L) memory. Returns one [B, N, L, E] per term.
 
     qf [B, N, L, F], kf [B, K, M, F], values [B, K, M, E] -> [B, N, L, E]; query head n reads
     key/value head n // G. segments: None, or int [B, L] (L == M), each token's segment
@@ -198,45 +199,58 @@ def kernel_sums(qf, kf, values, *, causal, chunk_size, segments=None, log_decay=
     [L, F, E] tensor, nor anything [L, L].
     log_decay: None, or [B, N, L] log gates (causal only, K = N: the caller repeats keys and
     values for each query head): key j's term at query i is weighted by
-    exp(Σ_{t=j+1..i} log_decay[t]) (`decay.chunk_gates`).
+    exp(Σ_{t=j+1..i} log_decay[t]) (`decay.chunk_gates`). The terms share the mask and the
+    gates, formed once (eq. 19's two sums: the gates' backward pass runs once, not twice).
     """
     if not causal and segments is None:
-        return grouped_product(qf, jnp.einsum("BKMF,BKME->BKFE", kf, values))
-    b, n, length, f = qf.shape
-    kv = kf.shape[1]
+        return [
+            grouped_product(qf, jnp.einsum("BKMF,BKME->BKFE", kf, values))
+            for qf, kf, values in terms
+        ]
+    b, n, length, f = terms[0][0].shape
+    kv = terms[0][1].shape[1]
     g = n // kv
     c = min(chunk_size, length)
     pad = -length % c
     if pad:  # zero keys and values add nothing; the padded queries are cut off below
         widths = ((0, 0), (0, 0), (0, pad), (0, 0))
-        qf, kf, values = (jnp.pad(x, widths) for x in (qf, kf, values))
+        terms = [tuple(jnp.pad(x, widths) for x in term) for term in terms]
         if segments is not None:
             segments = jnp.pad(segments, ((0, 0), (0, pad)), mode="edge")
         if log_decay is not None:
             log_decay = jnp.pad(log_decay, ((0, 0), (0, 0), (0, pad)))
     j = (length + pad) // c
-    # A chunk's queries of the G heads of a group, [G·C, F], meet the chunk's keys in one
-    # product: [B, N, L, F] = [B, K, G, J, C, F] -> [B, K, J, G·C, F] (no copy when G = 1).
-    qc = qf.reshape(b, kv, g, j, c, f).transpose(0, 1, 3, 2, 4, 5).reshape(b, kv, j, g * c, f)
-    kc, vc = (x.reshape(b, kv, j, c, x.shape[-1]) for x in (kf, values))
-
     visible = jnp.tril(jnp.ones((c, c), bool)) if causal else None  # [C, C]
     if segments is not None:
         segments = segments.reshape(b, 1, j, c)  # [B, 1, J, C]
         same = segments[..., :, None] == segments[..., None, :]  # [B, 1, J, C, C]
         visible = same if visible is None else same & visible
-    scores = jnp.einsum("BKJQF,BKJDF->BKJQD", qc, kc)
-    visible = jnp.tile(visible, (1,) * (visible.ndim - 2) + (g, 1))
     gates = None
     if log_decay is not None:
         inside, gates, q_scale, k_scale = decay.chunk_gates(log_decay.reshape(b, kv, j, c), visible)
-        scores, qc, kc = scores * inside, qc * q_scale, kc * k_scale
-    scores = jnp.where(visible, scores, 0.0)
-    out = jnp.einsum("BKJQD,BKJDE->BKJQE", scores, vc) + _carried(qc, kc, vc, segments, g, gates)
-    if not causal:
-        out = out + _carried(qc, kc, vc, segments, g, later=True)
-    out = out.reshape(b, kv, j, g, c, -1).transpose(0, 1, 3, 2, 4, 5)  # [B, K, G, J, C, E]
-    return out.reshape(b, n, j * c, -1)[:, :, :length]
+    visible = jnp.tile(visible, (1,) * (visible.ndim - 2) + (g, 1))
+    sums = []
+    for qf, kf, values in terms:
+        # A chunk's queries of the G heads of a group, [G·C, F], meet the chunk's keys in one
+        # product: [B, N, L, F] = [B, K, G, J, C, F] -> [B, K, J, G·C, F] (no copy at G = 1).
+        f = qf.shape[-1]
+        qc = qf.reshape(b, kv, g, j, c, f).transpose(0, 1, 3, 2, 4, 5).reshape(b, kv, j, g * c, f)
+        kc, vc = (x.reshape(b, kv, j, c, x.shape[-1]) for x in (kf, values))
+        scores = jnp.einsum("BKJQF,BKJDF->BKJQD", qc, kc)
+        if gates is None:
+            carried = _carried(qc, kc, vc, segments, g)
+        else:
+            # exp(b_i) and exp(A - b_j) scale the product's ends, [C, E], not qc and kc,
+            # [C, F]: rotated features are not formed again (and E = 1 for a denominator).
+            scores = scores * inside
+            carried = q_scale * _carried(qc, kc, k_scale * vc, segments, g, gates)
+        scores = jnp.where(visible, scores, 0.0)
+        out = jnp.einsum("BKJQD,BKJDE->BKJQE", scores, vc) + carried
+        if not causal:
+            out = out + _carried(qc, kc, vc, segments, g, later=True)
+        out = out.reshape(b, kv, j, g, c, -1).transpose(0, 1, 3, 2, 4, 5)  # [B, K, G, J, C, E]
+        sums.append(out.reshape(b, n, j * c, -1)[:, :, :length])
+    return sums
 
 
 def _carried(qc, kc, vc, segments, g, gates=None, *, later=False):
@@ -345,19 +359,17 @@ def kernel_attention(
     else:
         qd, kd = den_features
         terms = [(qn, kn, v), (qd, kd, ones)]
+    terms = [(qx, keys(kx), keys(values)) for qx, kx, values in terms]
+    totals = kernel_sums(
+        terms,
+        causal=causal,
+        chunk_size=options.chunk_size,
+        segments=segments,
+        log_decay=log_decay,
+    )
     before = [None] * len(terms) if state is None else state
     sums, after = [], []
-    for (qx, kx, values), seen in zip(terms, before):
-        kx, values = keys(kx), keys(values)
-        total = kernel_sums(
-            qx,
-            kx,
-            values,
-            causal=causal,
-            chunk_size=options.chunk_size,
-            segments=segments,
-            log_decay=log_decay,
-        )
+    for (qx, kx, values), total, seen in zip(terms, totals, before):
         if across is not None:
             total = total + across(qx, kx, values)
         if seen is not None:
