@@ -252,9 +252,11 @@ class EndToEndTest(absltest.TestCase):
         with open(os.path.join(mesh, "config.json"), encoding="utf-8") as f:
             self.assertEqual(json.load(f)["mesh"]["tensor"], 2)
 
-    def test_fine_tuning_over_fsdp_and_tensor_on_8_devices_trains_as_on_1(self):
+    def test_fine_tuning_over_fsdp_tensor_and_context_on_8_devices_trains_as_on_1(self):
         # A random tiny encoder and a fresh classifier on the builtin task, one epoch of 14
-        # steps: every head's parameters split by the rules, validated on gathered outputs.
+        # steps: every head's parameters split by the rules, each row's positions split over
+        # context (the head reads its pooled token from another device), validated on
+        # gathered outputs.
         overrides = dict(finetune__batch_size=64, finetune__log_every=7, task__max_length=32)
         config = finetune_classification.get_config("runlocal")
         config.update_from_flattened_dict({k.replace("__", "."): v for k, v in overrides.items()})
@@ -265,6 +267,7 @@ class EndToEndTest(absltest.TestCase):
             "finetune_classification.py:runlocal",
             "--config.mesh.fsdp=2",
             "--config.mesh.tensor=2",
+            "--config.mesh.context=2",
             script="finetune.py",
             overrides=overrides,
         )
@@ -279,4 +282,5 @@ class EndToEndTest(absltest.TestCase):
         for key, value in final.items():  # a near tie of a random head may flip an example
             self.assertAlmostEqual(got[key], value, delta=0.02, msg=key)
         with open(os.path.join(mesh, "config.json"), encoding="utf-8") as f:
-            self.assertEqual(json.load(f)["mesh"]["fsdp"], 2)
+            sizes = {"data": None, "fsdp": 2, "tensor": 2, "context": 2}  # data: what is left
+            self.assertEqual(json.load(f)["mesh"], sizes)
