@@ -126,15 +126,33 @@ def _decoded(name, q, k, v, log_decay, blocks, window=None):
 
 
 class FormulaTest(parameterized.TestCase):
-    def test_chunked_sums_are_the_written_out_sums(self):
-        # Softmax's fast path: chunks that do (1, L) and do not (2, 3) divide L, through gates
+    def test_gate_features_multiply_to_the_written_out_sums(self):
+        # Softmax's form: chunks that do (1, L) and do not (2, 3) divide L, through gates
         # down to -30, whose long products a difference of prefix sums would round.
         with jax.enable_x64(True):
             log_decay = _log_decay(4, scale=15.0)
-            want = attention.decay_sums(log_decay)
+            want = attention.decay_sums(log_decay)  # [B, N, L, L]
+            seen = np.tril(np.ones((L, L), bool))  # j <= i: what a causal mask leaves
             for chunk in (1, 2, 3, L):
-                got = decay.chunked_sums(log_decay, chunk)
-                np.testing.assert_allclose(got, want, rtol=1e-12, atol=0, err_msg=str(chunk))
+                qg, kg = decay.gate_features(log_decay, chunk)
+                got = jnp.einsum("BLNF,BMNF->BNLM", qg, kg)
+                np.testing.assert_allclose(
+                    got[..., seen], want[..., seen], rtol=1e-12, atol=0, err_msg=str(chunk)
+                )
+
+    def test_softmax_past_one_chunk_is_the_written_out_sum_as_a_bias(self):
+        # L = 200: chunks of 64 (the last of 8) through softmax_attention's own path, with
+        # grouped heads (the gates per query head make keys and values per query head).
+        with jax.enable_x64(True):
+            rng = np.random.default_rng(0)
+            q = jnp.asarray(rng.standard_normal((1, 200, 4, 8)))
+            k, v = (jnp.asarray(rng.standard_normal((1, 200, 2, 8))) for _ in range(2))
+            log_decay = jnp.asarray(-rng.random((1, 200, 4)))
+            want = attention.softmax_attention(
+                q, k, v, causal=True, bias=attention.decay_sums(log_decay)
+            )
+            got = attention.softmax_attention(q, k, v, causal=True, log_decay=log_decay)
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
     @parameterized.named_parameters(*NAMES)
     def test_float64_equals_the_written_out_sum(self, name):

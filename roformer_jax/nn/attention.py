@@ -181,12 +181,13 @@ def softmax_attention(
             dropout_rng=dropout_rng,
             example_ids=example_ids,
         )
-    if log_decay is not None:  # decay_sums, by chunks: fused into the scores (docs/speed.md)
-        gates = decay.chunked_sums(log_decay.astype(compute_dtype(q)))
-        bias = gates if bias is None else bias + gates
+    scale = None
+    if log_decay is not None:  # decay_sums in the scores' own product (docs/speed.md)
+        scale = q.shape[-1] ** -0.5
+        q, k, v = decay.with_gate_features(q, k, v, log_decay.astype(compute_dtype(q)))
     visible = _visible(mask, causal, segment_ids, window, chunk, q.shape[1], k.shape[1])
     return softmax_over_visible(
-        q, k, v, visible, bias, dropout_rate, dropout_rng, example_ids, sinks
+        q, k, v, visible, bias, dropout_rate, dropout_rng, example_ids, sinks, scale
     )
 
 

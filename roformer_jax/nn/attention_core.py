@@ -82,20 +82,32 @@ def option_names(options: type) -> frozenset[str]:
 
 
 def softmax_over_visible(
-    q, k, v, visible, bias, dropout_rate=0.0, dropout_rng=None, example_ids=None, sinks=None
+    q,
+    k,
+    v,
+    visible,
+    bias,
+    dropout_rate=0.0,
+    dropout_rng=None,
+    example_ids=None,
+    sinks=None,
+    scale=None,
 ):
     """softmax(q kᵀ / √H + bias) v over the visible keys; q, k already rotated.
 
     q [B, L, N, H], k, v [B, M, K, H]; visible: bool, broadcastable to [B, N, L, M]; bias
     [B or 1, N, L, M] or None. A row with no visible key gets zeros. Dropout as in
     `attention.softmax_attention`; sinks [N] or None, as `sinks.softmax_with_sinks`.
+    scale: the scores' factor, 1/√H of q's H when None; given where q and k are wider than v
+    (`decay.with_gate_features`), which the fused form does not take.
     Returns [B, L, N, H] in q's dtype.
     """
     if bias is not None:
         _check_bias(bias, q, k)
     dtype = compute_dtype(q)
     # The fused form forms its scores in float32: float64 inputs keep the einsum form's.
-    if dropout_rate == 0.0 and sinks is None and not on_cpu() and dtype == jnp.float32:
+    fits = dropout_rate == 0.0 and sinks is None and scale is None
+    if fits and not on_cpu() and dtype == jnp.float32:
         return _fused_softmax(q, k, v, visible, bias)
     b, length, n, h = q.shape
     kv, keys = k.shape[2], k.shape[1]
@@ -113,7 +125,8 @@ def softmax_over_visible(
         return x.reshape(x.shape[0], *heads_, *x.shape[2:])
 
     visible = grouped(visible)
-    scores = jnp.einsum("BKGLH,BMKH->BKGLM", q, k, preferred_element_type=dtype) * (h**-0.5)
+    scale = h**-0.5 if scale is None else scale
+    scores = jnp.einsum("BKGLH,BMKH->BKGLM", q, k, preferred_element_type=dtype) * scale
     if bias is not None:
         scores = scores + grouped(bias).astype(dtype)
     logits = jnp.where(visible, scores, jnp.finfo(dtype).min)
@@ -130,7 +143,7 @@ def softmax_over_visible(
         keep = _threefry.bernoulli_rows(dropout_rng, example_ids, 1.0 - dropout_rate, shape)
         weights = jnp.where(grouped(keep), weights / (1.0 - dropout_rate), 0.0)
     weights = weights.astype(v.dtype)  # [B, K, G, L, M]
-    out = jnp.einsum("BKGLM,BMKH->BLKGH", weights, v).reshape(b, length, n, h)
+    out = jnp.einsum("BKGLM,BMKH->BLKGH", weights, v).reshape(b, length, n, v.shape[-1])
     return out.astype(q.dtype)
 
 

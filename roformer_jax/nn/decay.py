@@ -6,7 +6,8 @@ FoX (Lin et al. 2025), a decay learned from the input, or RetNet's fixed decay p
 (Sun et al. 2023). The formula, written out, is `attention.decay_sums`; here are its forms:
 for the linear kinds, ones that never build [L, L] (within a chunk, the sums since the
 chunk's start; between chunks, a state multiplied by each chunk's decay); for softmax's
-scores, the [L, L] sums from per-chunk sums (`chunked_sums`). Every exponent they take is
+scores, the same sums as features of the scores' own product (`gate_features`). Every
+exponent they take is
 <= 0, so a long product of gates underflows to 0 and never overflows.
 
 Glossary of shapes: B batch, L length, N query heads, K key/value heads, J chunks, C chunk
@@ -83,35 +84,46 @@ def later_sums(log_decay):
     return jnp.concatenate([jnp.flip(flipped, axis=-1)[..., 1:], 0 * log_decay[..., :1]], -1)
 
 
-def chunked_sums(log_decay, chunk: int = 64):
-    """`attention.decay_sums` from sums over chunks of C: [B, L, N] -> [B, N, L, L] (0 where
-    j >= i), with nothing of size [L, L] but the answer, so that XLA fuses it into the
-    scores where `decay_sums` sums [L, L] terms.
+def gate_features(log_decay, chunk: int | None = None):
+    """`attention.decay_sums` as features: [B, L, N] -> (qg, kg), each [B, L, N, 2 + J], with
+    qg_i · kg_j = Σ_{t=j+1..i} log_decay[t] for j <= i (j > i: any value, for a causal mask
+    to hide), so that softmax adds its gates in the scores' own product (`with_gate_features`).
 
-    Query i in chunk I, key j in an earlier chunk J: b_i (I's gates up to i) + the chunks
-    strictly between (their totals, summed as `decay_sums` sums gates) + J's gates after j
-    (`later_sums`): terms <= 0 each, so no digit is lost to a difference of long sums. j in
-    I: b_i - b_j, as `chunk_gates`.
+    In chunks of C positions: qg_i = [b_i, 1, D(I, ·)] and kg_j = [1, -b_j, onehot(J)], b_i
+    the gates of i's chunk I up to i (`chunk_gates`) and D(I, J) = Σ_{J <= K < I} A_K the
+    totals A of chunk J and of those between it and I: b_i - b_j inside a chunk, b_i + (A_J -
+    b_j) + the chunks between for a key of an earlier chunk J. Each D is a sum of terms <= 0,
+    so no digit is lost to a difference of long sums; b_i - b_j is the difference of two
+    sums of at most C gates.
     """
     b, length, n = log_decay.shape
-    c = min(chunk, length)
-    x = jnp.pad(heads_last(log_decay, log_decay.dtype), ((0, 0), (0, 0), (0, -length % c)))
-    x = x.reshape(b, n, -1, c)  # [B, N, J, C]
-    inside, after = jnp.cumsum(x, axis=-1), later_sums(x)  # b_i; the gates after j
-    totals = inside[..., -1]  # [B, N, J]
-    chunks = jnp.arange(x.shape[2])
-    later = chunks[:, None] > chunks[None, :]  # chunk I after chunk J, [J, J]
-    upto = jnp.cumsum(jnp.where(later, totals[..., :, None], 0.0), axis=-2)  # J < K <= I
-    between = jnp.pad(upto[..., :-1, :], ((0, 0), (0, 0), (1, 0), (0, 0)))  # J < K < I
-    far = inside[..., :, :, None, None] + between[..., :, None, :, None]
-    far = far + after[..., None, None, :, :]  # [B, N, J(I), C(i), J, C(j)]
-    near = inside[..., :, :, None] - inside[..., :, None, :]  # [B, N, J, C(i), C(j)]
-    t = jnp.arange(c)
-    near = jnp.where(t[:, None] > t[None, :], near, 0.0)[..., :, :, None, :]
-    same = (chunks[:, None] == chunks[None, :])[:, None, :, None]  # [J, 1, J, 1]
-    sums = jnp.where(same, near, jnp.where(later[:, None, :, None], far, 0.0))
-    padded = x.shape[2] * c
-    return sums.reshape(b, n, padded, padded)[..., :length, :length]
+    # 2 + J features widen the product: at most 32 chunks (H + 34), of 64 positions or more.
+    c = min(chunk or max(64, -(-length // 32)), length)
+    x = jnp.pad(log_decay, ((0, 0), (0, -length % c), (0, 0))).reshape(b, -1, c, n)
+    j = x.shape[1]  # x [B, J, C, N]
+    inside = jnp.cumsum(x, axis=2)  # b
+    chunks = jnp.arange(j)
+    from_j = (chunks[:, None] >= chunks[None, :])[:, :, None]  # K >= J, [J(K), J, 1]
+    upto = jnp.cumsum(jnp.where(from_j, inside[:, :, None, -1], 0.0), axis=1)  # J <= K <= I
+    d = jnp.pad(upto[:, :-1], ((0, 0), (1, 0), (0, 0), (0, 0)))  # J <= K < I: [B, I, J, N]
+    d = jnp.broadcast_to(jnp.moveaxis(d, 2, 3)[:, :, None], (b, j, c, n, j))
+    onehot = jnp.broadcast_to(jnp.eye(j, dtype=x.dtype)[None, :, None, None], (b, j, c, n, j))
+    ones = jnp.ones_like(inside[..., None])
+    qg = jnp.concatenate([inside[..., None], ones, d], axis=-1)
+    kg = jnp.concatenate([ones, -inside[..., None], onehot], axis=-1)
+    shape = (b, j * c, n, j + 2)
+    return qg.reshape(shape)[:, :length], kg.reshape(shape)[:, :length]
+
+
+def with_gate_features(q, k, v, log_decay):
+    """q [B, L, N, H], k, v [B, M, K, H] and log gates [B, L, N] -> q and k widened by
+    `gate_features` (the gates' part times √H, which the scores' 1/√H undoes), keys and values
+    per query head: (q·k)/√H + Σ_{t=j+1..i} log_decay[t] in one product."""
+    n, root = q.shape[2], q.shape[-1] ** 0.5
+    k, v = (jnp.swapaxes(per_query_head(jnp.swapaxes(x, 1, 2), n), 1, 2) for x in (k, v))
+    qg, kg = gate_features(log_decay)
+    q = jnp.concatenate([q, (root * qg).astype(q.dtype)], axis=-1)
+    return q, jnp.concatenate([k, kg.astype(k.dtype)], axis=-1), v
 
 
 def decay_state(seen, kx, log_decay):
