@@ -7,8 +7,7 @@ FoX (Lin et al. 2025), a decay learned from the input, or RetNet's fixed decay p
 for the linear kinds, ones that never build [L, L] (within a chunk, the sums since the
 chunk's start; between chunks, a state multiplied by each chunk's decay); for softmax's
 scores, the same sums as features of the scores' own product (`gate_features`). Every
-exponent they take is
-<= 0, so a long product of gates underflows to 0 and never overflows.
+exponent they take is <= 0, so a long product of gates underflows to 0 and never overflows.
 
 Glossary of shapes: B batch, L length, N query heads, K key/value heads, J chunks, C chunk
 length, F features, E value columns, T new tokens of a decode step.
