@@ -33,14 +33,18 @@ def main(argv):
     started, config, workdir, raw = time.time(), _CONFIG.value, _WORKDIR.value, _RAW_DIR.value
     settings = config.to_dict()
     results = vit_study.run_study(settings, workdir, raw_dir=raw, log=logging.info)
-    footnote = vit_study.footnote(settings, provenance.machine())
-    png = vit_study.figure(settings, results, os.path.join(workdir, "vit.png"), footnote=footnote)
-    print(
-        vit_study.accuracy_table(settings, results),
-        vit_study.paired_table(settings, results),
-        sep="\n\n",
-    )
-    logging.info("wrote %s", png)
+    if settings.get("select"):  # validation digits alone: the rates it chooses, no test table
+        print(vit_study.chosen_rates(settings, results))
+    else:
+        footnote = vit_study.footnote(settings, provenance.machine())
+        png = os.path.join(workdir, "vit.png")
+        vit_study.figure(settings, results, png, footnote=footnote)
+        print(
+            vit_study.accuracy_table(settings, results),
+            vit_study.paired_table(settings, results),
+            sep="\n\n",
+        )
+        logging.info("wrote %s", png)
     if raw:
         record = study_flags.record(config, wall_s=time.time() - started, unigram=None)
         vit_study.write_record(raw, record)

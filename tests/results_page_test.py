@@ -10,12 +10,13 @@ the check fail).
 import json
 import os
 import shutil
+import tempfile
 
 import tiny
 from absl.testing import absltest, parameterized
 from page_cases import _PAGE, _RAW, _RUN, _read, _unknown
 
-from roformer_jax.studies import results_page, study_record
+from roformer_jax.studies import results_page, study_record, vit_study
 
 
 def _change_final_valid_loss(raw):
@@ -153,6 +154,14 @@ class ResultsPageTest(parameterized.TestCase):
         block, inline = results_page.render(text, root, changed=_unknown).split("|")
         self.assertIn("In progress: docs/results/raw/gates/", block)
         self.assertIn(results_page.IN_PROGRESS_INLINE, inline)
+
+    def test_a_vit_study_is_in_progress_until_its_record_is_written(self):
+        # The ViT study writes record.json, not study.json, once its last run is in.
+        root = tempfile.mkdtemp()
+        os.makedirs(os.path.join(root, "vit_select", "none", "seed0"))
+        self.assertEqual(results_page._awaited(root, "vit_select"), "in progress")
+        vit_study.write_record(os.path.join(root, "vit_select"), {"finished": True})
+        self.assertIsNone(results_page._awaited(root, "vit_select"))
 
     @parameterized.named_parameters(
         ("unknown_kind", "causal_wikitext2 median() --><!-- end generated -->", "kind 'median'"),

@@ -46,6 +46,7 @@ from roformer_jax.studies import (
     page_provenance,
     page_vit,
     study_record,
+    vit_study,
 )
 from roformer_jax.studies.page_source import Page, read_json
 from roformer_jax.training import provenance
@@ -120,8 +121,10 @@ def _awaited(raw_root: str, folder: str) -> str | None:
     """Why an awaited study's blocks cannot be drawn yet ("not run", "in progress"), or None."""
     if not os.path.isdir(os.path.join(raw_root, folder)):
         return "not run"
-    record = os.path.join(raw_root, folder, study_record.FILE)
-    if not os.path.exists(record) or not study_record.is_finished(read_json(record)):
+    # A trainer study's record, or the ViT study's (written once its last run is in).
+    records = [os.path.join(raw_root, folder, f) for f in (study_record.FILE, vit_study.RECORD)]
+    record = next((r for r in records if os.path.exists(r)), None)
+    if record is None or not study_record.is_finished(read_json(record)):
         return "in progress"
     return None
 
