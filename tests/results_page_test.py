@@ -10,7 +10,6 @@ the check fail).
 import json
 import os
 import shutil
-import tempfile
 
 import tiny
 from absl.testing import absltest, parameterized
@@ -157,7 +156,7 @@ class ResultsPageTest(parameterized.TestCase):
 
     def test_a_vit_study_is_in_progress_until_its_record_is_written(self):
         # The ViT study writes record.json, not study.json, once its last run is in.
-        root = tempfile.mkdtemp()
+        root = tiny.workdir()
         os.makedirs(os.path.join(root, "vit_select", "none", "seed0"))
         self.assertEqual(results_page._awaited(root, "vit_select"), "in progress")
         vit_study.write_record(os.path.join(root, "vit_select"), {"finished": True})

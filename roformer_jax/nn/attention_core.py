@@ -220,7 +220,7 @@ def kernel_sums(terms, *, causal, chunk_size, segments=None, log_decay=None):
             grouped_product(qf, jnp.einsum("BKMF,BKME->BKFE", kf, values))
             for qf, kf, values in terms
         ]
-    b, n, length, f = terms[0][0].shape
+    b, n, length, _ = terms[0][0].shape
     kv = terms[0][1].shape[1]
     g = n // kv
     c = min(chunk_size, length)
