@@ -48,6 +48,58 @@ class PageNumbersTest(absltest.TestCase):
             results_page.render(first + "<!-- end generated -->", _RAW, changed=_unknown),
         )
 
+    def test_verdict_and_claim_are_where_the_diffs_interval_lies(self):
+        def inner(kind, args, study="positions_long_wikitext2"):
+            text = f"<!-- generated: {study} {kind}({args}) --><!-- end generated -->"
+            rendered = results_page.render(text, _RAW, changed=_unknown)
+            return rendered.split("-->")[1].split("<!--")[0]
+
+        for args, side, status in (
+            ('"RoPE (RoFormer)"', "lower than", "shown"),  # than the baseline, BERT
+            ('"learned (BERT)", "RoPE (RoFormer)"', "higher than", "contradicted"),
+            ('"sinusoidal", "ALiBi"', "level with", "not shown"),  # the interval holds 0
+        ):
+            self.assertEqual(inner("verdict", args), side)
+            self.assertEqual(inner("claim", args), f"{status} (n = 3)")
+        with self.assertRaisesRegex(ValueError, "1 seed.s., no interval"):
+            inner("verdict", '"none", "learned (BERT)"', "long_training_wikitext2")
+
+    def test_a_joined_study_compares_runs_of_several_folders(self):
+        # Issue 56: BERT changed one way a run (bert_order) against seed 0's BERT, trained apart.
+        joined = "bert_order_wikitext2+long_training_wikitext2"
+        text = "|".join(
+            f"<!-- generated: {study} {kind} --><!-- end generated -->"
+            for study, kind in (
+                (joined, 'diff("BERT, pre-LN", "learned (BERT)")'),
+                (joined, 'figure(curves=True, runs=["BERT, pre-LN", "learned (BERT)"])'),
+                ("positions_long_wikitext2+bert_order_wikitext2", "figure(curves=True)"),
+            )
+        )
+        value, one, mixed = [
+            part.split("-->")[1].split("<!--")[0]
+            for part in results_page.render(text, _RAW, changed=_unknown).split("|")
+        ]
+        runs = [
+            study_record.read_raw(os.path.join(_RAW, folder)).results[run][0][-1]
+            for folder, run in (
+                ("bert_order_wikitext2", "BERT, pre-LN"),
+                ("long_training_wikitext2", "learned (BERT)"),
+            )
+        ]
+        expected = runs[0]["valid/loss_128"] - runs[1]["valid/loss_128"]
+        self.assertEqual(value, f"{expected:+.3f}")
+        self.assertIn(f"](results/{joined}.png)", one)
+        self.assertIn("*n = 1 seeds per line.*", one)
+        self.assertIn("n = 1–3 seeds per line; bands", mixed)
+        # A joined study's files beside a run are read from the folder that has them.
+        steps = f"<!-- generated: {joined} position_table_steps('learned (BERT)') -->"
+        alone = steps.replace(joined, "long_training_wikitext2")
+        end = "<!-- end generated -->"
+        self.assertEqual(
+            results_page.render(steps + end, _RAW).split("-->")[1],
+            results_page.render(alone + end, _RAW).split("-->")[1],
+        )
+
     def test_length_verdicts_follow_the_intervals_and_the_multiplicity_line(self):
         pairs = [["xPos", "RoPE"], ["xPos", "RoPE tuned at 512"], ["BERT", "RoPE tuned at 512"]]
 

@@ -153,12 +153,17 @@ class ResultsPageTest(parameterized.TestCase):
         block, inline = results_page.render(text, root, changed=_unknown).split("|")
         self.assertIn("In progress: docs/results/raw/gates/", block)
         self.assertIn(results_page.IN_PROGRESS_INLINE, inline)
+        # Of a joined study, the first folder not run, else the first in progress.
+        study_record.write(os.path.join(root, "done"), {"finished": True})
+        self.assertIsNone(results_page._awaited(root, "done+done"))
+        self.assertEqual(results_page._awaited(root, "done+gates"), ("in progress", "gates"))
+        self.assertEqual(results_page._awaited(root, "gates+absent"), ("not run", "absent"))
 
     def test_a_vit_study_is_in_progress_until_its_record_is_written(self):
         # The ViT study writes record.json, not study.json, once its last run is in.
         root = tiny.workdir()
         os.makedirs(os.path.join(root, "vit_select", "none", "seed0"))
-        self.assertEqual(results_page._awaited(root, "vit_select"), "in progress")
+        self.assertEqual(results_page._awaited(root, "vit_select"), ("in progress", "vit_select"))
         vit_study.write_record(os.path.join(root, "vit_select"), {"finished": True})
         self.assertIsNone(results_page._awaited(root, "vit_select"))
 

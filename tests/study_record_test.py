@@ -75,6 +75,50 @@ class StudyRecordTest(absltest.TestCase):
         with self.assertRaisesRegex(FileNotFoundError, "run 'a' lacks a metrics.jsonl"):
             study_record.read_raw(raw)
 
+    def test_join_pools_a_runs_seeds_from_several_studies(self):
+        # Issue 56: seeds 1 and 2 of a run trained at a later sitting, read beside seed 0's.
+        _, runs = _study()
+        root = tiny.workdir()
+
+        def study(name, seeds, runs_of):
+            config = ConfigDict({"seeds": seeds, "title": name})
+            config.runs = ConfigDict({n: {} for n in runs_of}, sort_keys=False)
+            for run, cfg in runs_of.items():
+                for seed in seeds:
+                    _write_run(run_dirs.run_dir(os.path.join(root, name), run, seed), cfg(seed))
+            record = study_record.make_record(
+                argv=[], config_file="c.py", config=config, wall_s=1.0, unigram=6.0
+            )
+            study_record.write(os.path.join(root, name), record)
+            return study_record.read_raw(os.path.join(root, name))
+
+        def seed(run, moved=False, **train):
+            cfg = runs[run][0]
+            cache = "/elsewhere" if moved else None
+            train = dataclasses.replace(cfg.train, data_cache_dir=cache, **train)
+            return lambda s: dataclasses.replace(cfg, seed=s, train=train)
+
+        first = study("first", (0,), {"b": seed("b"), "a": seed("a")})
+        second = study("second", (2, 1), {"a": seed("a", moved=True), "c": seed("b")})
+        joined = study_record.join([first, second])
+        self.assertEqual(joined.name, "first+second")
+        self.assertEqual(list(joined.runs), ["b", "a", "c"])
+        self.assertEqual(
+            {n: [c.seed for c in r] for n, r in joined.runs.items()},
+            {"b": [0], "a": [0, 1, 2], "c": [1, 2]},
+        )
+        # Each seed's records stay with its config: the fake loss is 1 + seed.
+        self.assertEqual([r[-1]["train/loss"] for r in joined.results["a"]], [1.0, 2.0, 3.0])
+        self.assertEqual(joined.config["seeds"], [0, 1, 2])
+        self.assertEqual(list(joined.config["runs"]), ["b", "a", "c"])
+        with self.assertRaisesRegex(ValueError, "run 'b' seed 0 is in two"):
+            study_record.join([first, first])
+        other = study("other", (1,), {"a": seed("a", steps=3)})
+        with self.assertRaisesRegex(
+            ValueError, "run 'a' differs between the studies in train.steps"
+        ):
+            study_record.join([first, other])
+
 
 if __name__ == "__main__":
     absltest.main()

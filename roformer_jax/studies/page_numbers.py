@@ -6,6 +6,7 @@ markdown.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -18,6 +19,8 @@ from roformer_jax.studies import (
     plots,
     reproduction,
     run_dirs,
+    stats,
+    study_record,
     tables,
 )
 from roformer_jax.studies.page_source import Page, read_json
@@ -27,10 +30,14 @@ from roformer_jax.studies.study_record import RawStudy
 FIGURES = "results"  # figures' folder, relative to the page
 
 
-def figure(raw: RawStudy, curves: bool = False, *, page: Page) -> str:
+def figure(raw: RawStudy, curves: bool = False, runs: list | None = None, *, page: Page) -> str:
     """The study's figure, drawn into page.figures_dir when given, with its n: a length
     study's loss by length, or with `curves` its runs' training curves (those of every other
-    study)."""
+    study), of `runs` alone where given (a joined study's, study_record.join)."""
+    if runs is not None:
+        raw = dataclasses.replace(
+            raw, runs={n: raw.runs[n] for n in runs}, results={n: raw.results[n] for n in runs}
+        )
     config, seeds = raw.config, raw.config["seeds"]
     by_length = raw.scores is not None and not curves
     name = raw.name + ("_curves" if raw.scores is not None and curves else "")
@@ -69,7 +76,9 @@ def figure(raw: RawStudy, curves: bool = False, *, page: Page) -> str:
         if by_length
         else "bands: ±1 sample std (ddof 1); differences from the baseline: 95% t-interval"
     )
-    n = f"n = {len(seeds)} seeds per line" + (f"; {spread}" if len(seeds) > 1 else "")
+    counts = sorted({len(configs) for configs in raw.runs.values()})  # a joined study's differ
+    n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    n = f"n = {n} seeds per line" + (f"; {spread}" if counts[-1] > 1 else "")
     return f"![{name}]({FIGURES}/{name}.png)\n\n*{n}.*"
 
 
@@ -216,6 +225,31 @@ def diff(
     return tables.interval_text(diffs)
 
 
+def verdict(raw: RawStudy, name: str, baseline: str | None = None, step: int | None = None) -> str:
+    """Where diff's 95% interval lies (the same arguments, without a length): "lower than",
+    "higher than", or "level with" where it holds 0, for a sentence "A's loss is ... B's";
+    a ValueError under two seeds, where there is no interval to read (say one seed instead)."""
+    return _side(raw, name, baseline, step)[0]
+
+
+def claim(raw: RawStudy, name: str, baseline: str | None = None, step: int | None = None) -> str:
+    """README's status of the claim that run `name`'s loss is below `baseline`'s (verdict's
+    arguments): "shown", "not shown" (the interval holds 0) or "contradicted", and its n."""
+    side, n = _side(raw, name, baseline, step)
+    status = {"lower than": "shown", "level with": "not shown", "higher than": "contradicted"}
+    return f"{status[side]} (n = {n})"
+
+
+def _side(raw: RawStudy, name: str, baseline: str | None, step: int | None) -> tuple[str, int]:
+    baseline = baseline or raw.config["baseline"]
+    diffs = tables.paired_diffs(raw.results, name, baseline, _paired_key(raw), step)
+    if len(diffs) < 2:
+        raise ValueError(f"{name} − {baseline}: {len(diffs)} seed(s), no interval to judge by")
+    _, low, high = stats.t_interval(diffs)
+    side = "lower than" if high < 0 else "higher than" if low > 0 else "level with"
+    return side, len(diffs)
+
+
 def length_change(raw: RawStudy, name: str, length: int, shorter: int) -> str:
     """Mean [95% t-interval] of evaluation `name`'s loss at `length` minus its loss at
     `shorter`, seed by seed (length studies): what the extra context does to one model."""
@@ -271,8 +305,13 @@ def _position_files(raw: RawStudy, run: str, page: Page, every: bool) -> list:
 
 
 def _raw_file(raw: RawStudy, page: Page, run: str, seed: int, name: str) -> str:
-    """The path of file `name` beside seed `seed` of run `run` in the study's raw folder."""
-    return os.path.join(run_dirs.run_dir(os.path.join(page.raw_root, raw.name), run, seed), name)
+    """The path of file `name` beside seed `seed` of run `run` in the study's raw folder (of
+    a joined study, the first of its folders that has it)."""
+    paths = [
+        os.path.join(run_dirs.run_dir(os.path.join(page.raw_root, folder), run, seed), name)
+        for folder in raw.name.split(study_record.JOIN)
+    ]
+    return next((path for path in paths if os.path.exists(path)), paths[0])
 
 
 def _table_changes(records: list[tuple[int, dict]]) -> str:

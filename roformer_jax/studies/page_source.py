@@ -9,7 +9,7 @@ import json
 import os
 from collections.abc import Callable
 
-from roformer_jax.studies.study_record import RawStudy, read_raw
+from roformer_jax.studies.study_record import JOIN, RawStudy, join, read_raw
 
 
 @dataclasses.dataclass
@@ -23,6 +23,10 @@ class Page:
     studies: dict[str, RawStudy] = dataclasses.field(default_factory=dict)
 
     def study(self, name: str) -> RawStudy:
+        """The study of folder `name`, or of folders joined by study_record.JOIN read as one
+        (study_record.join)."""
+        if name not in self.studies and JOIN in name:
+            self.studies[name] = join([self.study(part) for part in name.split(JOIN)])
         if name not in self.studies:
             if not os.path.isdir(os.path.join(self.raw_root, name)):
                 folders = sorted(os.listdir(self.raw_root))

@@ -98,8 +98,9 @@ def render(
         folder = _folder(name, positional)
         awaited = marked.endswith(AWAITED) and _awaited(raw_root, folder)
         if awaited:
-            inline, block = _AWAITED_TEXT[awaited]
-            inner = inline if kind in INLINE else block.format(folder=folder)
+            reason, waiting = awaited
+            inline, block = _AWAITED_TEXT[reason]
+            inner = inline if kind in INLINE else block.format(folder=waiting)
         else:
             target = page if name == ALL else page.study(name)
             extra = {"page": page} if kind in _USES_PAGE else {}
@@ -117,16 +118,19 @@ _AWAITED_TEXT = {
 }
 
 
-def _awaited(raw_root: str, folder: str) -> str | None:
-    """Why an awaited study's blocks cannot be drawn yet ("not run", "in progress"), or None."""
-    if not os.path.isdir(os.path.join(raw_root, folder)):
-        return "not run"
-    # A trainer study's record, or the ViT study's (written once its last run is in).
-    records = [os.path.join(raw_root, folder, f) for f in (study_record.FILE, vit_study.RECORD)]
-    record = next((r for r in records if os.path.exists(r)), None)
-    if record is None or not study_record.is_finished(read_json(record)):
-        return "in progress"
-    return None
+def _awaited(raw_root: str, folder: str) -> tuple[str, str] | None:
+    """(why, which folder) where an awaited study's blocks cannot be drawn yet ("not run",
+    "in progress"; of a joined study, its first folder not run, else in progress), or None."""
+    in_progress = None
+    for part in folder.split(study_record.JOIN):
+        if not os.path.isdir(os.path.join(raw_root, part)):
+            return "not run", part
+        # A trainer study's record, or the ViT study's (written once its last run is in).
+        records = [os.path.join(raw_root, part, f) for f in (study_record.FILE, vit_study.RECORD)]
+        record = next((r for r in records if os.path.exists(r)), None)
+        if record is None or not study_record.is_finished(read_json(record)):
+            in_progress = in_progress or ("in progress", part)
+    return in_progress
 
 
 def differences(page: str, regenerated: str, *, name: str = "docs/results.md") -> str:
@@ -183,6 +187,8 @@ KINDS = {
     "stage_held_out_table": page_numbers.stage_held_out_table,
     "mean": page_numbers.mean,
     "diff": page_numbers.diff,
+    "verdict": page_numbers.verdict,
+    "claim": page_numbers.claim,  # README's status cell
     "length_change": page_numbers.length_change,
     "below_from": page_numbers.below_from,
     "reaches": page_numbers.reaches,
@@ -232,6 +238,8 @@ INLINE = {
     "vit_stale",
     "mean",
     "diff",
+    "verdict",
+    "claim",
     "length_change",
     "below_from",
     "reaches",

@@ -38,7 +38,11 @@ from ml_collections import ConfigDict
 from roformer_jax.studies import length_study, raw_files, run_dirs
 from roformer_jax.training import metrics as metrics_lib
 from roformer_jax.training import provenance
-from roformer_jax.training.config import ExperimentConfig, experiment_config_from_dict
+from roformer_jax.training.config import (
+    ExperimentConfig,
+    config_diff,
+    experiment_config_from_dict,
+)
 
 FILE = "study.json"
 
@@ -163,6 +167,51 @@ def read_raw(raw_dir: str) -> RawStudy:
     name = os.path.basename(os.path.normpath(raw_dir))
     dirty = any(s.get("dirty") for s in sessions)
     return RawStudy(name, record, runs, results, scores, commits, dirty)
+
+
+JOIN = "+"  # between the folders of a joined study's name: "bert_seeds_x+long_training_x"
+
+
+def join(studies: Sequence[RawStudy]) -> RawStudy:
+    """Several studies read as one, named by their names joined with JOIN: every run of any of
+    them, in their order, and a run that several have takes each one's seeds, ordered by seed
+    (the paired tables pair seeds by their place, so a run with seeds 0-2 pairs its seed 0
+    with a one-seed run's). For runs trained apart, at a later sitting, that a study's
+    intervals need together (issue 56: BERT's seeds 1 and 2 beside seed 0's run).
+
+    The record is the first study's, its config's runs and seeds the union; length scores are
+    left out (scores are read per study). Raises ValueError where one seed of a run is in two
+    studies, or where a run's configs differ in anything but the seed and the data cache.
+    """
+    runs: dict[str, list[ExperimentConfig]] = {}
+    results: dict[str, list[list[dict]]] = {}
+    for raw in studies:
+        for name, configs in raw.runs.items():
+            for cfg, records in zip(configs, raw.results[name]):
+                seen = runs.setdefault(name, [])
+                if any(c.seed == cfg.seed for c in seen):
+                    raise ValueError(f"run {name!r} seed {cfg.seed} is in two of the studies")
+                if seen:
+                    ignore = ("seed", "train.data_cache_dir")
+                    changed = config_diff(dataclasses.asdict(seen[0]), cfg, ignore=ignore)
+                    if changed:
+                        raise ValueError(
+                            f"run {name!r} differs between the studies in {', '.join(changed)}"
+                        )
+                seen.append(cfg)
+                results.setdefault(name, []).append(records)
+    for name, configs in runs.items():
+        order = sorted(range(len(configs)), key=lambda i: configs[i].seed)
+        runs[name] = [configs[i] for i in order]
+        results[name] = [results[name][i] for i in order]
+    first = studies[0]
+    config = dict(first.config)
+    config["runs"] = {n: r for raw in studies for n, r in raw.config["runs"].items()}
+    config["seeds"] = sorted({cfg.seed for configs in runs.values() for cfg in configs})
+    record = dict(first.record, config=config, finished=all(s.finished for s in studies))
+    commits = list(dict.fromkeys(c for raw in studies for c in raw.commits))
+    name = JOIN.join(raw.name for raw in studies)
+    return RawStudy(name, record, runs, results, None, commits, any(s.dirty for s in studies))
 
 
 def trained_runs(workdir: str, raw_dir: str | None = None) -> list[str]:
