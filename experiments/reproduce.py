@@ -5,7 +5,8 @@ r"""Retrains one run of a committed study at the current commit and compares it 
   python experiments/reproduce.py --raw_dir=docs/results/raw/positions_long_wikitext2 \
       --run="learned (BERT)" --trained=docs/results/raw/positions_lr_sweep/BERT_lr_1e-3/seed0
   python experiments/reproduce.py --raw_dir=docs/results/raw/long_doc_pairs --run=MLM \
-      --init_from=runs/reproduce/long_doc_pilot/run --workdir=runs/reproduce/long_doc_pairs
+      --init_from=runs/reproduce/long_doc_pilot/RoPE_RoFormer_/seed0 \
+      --workdir=runs/reproduce/long_doc_pairs
   python experiments/reproduce.py --raw_dir=docs/results/raw/long_training_wikitext2 \
       --run="RoPE (RoFormer)" --steps=2000 --workdir=runs/reproduce/long_training_wikitext2
 
@@ -25,9 +26,13 @@ start, not its later steps (reproduced.json and the page say "over its first N o
 Rerun without --steps, the same workdir finishes the run.
 
 A run that starts from another run's parameters (train.init_from) starts, retrained, from
---init_from: that run retrained by this command at the same commit (its --workdir's run/);
-a start trained in another version is refused, since the two would be no one version's
-numbers, and so is one that has not finished (retrained with --steps).
+--init_from: that run retrained by this command at the same commit (its folder under that
+--workdir); a start trained in another version is refused, since the two would be no one
+version's numbers, and so is one that has not finished (retrained with --steps).
+
+The rerun trains in --workdir/<run>/seed<k>/, a study's layout, so that the study's readers
+of checkpoints (experiments/position_table.py, attention_distance.py) take --workdir as they
+take a study's, and write into its raw folder with --raw_dir.
 """
 
 import json
@@ -81,7 +86,7 @@ def main(argv):
         run_dirs.check_same_config(workdir, experiment_config_from_dict(config))
     elif _WORKDIR.value:
         config["train"]["data_cache_dir"] = os.path.join(_WORKDIR.value, "data")
-        workdir = os.path.join(_WORKDIR.value, "run")
+        workdir = run_dirs.run_dir(_WORKDIR.value, _RUN.value, _SEED.value)
         loop.train_and_evaluate(experiment_config_from_dict(config), workdir, until=_STEPS.value)
     else:
         raise app.UsageError("give --workdir (train it again) or --trained (a run trained)")

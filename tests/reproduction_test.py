@@ -171,17 +171,18 @@ class CommandTest(absltest.TestCase):
             record = self._record(raw_root, "r")
             self.assertTrue(record["identical"], where)
             self.assertEqual(record["steps"], 3)
-            session = provenance.read(os.path.join(again, "run"))["sessions"][0]
+            session = provenance.read(run_dirs.run_dir(again, "r", 0))["sessions"][0]
             self.assertEqual(record["commit"], session["commit"])
             self.assertEqual(record["machine"], session["machine"])
         # A rerun resumed at another commit is not one version's numbers.
-        path = os.path.join(again, "run", provenance.FILE)
+        # The rerun trains in a study's layout, where the readers of checkpoints look.
+        path = os.path.join(run_dirs.run_dir(again, "r", 0), provenance.FILE)
         with open(path, encoding="utf-8") as f:
             sessions = json.load(f)
         sessions["sessions"].append({**session, "commit": "another", "start_step": 2})
         with open(path, "w", encoding="utf-8") as f:
             json.dump(sessions, f)
-        for where in (f"--workdir={again}", f"--trained={os.path.join(again, 'run')}"):
+        for where in (f"--workdir={again}", f"--trained={run_dirs.run_dir(again, 'r', 0)}"):
             # --workdir: the run is there, finished, and not retrained
             done = self._reproduce(raw_root, "r", where)
             self.assertNotEqual(done.returncode, 0, where)
@@ -219,9 +220,9 @@ class CommandTest(absltest.TestCase):
         self.assertEqual(done.returncode, 0, done.stderr[-3000:])
         record = self._record(raw_root, "a")
         self.assertEqual((record["identical"], record["until"], record["of_steps"]), (True, 2, 3))
-        self.assertEqual(metrics.read_metrics(os.path.join(early, "run"))[-1]["step"], 2)
+        self.assertEqual(metrics.read_metrics(run_dirs.run_dir(early, "a", 0))[-1]["step"], 2)
         done = self._reproduce(
-            raw_root, "b", f"--workdir={again}_2", f"--init_from={os.path.join(early, 'run')}"
+            raw_root, "b", f"--workdir={again}_2", f"--init_from={run_dirs.run_dir(early, 'a', 0)}"
         )
         self.assertNotEqual(done.returncode, 0)
         self.assertIn("has not finished its 3 steps", done.stderr)
