@@ -4,7 +4,8 @@ r"""The ViT resolution study in one command (configs/study_vit.py's docstring sa
       --raw_dir=docs/results/raw/vit
 
 Trains each encoding x seed (cached in <workdir>, resumable), scores every image size, prints
-the accuracy and paired tables, and draws <workdir>/vit.png. With --raw_dir, copies each run's
+the accuracy and paired tables, and draws <workdir>/vit.png (`:select`: prints the rates it
+chooses on the validation digits instead). With --raw_dir, copies each run's
 result.json there as it finishes and at the end writes record.json (the command, config, code
 and machine), from which `python experiments/results_page.py` rebuilds docs/results.md's section.
 """
@@ -33,18 +34,8 @@ def main(argv):
     started, config, workdir, raw = time.time(), _CONFIG.value, _WORKDIR.value, _RAW_DIR.value
     settings = config.to_dict()
     results = vit_study.run_study(settings, workdir, raw_dir=raw, log=logging.info)
-    if settings.get("select"):  # validation digits alone: the rates it chooses, no test table
-        print(vit_study.chosen_rates(settings, results))
-    else:
-        footnote = vit_study.footnote(settings, provenance.machine())
-        png = os.path.join(workdir, "vit.png")
-        vit_study.figure(settings, results, png, footnote=footnote)
-        print(
-            vit_study.accuracy_table(settings, results),
-            vit_study.paired_table(settings, results),
-            sep="\n\n",
-        )
-        logging.info("wrote %s", png)
+    png = os.path.join(workdir, "vit.png")
+    print(vit_study.report(settings, results, png, provenance.machine()))
     if raw:
         record = study_flags.record(config, wall_s=time.time() - started, unigram=None)
         vit_study.write_record(raw, record)

@@ -10,6 +10,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tiny
 import tolerance
 from absl.testing import absltest, parameterized
 
@@ -190,6 +191,20 @@ class StudyTest(absltest.TestCase):
         self.assertNotIn("select", vit_study.runs(chosen)["none"])  # it scores the test digits
         with self.assertRaisesRegex(ValueError, "scored its test digits"):
             vit_study.chosen_rates(chosen, results)
+        # The command prints the chosen rates of a selection study, and draws nothing.
+        png = os.path.join(tiny.workdir(), "vit.png")
+        printed = vit_study.report(config, results, png, machine={})
+        self.assertEqual(printed, str(vit_study.chosen_rates(config, results)))
+        self.assertFalse(os.path.exists(png))
+
+    def test_report_of_a_study_on_the_test_digits_is_its_tables_and_figure(self):
+        config = study_vit.get_config().to_dict()
+        results = _fake_results(config)
+        png = os.path.join(tiny.workdir(), "vit.png")
+        printed = vit_study.report(config, results, png, machine={})
+        self.assertIn(vit_study.accuracy_table(config, results), printed)
+        self.assertIn(vit_study.paired_table(config, results), printed)
+        self.assertTrue(os.path.exists(png))
 
     def test_zoomed_crops(self):
         images = np.random.default_rng(2).random((B, 8, 8, 1)).astype(np.float32)

@@ -362,6 +362,16 @@ def figure(config: Mapping, results: Mapping, path: str, *, footnote: str = "") 
     )
 
 
+def report(config: Mapping, results: Mapping, png: str, machine: Mapping) -> str:
+    """What the study's command prints: a selection study's chosen rates (it scored no test
+    digit, so it has no test table or figure), else the accuracy and paired tables, with the
+    figure drawn into `png` (its footnote names `machine`)."""
+    if config.get("select"):
+        return str(chosen_rates(config, results))
+    figure(config, results, png, footnote=footnote(config, machine))
+    return f"{accuracy_table(config, results)}\n\n{paired_table(config, results)}\n\nwrote {png}"
+
+
 def footnote(config: Mapping, machine: Mapping) -> str:
     model_cfg = config["model"]
     return (
