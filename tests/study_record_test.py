@@ -99,18 +99,22 @@ class StudyRecordTest(absltest.TestCase):
             return lambda s: dataclasses.replace(cfg, seed=s, train=train)
 
         first = study("first", (0,), {"b": seed("b"), "a": seed("a")})
-        second = study("second", (2, 1), {"a": seed("a", moved=True), "c": seed("b")})
-        joined = study_record.join([first, second])
-        self.assertEqual(joined.name, "first+second")
+        second = study("second", (2, 1), {"a": seed("a", moved=True)})
+        third = study("third", (0, 1), {"c": seed("b")})
+        joined = study_record.join([first, second, third])
+        self.assertEqual(joined.name, "first+second+third")
         self.assertEqual(list(joined.runs), ["b", "a", "c"])
         self.assertEqual(
             {n: [c.seed for c in r] for n, r in joined.runs.items()},
-            {"b": [0], "a": [0, 1, 2], "c": [1, 2]},
+            {"b": [0], "a": [0, 1, 2], "c": [0, 1]},
         )
         # Each seed's records stay with its config: the fake loss is 1 + seed.
         self.assertEqual([r[-1]["train/loss"] for r in joined.results["a"]], [1.0, 2.0, 3.0])
         self.assertEqual(joined.config["seeds"], [0, 1, 2])
         self.assertEqual(list(joined.config["runs"]), ["b", "a", "c"])
+        # Seeds 1 and 2 of a run alone would pair with seeds 0 and 1 of the others.
+        with self.assertRaisesRegex(ValueError, r"run 'a' has seeds \[1, 2\], not the first"):
+            study_record.join([second, third])
         with self.assertRaisesRegex(ValueError, "run 'b' seed 0 is in two"):
             study_record.join([first, first])
         other = study("other", (1,), {"a": seed("a", steps=3)})

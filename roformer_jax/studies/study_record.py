@@ -174,14 +174,15 @@ JOIN = "+"  # between the folders of a joined study's name: "bert_seeds_x+long_t
 
 def join(studies: Sequence[RawStudy]) -> RawStudy:
     """Several studies read as one, named by their names joined with JOIN: every run of any of
-    them, in their order, and a run that several have takes each one's seeds, ordered by seed
-    (the paired tables pair seeds by their place, so a run with seeds 0-2 pairs its seed 0
-    with a one-seed run's). For runs trained apart, at a later sitting, that a study's
-    intervals need together (issue 56: BERT's seeds 1 and 2 beside seed 0's run).
+    them, in their order, and a run that several have takes each one's seeds, ordered by seed.
+    For runs trained apart, at a later sitting, that a study's intervals need together (issue
+    56: BERT's seeds 1 and 2 beside seed 0's run).
 
     The record is the first study's, its config's runs and seeds the union; length scores are
     left out (scores are read per study). Raises ValueError where one seed of a run is in two
-    studies, or where a run's configs differ in anything but the seed and the data cache.
+    studies, where a run's configs differ in anything but the seed and the data cache, and
+    where a run's seeds are not the first of all the runs' seeds: the paired tables pair seeds
+    by their place, which is then their seed (a one-seed run's seed 0 with seed 0 of three).
     """
     runs: dict[str, list[ExperimentConfig]] = {}
     results: dict[str, list[list[dict]]] = {}
@@ -204,10 +205,17 @@ def join(studies: Sequence[RawStudy]) -> RawStudy:
         order = sorted(range(len(configs)), key=lambda i: configs[i].seed)
         runs[name] = [configs[i] for i in order]
         results[name] = [results[name][i] for i in order]
+    seeds = sorted({cfg.seed for configs in runs.values() for cfg in configs})
+    for name, configs in runs.items():
+        if [c.seed for c in configs] != seeds[: len(configs)]:
+            raise ValueError(
+                f"run {name!r} has seeds {[c.seed for c in configs]}, not the first of {seeds}: "
+                "its seeds would pair with others by place"
+            )
     first = studies[0]
     config = dict(first.config)
     config["runs"] = {n: r for raw in studies for n, r in raw.config["runs"].items()}
-    config["seeds"] = sorted({cfg.seed for configs in runs.values() for cfg in configs})
+    config["seeds"] = seeds
     record = dict(first.record, config=config, finished=all(s.finished for s in studies))
     commits = list(dict.fromkeys(c for raw in studies for c in raw.commits))
     name = JOIN.join(raw.name for raw in studies)
