@@ -37,10 +37,10 @@ class PageProvenanceTest(parameterized.TestCase):
 
     def test_a_vit_study_is_stale_from_its_record_commit(self):
         text = '<!-- generated: raw vit_stale("vit") -->old<!-- end generated -->'
-        commits = {"76dffe3": ["roformer_jax/nn/vit.py"]}
+        commits = {"cb2fd1b": ["roformer_jax/nn/vit.py"]}
         page = results_page.render(text, _RAW, changed=lambda commit: commits.get(commit[:7]))
         self.assertIn(
-            "**Stale:** 1 files of roformer_jax/ and configs/ changed since 76dffe3", page
+            "**Stale:** 1 files of roformer_jax/ and configs/ changed since cb2fd1b", page
         )
         self.assertEqual(results_page.differences(text, page), "")  # a stale mark, left out
 

@@ -166,12 +166,13 @@ def _vit_row(page: Page, name: str) -> str:
     """A wall-time row for a ViT study (vit_study's raw files: each run's train_s, which
     includes its compilation and scoring)."""
     record, results = vit_study.read_results(os.path.join(page.raw_root, name))
-    training = sum(result["train_s"] for seeds in results.values() for result in seeds)
+    training = vit_study.training_s(results)
     core_hours = record["machine"]["cpus"] * training / 3600
     runs = sum(len(seeds) for seeds in results.values())
+    wall = vit_study.command_wall_s(record, results)
     return (
         f"| {name} | {runs} | {_minutes(training)} | n/a | {core_hours:.1f} | "
-        f"{_minutes(record['wall_s'])} |"
+        f"{_minutes(wall) if wall else 'n/a'} |"
     )
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import shlex
 
+import numpy as np
+
 from roformer_jax.studies import tables, vit_study
 from roformer_jax.studies.page_numbers import FIGURES
 from roformer_jax.studies.page_source import Page
@@ -27,14 +29,19 @@ def _read(page: Page, name: str) -> tuple[dict, dict]:
 def vit_header(page: Page, name: str) -> str:
     """The commit, machine and wall time of the command, and the command."""
     record, results = _read(page, name)
-    code, machine, wall = record["code"], record["machine"], record["wall_s"]
+    code, machine = record["code"], record["machine"]
+    wall = vit_study.command_wall_s(record, results)
     dirty = " with uncommitted changes" if code.get("dirty") else ""
     seeds = len(record["config"]["seeds"])
+    took = (
+        f"the command took {int(wall // 60)} min {int(wall % 60)} s"
+        if wall
+        else "it ran in pieces (runs found cached), so no single wall time"
+    )
     return (
         f"Ran at commit {(code.get('commit') or 'unknown')[:7]}{dirty}, {machine['cpus']} "
         f"{machine['architecture']} cores, JAX {machine['jax']} ({machine['backend']}): "
-        f"{len(results)} encodings × n = {seeds} seeds; the command took "
-        f"{int(wall // 60)} min {int(wall % 60)} s (the cores were shared).\n\n"
+        f"{len(results)} encodings × n = {seeds} seeds; {took}.\n\n"
         f"    python {shlex.join(record['argv'])}"
     )
 
@@ -77,19 +84,27 @@ def vit_verdict(page: Page, name: str, pair: str) -> str:
 
 
 def vit_claim(page: Page, name: str, pair: str) -> str:
-    """README's status and measured cells of the pair (inline, "STATUS | MEASURED"): the
-    sizes past the training one where its interval stays apart from 0 under Holm for the
-    study's family (vit_multiplicity's), and its difference at the first of them; none
-    surviving: "not shown" and the difference at the first size past training."""
+    """README's status and measured cells of the claim that the pair's first encoding is the
+    more accurate past the training size (inline, "STATUS | MEASURED"): the sizes past the
+    training one where its interval stays apart from 0 under Holm for the study's family
+    (vit_multiplicity's), above 0 ("shown at") or below ("contradicted at"), and its
+    difference at the first of them; none surviving: "not shown" and the difference at the
+    first size past training."""
     config, results = _read_config_results(page, name)
     kept = tables.holm_kept(_family(config, results))
     past = [size for size in config["eval_sizes"] if size != config["train_size"]]
-    sizes = [size for size in past if _label(pair, size) in kept]
+    diffs = {s: vit_study.paired_differences(config, results, pair, s) for s in past}
+    sides = {"shown": [], "contradicted": []}
+    for size in past:
+        if _label(pair, size) in kept:
+            sides["shown" if np.mean(diffs[size]) > 0 else "contradicted"].append(size)
+    status = "; ".join(
+        f"{side} at {', '.join(map(str, sizes))} px" for side, sizes in sides.items() if sizes
+    )
+    size = (sides["shown"] or sides["contradicted"] or past)[0]
     n = len(config["seeds"])
-    status = f"shown at {', '.join(map(str, sizes))} px" if sizes else "not shown"
-    size = (sizes or past)[0]
-    diff = tables.interval_text(vit_study.paired_differences(config, results, pair, size))
-    return f"{status} (n = {n}, Holm) | {diff} at {size} px"
+    diff = tables.interval_text(diffs[size])
+    return f"{status or 'not shown'} (n = {n}, Holm) | {diff} at {size} px"
 
 
 def vit_chosen(page: Page, name: str) -> str:
