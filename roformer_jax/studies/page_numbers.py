@@ -30,10 +30,18 @@ from roformer_jax.studies.study_record import RawStudy
 FIGURES = "results"  # figures' folder, relative to the page
 
 
-def figure(raw: RawStudy, curves: bool = False, runs: list | None = None, *, page: Page) -> str:
+def figure(
+    raw: RawStudy,
+    curves: bool = False,
+    runs: list | None = None,
+    baseline: str | None = None,
+    *,
+    page: Page,
+) -> str:
     """The study's figure, drawn into page.figures_dir when given, with its n: a length
     study's loss by length, or with `curves` its runs' training curves (those of every other
-    study), of `runs` alone where given (a joined study's, study_record.join)."""
+    study), of `runs` alone where given (a joined study's, study_record.join), differences
+    from `baseline` where given (else the study's baseline)."""
     if runs is not None:
         raw = dataclasses.replace(
             raw, runs={n: raw.runs[n] for n in runs}, results={n: raw.results[n] for n in runs}
@@ -57,7 +65,7 @@ def figure(raw: RawStudy, curves: bool = False, runs: list | None = None, *, pag
                 reference=_present(config.get("position_reference"), raw.scores),
             )
         else:
-            exp, baseline = next(iter(raw.runs.values()))[0], config.get("baseline")
+            exp, baseline = next(iter(raw.runs.values()))[0], baseline or config.get("baseline")
             paired = None
             if baseline is not None:
                 paired = tables.paired_curves(raw.results, baseline, _paired_key(raw))
