@@ -10,7 +10,13 @@ import tiny
 from absl.testing import absltest, parameterized
 from page_cases import _PAGE, _RAW, _read
 
-from roformer_jax.studies import page_provenance, results_page, study_record
+from roformer_jax.studies import (
+    length_bench,
+    own_runs,
+    page_provenance,
+    results_page,
+    study_record,
+)
 
 
 class PageProvenanceTest(parameterized.TestCase):
@@ -116,6 +122,34 @@ class PageProvenanceTest(parameterized.TestCase):
         with open(path, "w", encoding="utf-8") as f:
             json.dump(record, f)
         self.assertIn(" 2 x86_64 cores (AMD EPYC, AVX-512), JAX", results_page.render(text, raw))
+
+    def test_the_bench_has_its_row_running_and_finished_and_its_header(self):
+        # The bench trains its own runs (own_runs): result.json with run_s, then bench.json.
+        raw = tiny.workdir()
+        folder = os.path.join(raw, "bench_x")
+        for arm, seed, run_s in (("RoPE", 0, 100.0), ("RoPE", 1, 140.0), ("NoPE", 0, 60.0)):
+            path = os.path.join(folder, arm, f"seed{seed}", "result.json")
+            own_runs.write_json(path, {"run_s": run_s})
+        text = "<!-- generated: raw wall_time_table() --><!-- end generated -->"
+        row = results_page.render(text, raw).splitlines()[3]
+        self.assertEqual(row, "| bench_x (in progress) | 3 so far | 5 min 0 s | n/a | n/a | n/a |")
+        os.remove(os.path.join(folder, "NoPE", "seed0", "result.json"))
+        os.rmdir(os.path.join(folder, "NoPE", "seed0"))
+        record = {
+            "config": {"arms": ["RoPE"], "seeds": [0, 1]},
+            "code": {"commit": "abcdef0", "dirty": False},
+            "machine": {"cpus": 2, "architecture": "x86_64", "jax": "0.10", "backend": "cpu"},
+            "argv": ["experiments/length_bench.py"],
+        }
+        header = '<!-- generated: raw bench_header("bench_x") --><!-- end generated -->'
+        for wall, cell, clause in (
+            (300.0, "5 min 0 s", "the command took 5 min 0 s"),
+            (30.0, "n/a", "it ran in pieces, so no single wall time"),
+        ):
+            length_bench.write_record(folder, {**record, "wall_s": wall})
+            row = results_page.render(text, raw).splitlines()[3]
+            self.assertEqual(row, f"| bench_x | 2 | 4 min 0 s | n/a | 0.1 | {cell} |")
+            self.assertIn(f"2 seeds; {clause}.", results_page.render(header, raw))
 
     def test_a_study_still_running_has_a_row_of_the_runs_it_has_exported(self):
         raw = tiny.workdir()

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from roformer_jax.studies.run_dirs import run_dir
 
 RESULT = "result.json"
+CLOCKS = ("train_s", "run_s")  # a result's own clock: the ViT study's, the bench's
 
 
 def cached_result(directory: str, settings: Mapping) -> dict | None:
@@ -50,3 +51,16 @@ def read_results(raw_dir: str, record_name: str, runs_key: str) -> tuple[dict, d
             with open(os.path.join(run_dir(raw_dir, name, seed), RESULT), encoding="utf-8") as f:
                 results[name].append(json.load(f))
     return record, results
+
+
+def clock_s(result: Mapping) -> float:
+    """A run's own clock (CLOCKS: training, compiling and scoring, pauses excluded)."""
+    return next(result[key] for key in CLOCKS if key in result)
+
+
+def command_wall_s(record: Mapping, results: Mapping) -> float | None:
+    """The command's wall time, or None where it is unknown or shorter than its runs' clocks
+    summed: a command that found runs cached (a study resumed) timed only its own part."""
+    wall = record.get("wall_s")
+    total = sum(clock_s(r) for seeds in results.values() for r in seeds)
+    return wall if wall and wall >= total else None

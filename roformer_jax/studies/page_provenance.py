@@ -22,7 +22,7 @@ import os
 import shlex
 import textwrap
 
-from roformer_jax.studies import study_record, tables, vit_study
+from roformer_jax.studies import length_bench, own_runs, study_record, tables, vit_study
 from roformer_jax.studies.page_source import Page, read_json
 from roformer_jax.studies.study_record import RawStudy
 from roformer_jax.training import metrics as metrics_lib
@@ -47,11 +47,7 @@ def header(raw: RawStudy) -> str:
         when = "in progress: these are the runs it has finished so far."
     else:
         done = f"{len(raw.runs)} runs"
-        when = (
-            f"the command took {_minutes(wall)}."
-            if wall
-            else "it ran in pieces, so no single wall time."
-        )
+        when = f"{took(wall)}."
     kind = f" ({machine['cpu']})" if machine.get("cpu") else ""  # recorded since 2026-11-28
     line = (
         f"Ran at {commit}{dirty}, {machine['cpus']} {machine['architecture']} cores{kind}, "
@@ -139,8 +135,11 @@ def wall_time_table(page: Page) -> str:
     for name in sorted(os.listdir(page.raw_root)):
         if not os.path.isdir(os.path.join(page.raw_root, name)):
             continue
-        if os.path.exists(os.path.join(page.raw_root, name, vit_study.RECORD)):
-            lines.append(_vit_row(page, name))
+        own = next(
+            (r for r in OWN_RECORDS if os.path.exists(os.path.join(page.raw_root, name, r))), None
+        )
+        if own is not None:
+            lines.append(_own_runs_row(page, name, own))
             continue
         record = os.path.join(page.raw_root, name, study_record.FILE)
         if not os.path.exists(record) or not study_record.is_finished(read_json(record)):
@@ -162,14 +161,19 @@ def wall_time_table(page: Page) -> str:
     return "\n".join(lines)
 
 
-def _vit_row(page: Page, name: str) -> str:
-    """A wall-time row for a ViT study (vit_study's raw files: each run's train_s, which
-    includes its compilation and scoring)."""
-    record, results = vit_study.read_results(os.path.join(page.raw_root, name))
-    training = vit_study.training_s(results)
+# The records of the studies that train their own runs (own_runs): {file: its runs' key}.
+OWN_RECORDS = {vit_study.RECORD: "runs", length_bench.RECORD: "arms"}
+
+
+def _own_runs_row(page: Page, name: str, record_file: str) -> str:
+    """A wall-time row for a study of own runs (the ViT study, the bench: each run's own
+    clock, which includes its compilation and scoring)."""
+    raw_dir = os.path.join(page.raw_root, name)
+    record, results = own_runs.read_results(raw_dir, record_file, OWN_RECORDS[record_file])
+    training = sum(own_runs.clock_s(r) for seeds in results.values() for r in seeds)
     core_hours = record["machine"]["cpus"] * training / 3600
     runs = sum(len(seeds) for seeds in results.values())
-    wall = vit_study.command_wall_s(record, results)
+    wall = own_runs.command_wall_s(record, results)
     return (
         f"| {name} | {runs} | {_minutes(training)} | n/a | {core_hours:.1f} | "
         f"{_minutes(wall) if wall else 'n/a'} |"
@@ -189,10 +193,21 @@ def _in_progress_row(raw_dir: str) -> str:
         training += elapsed
         cpu_s = None if cpu_s is None or cpus is None else cpu_s + elapsed * cpus
         runs += 1
+    # A study of own runs (own_runs) before its record: its results so far, cores unknown.
+    for path in sorted(glob.glob(os.path.join(raw_dir, "*", "*", own_runs.RESULT))):
+        training += own_runs.clock_s(read_json(path))
+        cpu_s, runs = None, runs + 1
     name = os.path.basename(os.path.normpath(raw_dir))
     core_hours = "n/a" if cpu_s is None else f"{cpu_s / 3600:.1f}"
     minutes = _minutes(training)
     return f"| {name} (in progress) | {runs} so far | {minutes} | n/a | {core_hours} | n/a |"
+
+
+def took(wall: float | None) -> str:
+    """A header's clause on the command's wall time (None: it ran in pieces)."""
+    return (
+        f"the command took {_minutes(wall)}" if wall else "it ran in pieces, so no single wall time"
+    )
 
 
 def _minutes(seconds: float) -> str:

@@ -12,7 +12,7 @@ import shlex
 
 import numpy as np
 
-from roformer_jax.studies import tables, vit_study
+from roformer_jax.studies import own_runs, page_provenance, tables, vit_study
 from roformer_jax.studies.page_numbers import FIGURES
 from roformer_jax.studies.page_source import Page
 
@@ -30,18 +30,13 @@ def vit_header(page: Page, name: str) -> str:
     """The commit, machine and wall time of the command, and the command."""
     record, results = _read(page, name)
     code, machine = record["code"], record["machine"]
-    wall = vit_study.command_wall_s(record, results)
+    wall = own_runs.command_wall_s(record, results)
     dirty = " with uncommitted changes" if code.get("dirty") else ""
     seeds = len(record["config"]["seeds"])
-    took = (
-        f"the command took {int(wall // 60)} min {int(wall % 60)} s"
-        if wall
-        else "it ran in pieces (runs found cached), so no single wall time"
-    )
     return (
         f"Ran at commit {(code.get('commit') or 'unknown')[:7]}{dirty}, {machine['cpus']} "
         f"{machine['architecture']} cores, JAX {machine['jax']} ({machine['backend']}): "
-        f"{len(results)} encodings × n = {seeds} seeds; {took}.\n\n"
+        f"{len(results)} encodings × n = {seeds} seeds; {page_provenance.took(wall)}.\n\n"
         f"    python {shlex.join(record['argv'])}"
     )
 

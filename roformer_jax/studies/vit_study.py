@@ -270,18 +270,6 @@ def read_results(raw_dir: str) -> tuple[dict, dict[str, list[dict]]]:
     return own_runs.read_results(raw_dir, RECORD, "runs")
 
 
-def training_s(results: Mapping) -> float:
-    """The runs' own clocks summed (each result's train_s: training, compiling, scoring)."""
-    return sum(result["train_s"] for seeds in results.values() for result in seeds)
-
-
-def command_wall_s(record: Mapping, results: Mapping) -> float | None:
-    """The command's wall time, or None where it is unknown or shorter than its runs' clocks:
-    a command that found runs cached (a study resumed) timed only its own part."""
-    wall = record.get("wall_s")
-    return wall if wall and wall >= training_s(results) else None
-
-
 def chosen_rates(config: Mapping, results: Mapping) -> dict[str, float]:
     """{encoding: its learning rate of highest mean validation accuracy at the training size}
     over a selection study's runs, named "<encoding>, lr <rate>" (configs/study_vit.py's
