@@ -3,6 +3,7 @@ page_length_bench.py: configs/bench_length.py's smoke variant runs end to end on
 its models compiled once), resumes without running again, refuses changed settings, writes raw
 files the page reads back; every task's full config builds its arms."""
 
+import copy
 import os
 import shutil
 import tempfile
@@ -105,8 +106,15 @@ class LengthBenchTest(parameterized.TestCase):
     def test_tables_verdicts_and_heat_map(self):
         config, results = self.config, self.results
         table = length_bench_report.accuracy_table(config, results, "text")
-        self.assertIn("| 32 (trained) | 64 |", table)
+        self.assertIn("| 32 (trained) | 64 | seeds ≥ 0.9 at 32 |", table)
         self.assertLen(table.splitlines(), 2 + len(results))
+        # How many seeds learned the task at the trained length: the last cell, which counts
+        # a seed that scores 0.9 at 32 tokens and not one that scores it at 64 only.
+        learned = copy.deepcopy(dict(results))
+        learned["RoPE"][0]["accuracy"]["text"]["32"] = 0.9
+        learned["RoPE"][1]["accuracy"]["text"].update({"32": 0.89, "64": 1.0})
+        rows = length_bench_report.accuracy_table(config, learned, "text").splitlines()
+        self.assertTrue(rows[2].startswith("| RoPE |") and rows[2].endswith("| 1 of 2 |"), rows)
         paired = length_bench_report.paired_table(config, results, "text")
         self.assertNotIn("| RoPE |", paired)
         # The read arm equals RoPE at the trained length, seed by seed: a zero-width interval.

@@ -27,21 +27,29 @@ def accuracies(results: Mapping, arm: str, eval_set: str, length: int) -> list[f
     return [r["accuracy"][eval_set][str(length)] for r in results[arm]]
 
 
-def _header(config: Mapping, what: str) -> list[str]:
+LEARNED = 0.9  # exact match at the trained length from which a seed counts as having learned
+
+
+def _header(config: Mapping, what: str, extra: tuple[str, ...] = ()) -> list[str]:
     lengths = eval_lengths(config)
     cells = [f"{n}" + (" (trained)" if n == config["train_length"] else "") for n in lengths]
-    return [f"| {what} | " + " | ".join(cells) + " |", "|---|" + "---|" * len(lengths)]
+    cells += extra
+    return [f"| {what} | " + " | ".join(cells) + " |", "|---|" + "---|" * len(cells)]
 
 
 def accuracy_table(config: Mapping, results: Mapping, eval_set: str) -> str:
     """Markdown: one row per arm, one column per length; exact match, mean ± sample std over
-    seeds."""
-    lines = _header(config, "exact match (mean ± std over seeds)")
+    seeds; and how many seeds learned the task (LEARNED at the trained length): a mean past
+    the training length is a mean over seeds that learned it and seeds that did not."""
+    learned = f"seeds ≥ {LEARNED} at {config['train_length']}"
+    lines = _header(config, "exact match (mean ± std over seeds)", (learned,))
     for arm in results:
         cells = [
             tables.mean_std_text(accuracies(results, arm, eval_set, n))
             for n in eval_lengths(config)
         ]
+        trained = accuracies(results, arm, eval_set, config["train_length"])
+        cells.append(f"{sum(a >= LEARNED for a in trained)} of {len(trained)}")
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
