@@ -8,17 +8,19 @@ Issue 54, items 2 and 3: small causal models (2 pre-LN layers x 64, 2 heads of 3
 one retrieval task (data/retrieval_tasks.py) at `train_length` tokens, scored by exact match on
 fixed rows at 1x, 2x, 4x and 8x it, overall and by the evidence's depth, 3 seeds per arm.
 
-Arms (`arms`; each a ModelConfig over the shared one, or a reading of a trained arm):
-RoPE; no positions (NoPE); ALiBi; xPos; p-RoPE (Barbero et al. 2024: HF's "proportional",
-the lowest quarter of the frequencies set to 0); iRoPE as Llama 4 (a chunked RoPE layer, then
-a global layer without positions and with the query temperature: Llama 4's 3 : 1 at 2
-layers; chunk and floor_scale scaled from Llama 4's 8,192 to a quarter of the training
-length); RoPE with a window and sinks as gpt-oss (a sliding layer, then a full one, a learned
-sink per head in both; the window a quarter of the training length); FoX (Lin et al. 2025: no
-positions and a learned forget gate); the decay-gate study's other arms (FoX + RoPE, linear
-attention with RoPE in the numerator, eq. 19, without a gate, with FoX's and with RetNet's
-fixed one: retention); and RoPE's trained parameters read with NTK and with YaRN past the
-training length (factor = length / train_length).
+Arms (`arms`; each a ModelConfig over the shared one, or a reading of a trained arm): RoPE; no
+positions (NoPE); ALiBi; xPos; p-RoPE (Barbero et al. 2024: HF's "proportional", the lowest
+quarter of the frequencies set to 0); iRoPE as Llama 4 (a chunked RoPE layer, then a global
+layer without positions and with the query temperature: Llama 4's 3 : 1 at 2 layers; chunk and
+floor_scale scaled from Llama 4's 8,192 to a quarter of the training length); RoPE with a
+window and sinks as gpt-oss (a sliding layer, then a full one, a learned sink per head in both;
+the window a quarter of the training length); FoX (Lin et al. 2025: no positions and a learned
+forget gate), also with the gate's bias started at 4 (σ(4) = 0.98 kept a token, as xLSTM's
+forget gates start, where FoX's σ(0) = 1/2 sees little past ten tokens at first); the
+decay-gate study's other arms (FoX + RoPE, linear attention with RoPE in the numerator, eq. 19,
+without a gate, with FoX's and with RetNet's fixed one: retention); and RoPE's trained
+parameters read with NTK and with YaRN past the training length (factor = length /
+train_length).
 
 The published anchors are compared in shape, not scale: passkey (Mohtashami & Jaggi 2023;
 RULER's S-NIAH, Hsieh et al. 2024) at 1 to 8x the training length; MQAR as zoology sets it
@@ -88,6 +90,12 @@ def _arms(train_length: int) -> dict:
             }
         },
         "FoX": {"model": {"position": "none", "sections": {"softmax": {"gate": "learned"}}}},
+        "FoX, gate bias 4": {
+            "model": {
+                "position": "none",
+                "sections": {"softmax": {"gate": "learned", "gate_bias": 4.0}},
+            }
+        },
         # The decay gates' study's other arms (configs/study_gates.py, issue 55 item 4).
         "FoX + RoPE": {"model": {"position": "rope", "sections": {"softmax": {"gate": "learned"}}}},
         "linear eq (19)": _linear("none"),

@@ -79,6 +79,13 @@ class GateTest(parameterized.TestCase):
         gate = variables["params"]["encoder"]["layer_0"]["attention"]["forget_gate"]
         np.testing.assert_array_equal(gate["bias"], 0.0)
         self.assertLess(float(jnp.std(gate["kernel"])), 0.03)
+        # gate_bias starts b elsewhere (xLSTM's range), and only a learned gate has one.
+        biased = _gated("none", "softmax", "learned", gate_bias=4.0)
+        started = model_lib.RoFormer(biased).init(jax.random.key(0), ids)["params"]
+        bias = started["encoder"]["layer_0"]["attention"]["forget_gate"]["bias"]
+        np.testing.assert_array_equal(bias, np.full(config.num_heads, 4.0, np.float32))
+        with self.assertRaisesRegex(ValueError, "gate_bias=4.0 starts a learned gate"):
+            _gated("rope", "linear", "fixed", gate_bias=4.0)
 
         def loss(params):
             return jnp.sum(model.apply({"params": params}, ids).logits[:, :, 0] ** 2)

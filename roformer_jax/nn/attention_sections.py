@@ -22,18 +22,28 @@ class GateSection(Section):
     gate: "none"; "fixed": RetNet's decay γ_n = 1 - 2^(-5-n) for head n (Sun et al. 2023),
       which with RoPE in linear attention's numerator is retention, the denominator kept;
       "learned": FoX's forget gate f_t = σ(w_n·x_t + b_n) of each head n from the layer's
-      input (Lin et al. 2025), w ~ N(0, initializer_range²) and b = 0 as FoX initializes them.
+      input (Lin et al. 2025), w ~ N(0, initializer_range²) and b = gate_bias.
+    gate_bias: the learned gate's initial b. 0, as FoX initializes it, starts every head
+      keeping σ(0) = 1/2 of each earlier token's weight per token, so that little more than
+      ten tokens back is seen at first; a positive b starts it nearer to keeping all
+      (σ(4) = 0.98 a token), as xLSTM's forget gates (b in [3, 6]) and FoX's bias-initialized
+      variants start.
     output_gate: FoX's output gate: the attention output times σ(W x) before the output
       projection (W [D, D], no bias), with any gate.
     """
 
     gate: str = "none"
+    gate_bias: float = 0.0
     output_gate: bool = False
 
     def __post_init__(self):
         super().__post_init__()
         if self.gate not in GATES:
             raise ValueError(f"gate={self.gate!r} is not one of {GATES}")
+        if self.gate_bias and self.gate != "learned":
+            raise ValueError(
+                f"gate_bias={self.gate_bias} starts a learned gate, but gate={self.gate!r}"
+            )
 
     def check_model(self, config) -> None:
         """A gate decays what came before each token: a causal model's only."""

@@ -15,12 +15,15 @@ from roformer_jax.nn import decay
 from roformer_jax.nn.model_config import DTYPES, ModelConfig
 
 
-def _dense(cfg: ModelConfig, features: int, name: str, use_bias: bool = True) -> nn.Dense:
+def _dense(
+    cfg: ModelConfig, features: int, name: str, use_bias: bool = True, bias: float = 0.0
+) -> nn.Dense:
     return nn.Dense(
         features,
         use_bias=use_bias,
         dtype=DTYPES[cfg.dtype],
         kernel_init=nn.initializers.normal(cfg.initializer_range),
+        bias_init=nn.initializers.constant(bias),
         name=name,
     )
 
@@ -33,8 +36,9 @@ def _retention_gate(cfg: ModelConfig, x):
 def _forget_gate(cfg: ModelConfig, x):
     """FoX's log forget gates log σ(w_n·x_t + b_n) of x [B, L, D]: [B, L, N] in at least
     float32 (float64 for a float64 projection: its gradients checked), from the projection
-    "forget_gate" (D -> N, with a bias)."""
-    logits = _dense(cfg, cfg.num_heads, "forget_gate")(x)
+    "forget_gate" (D -> N, with a bias, initially the section's gate_bias)."""
+    bias = cfg.attention_section.gate_bias
+    logits = _dense(cfg, cfg.num_heads, "forget_gate", bias=bias)(x)
     return jax.nn.log_sigmoid(logits.astype(jnp.promote_types(logits.dtype, jnp.float32)))
 
 
