@@ -294,6 +294,17 @@ class PageNumbersTest(absltest.TestCase):
         rows = [line for line in results_page.render(text, raw).splitlines() if "| " in line]
         self.assertEqual(rows[0], "| run | layer | r = 0 | r = 3 |")
         self.assertEqual(rows[1], "| softmax + RoPE | 0 | 0.750 (3.00) | 0.250 (1.50) |")
+        # README's cells: heads' mean at r = 3 over r = 0, beside the bound's (1.5 / 3).
+        claim = (
+            "<!-- generated: causal_wikitext2 logit_decay_claim(4, 0, 3) --><!-- end generated -->"
+        )
+        self.assertEqual(
+            results_page.render(claim, raw).split("-->")[1].split("<!--")[0],
+            "decays faster than its bound (softmax + RoPE, seed 0) | its size at r = 3 is 0.33 of "
+            "r = 0; the bound's 0.50",
+        )
+        os.remove(path)
+        self.assertIn(">not measured yet | no logit terms yet<", results_page.render(claim, raw))
 
     def test_reproduced_says_each_rerun_or_none(self):
         raw = tiny.workdir()

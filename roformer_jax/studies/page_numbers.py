@@ -424,6 +424,34 @@ def logit_decay_table(raw: RawStudy, length: int, distances: list, *, page: Page
     return "\n".join(lines)
 
 
+def logit_decay_claim(raw: RawStudy, length: int, near: int, far: int, *, page: Page) -> str:
+    """README's cells (inline, "STATUS | MEASURED") on whether the first RoPE run's relative
+    logit term decays with distance as its bound does (logit_decay_table's file): the mean
+    over layers and heads of its size |Z| at `far` over that at `near`, beside the same ratio of the
+    bound; "not measured yet" where no run has the file."""
+    name = f"logit_decay_{length}.json"
+    found, _ = _seed0_records(raw, page, name)
+    if not found:
+        return "not measured yet | no logit terms yet"
+    run, record = next(iter(found.items()))
+    ratios = []
+    for key in ("term", "bound"):
+        by_distance = np.nanmean(np.asarray(record[key], float), axis=(0, 1))  # [L]
+        ratios.append(by_distance[far] / by_distance[near])
+    term, bound = ratios
+    status = (
+        "does not decay"
+        if term >= 1
+        else "decays faster than its bound"
+        if term < bound
+        else "decays, slower than its bound"
+    )
+    return (
+        f"{status} ({run}, seed 0) | its size at r = {far} is {term:.2f} of r = {near}; "
+        f"the bound's {bound:.2f}"
+    )
+
+
 def _seed0_records(raw: RawStudy, page: Page, name: str) -> tuple[dict, object]:
     """{run: its seed 0's raw file `name`} for the runs that have one, and the first such
     run's config (None where none has)."""

@@ -199,6 +199,7 @@ KINDS = {
     "attention_distance_figure": page_numbers.attention_distance_figure,
     "attention_distance_table": page_numbers.attention_distance_table,
     "logit_decay_table": page_numbers.logit_decay_table,
+    "logit_decay_claim": page_numbers.logit_decay_claim,  # README's cells
     "targets": lambda raw: f"{page_numbers.targets(raw):,}",  # targets, as the footnote prints it
     "wall_time_table": page_provenance.wall_time_table,
     # The long-document study (experiments/long_doc_study.py): its tables read the fine-tuning
@@ -240,6 +241,7 @@ INLINE = {
     "diff",
     "verdict",
     "claim",
+    "logit_decay_claim",
     "length_change",
     "below_from",
     "reaches",
@@ -266,6 +268,7 @@ _USES_PAGE = {
     "attention_distance_figure",
     "attention_distance_table",
     "logit_decay_table",
+    "logit_decay_claim",
     "long_doc_figure",
     "long_doc_table",
     "long_doc_paired_table",
