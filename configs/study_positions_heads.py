@@ -15,7 +15,11 @@ against 8 heads with their own (slopes).
 
 Budget: 5 runs x 3 seeds of 2,000 steps, about 10 min each on 2 quiet cores (2.5 h); in
 `:best`'s workdir, its runs of the same names and configs (RoPE at 1e-3 and both ALiBis) are
-taken as they are, leaving 2 x 3 runs (1 h).
+taken as they are, leaving 2 x 3 runs (1 h). Without that workdir, its raw folder serves
+(the runs' metrics are what this study reads, and a finished run is not trained again):
+
+  mkdir -p runs/positions_lr && for run in RoPE_lr_1e-3 ALiBi_2_heads ALiBi_8_heads; do
+      cp -r docs/results/raw/positions_lr_best/$run runs/positions_lr/; done
 """
 
 from ml_collections import ConfigDict
