@@ -9,6 +9,7 @@ the check fail).
 
 import json
 import os
+import re
 import shutil
 
 import tiny
@@ -47,6 +48,9 @@ class ResultsPageTest(parameterized.TestCase):
         diff = results_page.differences(readme, results_page.render(readme, _RAW), name="README")
         self.assertEqual(diff, "", "run `python experiments/results_page.py`:\n" + diff)
         self.assertIn('vit_claim("vit_zoom"', readme)
+        # No interval typed by hand: outside the markers, none is left to go stale.
+        typed = re.findall(r"[-−+]\d+\.\d+ \[[-−+]\d", results_page.MARKER.sub("", readme))
+        self.assertEqual(typed, [])
 
     @parameterized.named_parameters(
         ("final_validation_loss", _change_final_valid_loss, "| softmax + RoPE | 3 |"),
