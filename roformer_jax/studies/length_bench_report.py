@@ -88,14 +88,13 @@ def family(config: Mapping, results: Mapping, eval_set: str) -> dict[str, list[f
 def verdict(config: Mapping, results: Mapping, eval_set: str, arm: str) -> str:
     """Where the arm's 95% interval against the baseline lies, length by length, then the
     lengths where it stays apart from 0 under Holm (module doc)."""
-    where = {"above zero": [], "below zero": [], "holds zero": []}
+    where = {side: [] for side in tables.ZERO_SIDES.values()}
     for n in eval_lengths(config):
         diffs = paired_differences(config, results, arm, eval_set, n)
         if len(diffs) < 2:
             raise ValueError(f"a verdict needs 2 seeds or more; {arm} has {len(diffs)}")
         _, low, high = stats.t_interval(diffs)
-        side = "above zero" if low > 0 else "below zero" if high < 0 else "holds zero"
-        where[side].append(str(n))
+        where[tables.ZERO_SIDES[tables.interval_side(low, high)]].append(str(n))
     text = "; ".join(f"{side} at {', '.join(n)}" for side, n in where.items() if n)
     kept = tables.holm_kept(family(config, results, eval_set))
     apart = [str(n) for n in eval_lengths(config) if f"{arm} at {n}" in kept]

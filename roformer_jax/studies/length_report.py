@@ -15,6 +15,7 @@ from roformer_jax.studies.stats import t_interval
 from roformer_jax.studies.tables import (
     holm_kept,
     holm_text,
+    interval_side,
     interval_text,
     mean_std_text,
     summary_table,
@@ -182,7 +183,7 @@ def _verdict(diffs: list[float], kept: bool) -> str:
     if len(diffs) < 2:
         return "n/a"
     mean, low, high = t_interval(diffs)
-    side = "lower" if high < 0 else "higher" if low > 0 else "level"
+    side = {-1: "lower", 1: "higher", 0: "level"}[interval_side(low, high)]
     return f"**{side}** ({mean:+.3f})" if kept else f"{side} ({mean:+.3f})"
 
 

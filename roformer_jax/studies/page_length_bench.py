@@ -11,9 +11,8 @@ before the bench has run and fills in when the bench has finished.
 from __future__ import annotations
 
 import os
-import shlex
 
-from roformer_jax.studies import length_bench, length_bench_report, own_runs, page_provenance
+from roformer_jax.studies import length_bench, length_bench_report, page_provenance
 from roformer_jax.studies.page_numbers import FIGURES
 from roformer_jax.studies.page_source import Page
 
@@ -43,16 +42,7 @@ def bench_header(page: Page, name: str) -> str:
     if _not_run(page, name):
         return _not_run(page, name)
     record, results = length_bench.read_results(os.path.join(page.raw_root, name))
-    code, machine = record["code"], record["machine"]
-    wall = own_runs.command_wall_s(record, results)
-    dirty = " with uncommitted changes" if code.get("dirty") else ""
-    return (
-        f"Ran at commit {(code.get('commit') or 'unknown')[:7]}{dirty}, {machine['cpus']} "
-        f"{machine['architecture']} cores, JAX {machine['jax']} ({machine['backend']}): "
-        f"{len(results)} arms × n = {len(record['config']['seeds'])} seeds; "
-        f"{page_provenance.took(wall)}.\n\n"
-        f"    python {shlex.join(record['argv'])}"
-    )
+    return page_provenance.own_runs_header(record, results, "arms")
 
 
 def bench_heat_map(page: Page, name: str, eval_set: str) -> str:

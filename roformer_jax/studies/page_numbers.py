@@ -226,36 +226,43 @@ def diff(
     `baseline` at `length` (length studies), or, without a length, a run's validation loss
     minus `baseline`'s (the study's baseline run by default), final or at `step`."""
     if length is not None:
-        diffs = length_report.paired_diffs(raw.scores, name, baseline, length)
-    else:
-        baseline = baseline or raw.config["baseline"]
-        diffs = tables.paired_diffs(raw.results, name, baseline, _paired_key(raw), step)
-    return tables.interval_text(diffs)
+        return tables.interval_text(length_report.paired_diffs(raw.scores, name, baseline, length))
+    return tables.interval_text(_run_diffs(raw, name, baseline, step))
+
+
+# tables.interval_side in verdict()'s words, and in claim()'s (a claim that loss is lower).
+VERDICTS = {-1: "lower than", 0: "level with", 1: "higher than"}
+CLAIMS = {-1: "shown", 0: "not shown", 1: "contradicted"}
 
 
 def verdict(raw: RawStudy, name: str, baseline: str | None = None, step: int | None = None) -> str:
     """Where diff's 95% interval lies (the same arguments, without a length): "lower than",
     "higher than", or "level with" where it holds 0, for a sentence "A's loss is ... B's";
     a ValueError under two seeds, where there is no interval to read (say one seed instead)."""
-    return _side(raw, name, baseline, step)[0]
+    return VERDICTS[_side(raw, name, baseline, step)[0]]
 
 
 def claim(raw: RawStudy, name: str, baseline: str | None = None, step: int | None = None) -> str:
     """README's status of the claim that run `name`'s loss is below `baseline`'s (verdict's
     arguments): "shown", "not shown" (the interval holds 0) or "contradicted", and its n."""
     side, n = _side(raw, name, baseline, step)
-    status = {"lower than": "shown", "level with": "not shown", "higher than": "contradicted"}
-    return f"{status[side]} (n = {n})"
+    return f"{CLAIMS[side]} (n = {n})"
 
 
-def _side(raw: RawStudy, name: str, baseline: str | None, step: int | None) -> tuple[str, int]:
+def _run_diffs(raw: RawStudy, name: str, baseline: str | None, step: int | None) -> list[float]:
+    """A run's validation loss minus `baseline`'s (the study's by default), seed by seed."""
     baseline = baseline or raw.config["baseline"]
-    diffs = tables.paired_diffs(raw.results, name, baseline, _paired_key(raw), step)
+    return tables.paired_diffs(raw.results, name, baseline, _paired_key(raw), step)
+
+
+def _side(raw: RawStudy, name: str, baseline: str | None, step: int | None) -> tuple[int, int]:
+    """(tables.interval_side of diff's interval, its seeds); ValueError under two seeds."""
+    diffs = _run_diffs(raw, name, baseline, step)
     if len(diffs) < 2:
+        baseline = baseline or raw.config["baseline"]
         raise ValueError(f"{name} − {baseline}: {len(diffs)} seed(s), no interval to judge by")
     _, low, high = stats.t_interval(diffs)
-    side = "lower than" if high < 0 else "higher than" if low > 0 else "level with"
-    return side, len(diffs)
+    return tables.interval_side(low, high), len(diffs)
 
 
 def length_change(raw: RawStudy, name: str, length: int, shorter: int) -> str:

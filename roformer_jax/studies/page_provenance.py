@@ -203,6 +203,20 @@ def _in_progress_row(raw_dir: str) -> str:
     return f"| {name} (in progress) | {runs} so far | {minutes} | n/a | {core_hours} | n/a |"
 
 
+def own_runs_header(record: dict, results: dict, units: str) -> str:
+    """The header of a study of own runs (own_runs: the ViT study, the bench): commit,
+    machine, its `units` × seeds, the command's wall time where it has one, the command."""
+    code, machine = record["code"], record["machine"]
+    dirty = " with uncommitted changes" if code.get("dirty") else ""
+    return (
+        f"Ran at commit {(code.get('commit') or 'unknown')[:7]}{dirty}, {machine['cpus']} "
+        f"{machine['architecture']} cores, JAX {machine['jax']} ({machine['backend']}): "
+        f"{len(results)} {units} × n = {len(record['config']['seeds'])} seeds; "
+        f"{took(own_runs.command_wall_s(record, results))}.\n\n"
+        f"    python {shlex.join(record['argv'])}"
+    )
+
+
 def took(wall: float | None) -> str:
     """A header's clause on the command's wall time (None: it ran in pieces)."""
     return (

@@ -8,11 +8,10 @@ it: these kinds take the page and the folder's name, as `<!-- generated: raw vit
 from __future__ import annotations
 
 import os
-import shlex
 
 import numpy as np
 
-from roformer_jax.studies import own_runs, page_provenance, tables, vit_study
+from roformer_jax.studies import page_provenance, tables, vit_study
 from roformer_jax.studies.page_numbers import FIGURES
 from roformer_jax.studies.page_source import Page
 
@@ -28,17 +27,7 @@ def _read(page: Page, name: str) -> tuple[dict, dict]:
 
 def vit_header(page: Page, name: str) -> str:
     """The commit, machine and wall time of the command, and the command."""
-    record, results = _read(page, name)
-    code, machine = record["code"], record["machine"]
-    wall = own_runs.command_wall_s(record, results)
-    dirty = " with uncommitted changes" if code.get("dirty") else ""
-    seeds = len(record["config"]["seeds"])
-    return (
-        f"Ran at commit {(code.get('commit') or 'unknown')[:7]}{dirty}, {machine['cpus']} "
-        f"{machine['architecture']} cores, JAX {machine['jax']} ({machine['backend']}): "
-        f"{len(results)} encodings × n = {seeds} seeds; {page_provenance.took(wall)}.\n\n"
-        f"    python {shlex.join(record['argv'])}"
-    )
+    return page_provenance.own_runs_header(*_read(page, name), "encodings")
 
 
 def vit_figure(page: Page, name: str) -> str:

@@ -180,6 +180,15 @@ def reaches(
     return None
 
 
+# interval_side() in the verdicts' words, in the order they list the sides.
+ZERO_SIDES = {1: "above zero", -1: "below zero", 0: "holds zero"}
+
+
+def interval_side(low: float, high: float) -> int:
+    """Where a 95% interval [low, high] lies: -1 below 0, +1 above it, 0 where it holds 0."""
+    return -1 if high < 0 else 1 if low > 0 else 0
+
+
 def interval_text(diffs: list[float]) -> str:
     """ "mean [low, high]" of differences (their 95% t-interval); the value alone for one."""
     if not diffs:

@@ -341,11 +341,10 @@ def paired_table(config: Mapping, results: Mapping) -> str:
 def verdict(config: Mapping, results: Mapping, pair: str) -> str:
     """Where the pair's 95% interval lies: the sizes where it is above zero, below zero, and
     where it holds zero, e.g. "above zero at 24, 28 px; holds zero at 16, 20, 32 px"."""
-    where = {"above zero": [], "below zero": [], "holds zero": []}
+    where = {side: [] for side in tables.ZERO_SIDES.values()}
     for size in _sizes(config):
         _, low, high = stats.t_interval(paired_differences(config, results, pair, size))
-        side = "above zero" if low > 0 else "below zero" if high < 0 else "holds zero"
-        where[side].append(str(size))
+        where[tables.ZERO_SIDES[tables.interval_side(low, high)]].append(str(size))
     return "; ".join(f"{side} at {', '.join(s)} px" for side, s in where.items() if s)
 
 
