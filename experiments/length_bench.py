@@ -7,7 +7,8 @@ docstring says what it asks).
 Trains each arm x seed on the task (cached in <workdir>, resumable: a rerun runs only what is
 missing), scores it at every length, logs a line per run with the time left, and prints the
 accuracy and paired tables. With --raw_dir, copies each run's result.json there as it finishes
-and at the end writes bench.json (the command, config, code and machine), from which
+and at the end writes bench.json (the command, config, code and machine; kept where every run
+was there already, so that it names the command that trained them), from which
 `python experiments/results_page.py` rebuilds docs/results.md's section. Rerun on a fresh
 machine (an empty --workdir), it takes back the runs finished in --raw_dir, so a bench longer
 than a sitting goes on from its committed raw files.
@@ -23,7 +24,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)
 
 from experiments import study_flags  # noqa: E402
-from roformer_jax.studies import length_bench, length_bench_report  # noqa: E402
+from roformer_jax.studies import length_bench, length_bench_report, own_runs  # noqa: E402
 from roformer_jax.training import runtime  # noqa: E402
 
 _CONFIG, _WORKDIR, _RAW_DIR = study_flags.define(
@@ -36,6 +37,7 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     started, config, workdir, raw = time.time(), _CONFIG.value, _WORKDIR.value, _RAW_DIR.value
     settings = config.to_dict()
+    before = own_runs.result_files(raw) if raw else set()
     results = length_bench.run_study(settings, workdir, raw_dir=raw, log=logging.info)
     for eval_set in settings["eval_sets"]:
         print(
@@ -45,7 +47,9 @@ def main(argv):
             sep="\n\n",
             end="\n\n",
         )
-    if raw:
+    if raw and own_runs.trained_nothing(raw, length_bench.RECORD, before):
+        logging.info("every run was in %s already: its record is kept", raw)
+    elif raw:
         record = study_flags.record(config, wall_s=time.time() - started, unigram=None)
         length_bench.write_record(raw, record)
         logging.info("wrote %s", os.path.join(raw, length_bench.RECORD))

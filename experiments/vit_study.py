@@ -5,9 +5,10 @@ r"""The ViT resolution study in one command (configs/study_vit.py's docstring sa
 
 Trains each encoding x seed (cached in <workdir>, resumable), scores every image size, prints
 the accuracy and paired tables, and draws <workdir>/vit.png (`:select`: prints the rates it
-chooses on the validation digits instead). With --raw_dir, copies each run's
-result.json there as it finishes and at the end writes record.json (the command, config, code
-and machine), from which `python experiments/results_page.py` rebuilds docs/results.md's section.
+chooses on the validation digits instead). With --raw_dir, copies each run's result.json there
+as it finishes and at the end writes record.json (the command, config, code and machine; kept
+where every run was there already), from which `python experiments/results_page.py` rebuilds
+docs/results.md's section.
 """
 
 import os
@@ -20,7 +21,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)
 
 from experiments import study_flags  # noqa: E402
-from roformer_jax.studies import vit_study  # noqa: E402
+from roformer_jax.studies import own_runs, vit_study  # noqa: E402
 from roformer_jax.training import provenance, runtime  # noqa: E402
 
 _CONFIG, _WORKDIR, _RAW_DIR = study_flags.define(
@@ -33,10 +34,13 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     started, config, workdir, raw = time.time(), _CONFIG.value, _WORKDIR.value, _RAW_DIR.value
     settings = config.to_dict()
+    before = own_runs.result_files(raw) if raw else set()
     results = vit_study.run_study(settings, workdir, raw_dir=raw, log=logging.info)
     png = os.path.join(workdir, "vit.png")
     print(vit_study.report(settings, results, png, provenance.machine()))
-    if raw:
+    if raw and own_runs.trained_nothing(raw, vit_study.RECORD, before):
+        logging.info("every run was in %s already: its record is kept", raw)
+    elif raw:
         record = study_flags.record(config, wall_s=time.time() - started, unigram=None)
         vit_study.write_record(raw, record)
         logging.info("wrote %s", os.path.join(raw, vit_study.RECORD))

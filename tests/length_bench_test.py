@@ -12,8 +12,9 @@ import numpy as np
 from absl.testing import absltest, parameterized
 
 from configs import bench_length
-from roformer_jax.studies import length_bench, length_bench_report, results_page
+from roformer_jax.studies import length_bench, length_bench_report, own_runs, results_page
 from roformer_jax.studies.run_dirs import run_dir
+from roformer_jax.training import provenance
 
 NAME = "bench_passkey"
 
@@ -64,6 +65,8 @@ class LengthBenchTest(parameterized.TestCase):
                 rope["accuracy"]["text"][lengths[0]], yarn["accuracy"]["text"][lengths[0]]
             )
         self.assertTrue(any("running" in line for line in self.logged))
+        # Each run names the code it trained at (a bench runs in pieces, across commits).
+        self.assertEqual(self.results["RoPE"][0]["code"], provenance.code_version())
 
     def test_a_rerun_resumes_from_the_cache(self):
         logged = []
@@ -91,6 +94,16 @@ class LengthBenchTest(parameterized.TestCase):
         os.remove(os.path.join(raw, length_bench.RECORD))
         table = _render(os.path.dirname(raw), 'bench_table("raw_partial", "text")')
         self.assertStartsWith(table, "*In progress: raw_partial/ holds the runs finished so far")
+
+    def test_a_command_that_trained_nothing_keeps_the_record(self):
+        # Its record would name its commit and its seconds of no training.
+        before = own_runs.result_files(self.raw)
+        self.assertLen(before, len(self.config["arms"]) * len(self.config["seeds"]))
+        self.assertTrue(own_runs.trained_nothing(self.raw, length_bench.RECORD, before))
+        self.assertFalse(
+            own_runs.trained_nothing(self.raw, length_bench.RECORD, set(list(before)[1:]))
+        )
+        self.assertFalse(own_runs.trained_nothing(self.raw, "none.json", before))
 
     def test_changed_settings_are_refused(self):
         changed = {**self.config, "steps": self.config["steps"] + 1}
@@ -138,6 +151,18 @@ class LengthBenchTest(parameterized.TestCase):
         )
         header = _render(self.raw_root, f'bench_header("{NAME}")')
         self.assertIn("2 arms × n = 2 seeds", header)
+        # The prose's inline numbers: RoPE's mean and seeds, YaRN's paired difference and verdict.
+        accuracies = length_bench_report.accuracies(self.results, "RoPE", "text", 64)
+        mean = _render(self.raw_root, f'bench_mean("{NAME}", "text", "RoPE", 64)')
+        self.assertEqual(mean, f"{np.mean(accuracies):.2f}")
+        seeds = _render(self.raw_root, f'bench_seeds("{NAME}", "text", "RoPE", 64)')
+        self.assertEqual(seeds, ", ".join(f"{a:.2f}" for a in accuracies))
+        diff = _render(self.raw_root, f'bench_diff("{NAME}", "text", "RoPE + YaRN", 32)')
+        self.assertEqual(diff, "+0.000 [+0.000, +0.000]")  # the trained length: RoPE's reading
+        verdict = _render(self.raw_root, f'bench_verdict("{NAME}", "text", "RoPE + YaRN")')
+        self.assertEqual(
+            verdict, length_bench_report.verdict(self.config, self.results, "text", "RoPE + YaRN")
+        )
         figure = _render(self.raw_root, f'bench_heat_map("{NAME}", "text")')
         self.assertEqual(figure, f"![{NAME} text](results/{NAME}_text.png)")
 

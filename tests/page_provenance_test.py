@@ -151,6 +151,57 @@ class PageProvenanceTest(parameterized.TestCase):
             self.assertEqual(row, f"| bench_x | 2 | 4 min 0 s | n/a | 0.1 | {cell} |")
             self.assertIn(f"2 seeds; {clause}.", results_page.render(header, raw))
 
+    def test_a_bench_names_each_runs_commit_and_is_stale_from_the_oldest(self):
+        # A bench run in pieces: each run names its commit (results before 2026-12-07 none),
+        # the record only its last command's.
+        raw = tiny.workdir()
+        folder = os.path.join(raw, "bench_x")
+        runs = (
+            ("RoPE", 0, "a" * 40),
+            ("RoPE", 1, "b" * 40),
+            ("NoPE", 0, None),
+            ("NoPE", 1, "b" * 40),
+        )
+        for arm, seed, commit in runs:
+            code = {"code": {"commit": commit, "dirty": False}} if commit else {}
+            own_runs.write_json(
+                os.path.join(folder, arm, f"seed{seed}", "result.json"), {"run_s": 60.0, **code}
+            )
+        machine = {"cpus": 2, "architecture": "x86_64", "jax": "0.10", "backend": "cpu"}
+        record = {
+            "config": {"arms": ["RoPE", "NoPE"], "seeds": [0, 1]},
+            "code": {"commit": "c" * 40, "dirty": False},
+            "machine": machine,
+            "argv": ["experiments/length_bench.py"],
+            "wall_s": 30.0,  # in pieces: the last command trained one run of four
+        }
+        length_bench.write_record(folder, record)
+        text = (
+            '<!-- generated: raw bench_header("bench_x") --><!-- end generated -->|'
+            '<!-- generated: raw bench_stale("bench_x") --><!-- end generated -->'
+        )
+        changed = {"a" * 40: ["x.py", "y.py"], "b" * 40: [], "c" * 40: ["x.py"]}.get
+        header, stale = results_page.render(text, raw, changed=changed).split("|")
+        self.assertIn(
+            "Ran at commits aaaaaaa (1 run), bbbbbbb (2 runs), and 1 run that names none (the last "
+            "command ran at ccccccc), 2 x86_64",
+            header,
+        )
+        self.assertIn(
+            "**Stale:** 2 files of roformer_jax/ and configs/ changed since aaaaaaa", stale
+        )
+        self.assertIn("(1 of its 4 runs name no commit: older code may have trained them.)", stale)
+        # One commit for every run, and a stale line without the caveat.
+        for arm, seed, _ in runs:
+            own_runs.write_json(
+                os.path.join(folder, arm, f"seed{seed}", "result.json"),
+                {"run_s": 60.0, "code": {"commit": "b" * 40, "dirty": seed == 1}},
+            )
+        header, stale = results_page.render(text, raw, changed=changed).split("|")
+        self.assertIn("Ran at commit bbbbbbb with uncommitted changes, 2 x86_64", header)
+        self.assertIn("**Current:** trained at bbbbbbb;", stale)
+        self.assertNotIn("name no commit", stale)
+
     def test_a_study_still_running_has_a_row_of_the_runs_it_has_exported(self):
         raw = tiny.workdir()
         shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")

@@ -14,12 +14,12 @@ teacher forcing) on fixed evaluation rows (the config's eval_seed: the same rows
 overall and by the answer's depth (retrieval_tasks' module doc).
 
 A run's outputs are <workdir>/<arm>/seed<k>/RESULT (its settings, accuracy by evaluation set,
-length and depth, loss curve, seconds) and a trained arm's PARAMS there (for its read arms);
-a run whose RESULT exists with the same settings is not run again, so a killed bench resumes,
-and one whose settings differ is a ValueError. The raw folder holds each RESULT and RECORD
-(study_record.make_record's fields), from which the results page is rebuilt; a bench started
-again on a fresh machine (an empty workdir) takes its finished runs back from there, and
-trains again only an arm whose parameters a read arm still to run needs (seeded, the same
+length and depth, loss curve, seconds, the code's commit) and a trained arm's PARAMS there (for
+its read arms); a run whose RESULT exists with the same settings is not run again, so a killed
+bench resumes, and one whose settings differ is a ValueError. The raw folder holds each RESULT
+and RECORD (study_record.make_record's fields), from which the results page is rebuilt; a bench
+started again on a fresh machine (an empty workdir) takes its finished runs back from there,
+and trains again only an arm whose parameters a read arm still to run needs (seeded, the same
 model on the same kind of machine). The config is a plain dictionary
 (configs/bench_length.py's, `to_dict()`).
 """
@@ -45,6 +45,7 @@ from roformer_jax.nn.model_config import model_config_from_dict
 from roformer_jax.studies import own_runs, stats
 from roformer_jax.studies.length_study import scaling_at
 from roformer_jax.studies.run_dirs import run_dir
+from roformer_jax.training.provenance import code_version
 
 RESULT = own_runs.RESULT
 RECORD = "bench.json"  # not study.json (trainer runs) nor record.json (the ViT study's)
@@ -229,7 +230,7 @@ def run_study(
         if result is None:
             log(f"[{done + 1}/{len(todo)}] {name} seed {seed}: running")
             scores, params = _run(settings_of, name, seed, workdir)
-            result = {"settings": settings, "seed": seed, **scores}
+            result = {"settings": settings, "seed": seed, **scores, "code": code_version()}
             own_runs.write_json(os.path.join(directory, RESULT), result)
             if "reads" not in settings:
                 with open(os.path.join(directory, PARAMS), "wb") as f:

@@ -2,10 +2,14 @@
 the retrieval bench): each run's RESULT in <workdir>/<run>/seed<k>/, reused where its settings
 are the same (so a killed study resumes) and refused where they differ; the study's record
 beside the runs' results in its raw folder, from which the page reads them all back.
+
+A result names the code it trained at (its "code", provenance.code_version's, recorded since
+2026-12-07): a study that runs in pieces, across commits, says which runs ran at which.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 from collections.abc import Mapping
@@ -30,6 +34,36 @@ def cached_result(directory: str, settings: Mapping) -> dict | None:
             "delete it or use another --workdir"
         )
     return result
+
+
+def code_of_runs(record: Mapping, results: Mapping) -> dict[str | None, int]:
+    """{commit: how many runs trained at it}, in the runs' order: a run's own code, else the
+    record's where the command ran whole (it trained every run), else None: not known."""
+    whole = command_wall_s(record, results) is not None
+    counts: dict[str | None, int] = {}
+    for seeds in results.values():
+        for result in seeds:
+            code = result.get("code") or (record["code"] if whole else {})
+            counts[code.get("commit")] = counts.get(code.get("commit"), 0) + 1
+    return counts
+
+
+def dirty(record: Mapping, results: Mapping) -> bool:
+    """Whether the command or any run ran with uncommitted changes to the code."""
+    codes = [record["code"]] + [r.get("code", {}) for seeds in results.values() for r in seeds]
+    return any(code.get("dirty") for code in codes)
+
+
+def result_files(raw_dir: str) -> set[str]:
+    """The RESULT files a raw folder holds (<run>/seed<k>/RESULT)."""
+    return set(glob.glob(os.path.join(glob.escape(raw_dir), "*", "seed*", RESULT)))
+
+
+def trained_nothing(raw_dir: str, record_name: str, before: set[str]) -> bool:
+    """Whether a command found every result in raw_dir already (`before`: result_files then)
+    beside a record: its record would replace the commit and wall time of the command that
+    trained them with its own, of no training."""
+    return os.path.exists(os.path.join(raw_dir, record_name)) and result_files(raw_dir) == before
 
 
 def write_json(path: str, value) -> None:

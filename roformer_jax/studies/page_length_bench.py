@@ -2,7 +2,9 @@
 heat map, tables and verdicts, read from a task's raw folder by length_bench.read_results.
 
 As the ViT study's, the raw folder holds the bench's own files, so these kinds take the page
-and the folder's name, as `<!-- generated: raw bench_table("bench_passkey", "text") -->`.
+and the folder's name, as `<!-- generated: raw bench_table("bench_passkey", "text") -->`;
+bench_mean, bench_seeds, bench_diff and bench_verdict give one number or verdict for the
+section's prose.
 A folder not yet in the raw root (the bench not run yet), or one without the bench's record
 (its runs committed as they finish), gives a line that says so, so the page's section stands
 before the bench has run and fills in when the bench has finished.
@@ -12,7 +14,9 @@ from __future__ import annotations
 
 import os
 
-from roformer_jax.studies import length_bench, length_bench_report, page_provenance
+import numpy as np
+
+from roformer_jax.studies import length_bench, length_bench_report, page_provenance, tables
 from roformer_jax.studies.page_numbers import FIGURES
 from roformer_jax.studies.page_source import Page
 
@@ -45,6 +49,11 @@ def bench_header(page: Page, name: str) -> str:
     return page_provenance.own_runs_header(record, results, "arms")
 
 
+def bench_stale(page: Page, name: str) -> str:
+    """Whether the code changed since the bench's runs trained (page_provenance's)."""
+    return _not_run(page, name) or page_provenance.bench_stale(page, name)
+
+
 def bench_heat_map(page: Page, name: str, eval_set: str) -> str:
     """length_bench_report.heat_maps, drawn into page.figures_dir when given."""
     if _not_run(page, name):
@@ -67,3 +76,29 @@ def bench_paired_table(page: Page, name: str, eval_set: str) -> str:
 
 def bench_verdicts(page: Page, name: str, eval_set: str) -> str:
     return _not_run(page, name) or length_bench_report.verdict_table(*_read(page, name), eval_set)
+
+
+def bench_mean(page: Page, name: str, eval_set: str, arm: str, length: int) -> str:
+    """Inline: `arm`'s exact match at `length`, the mean over seeds."""
+    config, results = _read(page, name)
+    return f"{np.mean(length_bench_report.accuracies(results, arm, eval_set, length)):.2f}"
+
+
+def bench_seeds(page: Page, name: str, eval_set: str, arm: str, length: int) -> str:
+    """Inline: `arm`'s exact match at `length`, seed by seed."""
+    _, results = _read(page, name)
+    return ", ".join(
+        f"{a:.2f}" for a in length_bench_report.accuracies(results, arm, eval_set, length)
+    )
+
+
+def bench_diff(page: Page, name: str, eval_set: str, arm: str, length: int) -> str:
+    """Inline: `arm` minus the baseline at `length`, paired by seed: mean [95% t-interval]."""
+    config, results = _read(page, name)
+    diffs = length_bench_report.paired_differences(config, results, arm, eval_set, length)
+    return tables.interval_text(diffs)
+
+
+def bench_verdict(page: Page, name: str, eval_set: str, arm: str) -> str:
+    """Inline: the verdict table's cell of `arm`."""
+    return length_bench_report.verdict(*_read(page, name), eval_set, arm)

@@ -2,12 +2,13 @@
 command), whether the code changed since (staleness from git) and every study's wall time.
 
 Staleness: `stale` marks a study whose oldest commit (of its runs' training sessions, else
-study.json's) differs from HEAD in roformer_jax/ or configs/ and counts the files
-(`git diff --name-only <commit> HEAD -- roformer_jax configs`), marks it **Current** where
-no such file changed (a kind of its own: "the code is as at X" read like no mark at all), or
-says "commit unknown" without git or the commit; a ViT study (`vit_stale`) reads its one
-commit from vit_study's record. Every study the page introduces with a header says one of
-these or what a rerun gave (`reproduced`): `unmarked` names those that do not.
+study.json's) differs from HEAD in roformer_jax/ or configs/ and counts the files (`git diff
+--name-only <commit> HEAD -- roformer_jax configs`), marks it **Current** where no such file
+changed (a kind of its own: "the code is as at X" read like no mark at all), or says "commit
+unknown" without git or the commit; a study of own runs (the ViT's `vit_stale`, the bench's
+`bench_stale`) reads its runs' commits (own_runs.code_of_runs). Every study the page introduces
+with a header says one of these or what a rerun gave (`reproduced`): `unmarked` names those
+that do not.
 
 results_page.differences blanks the stale marks on both sides before comparing: the check
 asks whether the page's numbers are what the raw files give, which a commit to the code does
@@ -72,9 +73,29 @@ def stale(raw: RawStudy, *, page: Page) -> str:
 
 
 def vit_stale(page: Page, name: str) -> str:
-    """`stale` for a ViT study (vit_study's raw files: one commit, its record's)."""
-    record, _ = vit_study.read_results(os.path.join(page.raw_root, name))
-    return _stale_text(record["code"].get("commit"), page)
+    """`stale` for a ViT study (vit_study's raw files)."""
+    return own_runs_stale(page, *vit_study.read_results(os.path.join(page.raw_root, name)))
+
+
+def bench_stale(page: Page, name: str) -> str:
+    """`stale` for a task of the retrieval bench (length_bench's raw files)."""
+    return own_runs_stale(page, *length_bench.read_results(os.path.join(page.raw_root, name)))
+
+
+def own_runs_stale(page: Page, record: dict, results: dict) -> str:
+    """`stale` for a study of own runs: from the commit of its runs with the most changed since
+    (the oldest, as far as the code goes); where some runs name none, from the last command's,
+    saying that older code may have trained them."""
+    counts = own_runs.code_of_runs(record, results)
+    commits = [c for c in counts if c] or [record["code"].get("commit")]
+    if None in counts and record["code"].get("commit") not in commits:
+        commits.append(record["code"]["commit"])
+    oldest = max(commits, key=lambda c: len(page.changed(c) or []) if c else -1)
+    text = _stale_text(oldest, page)
+    if None in counts and oldest:
+        runs = f"{counts[None]} of its {sum(counts.values())} runs"
+        text += f" ({runs} name no commit: older code may have trained them.)"
+    return text
 
 
 def _stale_text(commit: str | None, page: Page) -> str:
@@ -103,8 +124,12 @@ def unmarked(blocks: list[tuple[str, str]]) -> list[str]:
     return sorted(headed - said)
 
 
-HEADERS = {"header", "vit_header"}  # kinds that introduce a study
-STALE = {"stale", "vit_stale"}  # kinds whose text changes with HEAD, not with the raw files
+HEADERS = {"header", "vit_header", "bench_header"}  # kinds that introduce a study
+STALE = {
+    "stale",
+    "vit_stale",
+    "bench_stale",
+}  # kinds whose text changes with HEAD, not with the raw files
 
 
 def _training_s(raw: RawStudy) -> float:
@@ -206,15 +231,36 @@ def _in_progress_row(raw_dir: str) -> str:
 def own_runs_header(record: dict, results: dict, units: str) -> str:
     """The header of a study of own runs (own_runs: the ViT study, the bench): commit,
     machine, its `units` × seeds, the command's wall time where it has one, the command."""
-    code, machine = record["code"], record["machine"]
-    dirty = " with uncommitted changes" if code.get("dirty") else ""
+    machine = record["machine"]
+    dirty = " with uncommitted changes" if own_runs.dirty(record, results) else ""
     return (
-        f"Ran at commit {(code.get('commit') or 'unknown')[:7]}{dirty}, {machine['cpus']} "
+        f"Ran at {_own_runs_commits(record, results)}{dirty}, {machine['cpus']} "
         f"{machine['architecture']} cores, JAX {machine['jax']} ({machine['backend']}): "
         f"{len(results)} {units} × n = {len(record['config']['seeds'])} seeds; "
         f"{took(own_runs.command_wall_s(record, results))}.\n\n"
         f"    python {shlex.join(record['argv'])}"
     )
+
+
+def _own_runs_commits(record: dict, results: dict) -> str:
+    """ "commit X" where every run trained at X; else each commit with its count of runs, and
+    how many name none (results record their code since 2026-12-07) beside the commit of the
+    last command."""
+    counts = own_runs.code_of_runs(record, results)
+    if len(counts) == 1 and None not in counts:
+        return f"commit {_short(next(iter(counts)))}"
+    last = f"the last command ran at {_short(record['code'].get('commit')) or 'an unknown commit'}"
+    named = ", ".join(f"{_short(c)} ({_runs(n)})" for c, n in counts.items() if c)
+    if not named:
+        return f"commits not recorded ({_runs(counts[None])}, which name none; {last})"
+    unnamed = ""
+    if None in counts:
+        unnamed = f", and {_runs(counts[None])} that name{'s' * (counts[None] == 1)} none ({last})"
+    return f"commits {named}{unnamed}"
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" + "s" * (n != 1)
 
 
 def took(wall: float | None) -> str:

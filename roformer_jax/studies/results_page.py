@@ -229,14 +229,24 @@ KINDS = {
     # The retrieval bench (experiments/length_bench.py): as the ViT kinds, a "not run yet" line
     # until the folder is in the raw root.
     "bench_header": page_length_bench.bench_header,
+    "bench_stale": page_length_bench.bench_stale,
     "bench_heat_map": page_length_bench.bench_heat_map,
     "bench_table": page_length_bench.bench_table,
     "bench_paired_table": page_length_bench.bench_paired_table,
     "bench_verdicts": page_length_bench.bench_verdicts,
+    "bench_mean": page_length_bench.bench_mean,
+    "bench_seeds": page_length_bench.bench_seeds,
+    "bench_diff": page_length_bench.bench_diff,
+    "bench_verdict": page_length_bench.bench_verdict,
 }
 INLINE = {
     "stale",
     "vit_stale",
+    "bench_stale",
+    "bench_mean",
+    "bench_seeds",
+    "bench_diff",
+    "bench_verdict",
     "mean",
     "diff",
     "verdict",

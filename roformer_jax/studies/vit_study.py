@@ -15,10 +15,11 @@ are scored as "valid_accuracy"; a selection study (`select`) scores them alone, 
 `chosen_rates` chooses without the test digits, which are then scored once.
 
 A run's outputs are <workdir>/<run>/seed<k>/RESULT (its settings, accuracy per size, loss
-curve, seconds); a run whose file exists with the same settings is not trained again, so a
-killed study resumes, and one whose settings differ is a ValueError. The raw folder holds those
-files and RECORD (study_record.make_record's fields), from which the results page is rebuilt.
-The config is a plain dictionary (configs/study_vit.py's, `to_dict()`).
+curve, seconds, the code's commit); a run whose file exists with the same settings is not
+trained again, so a killed study resumes, and one whose settings differ is a ValueError. The
+raw folder holds those files and RECORD (study_record.make_record's fields), from which the
+results page is rebuilt. The config is a plain dictionary (configs/study_vit.py's,
+`to_dict()`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from roformer_jax.nn.model_config import model_config_from_dict
 from roformer_jax.nn.vit import ViT
 from roformer_jax.studies import own_runs, plots, stats, tables
 from roformer_jax.studies.run_dirs import run_dir
+from roformer_jax.training.provenance import code_version
 
 RESULT = own_runs.RESULT
 RECORD = "record.json"  # not study.json: study_record.read_raw reads trainer runs
@@ -250,6 +252,7 @@ def run_study(
                     "settings": settings,
                     "seed": seed,
                     **train_and_score(settings, seed, data),
+                    "code": code_version(),
                 }
                 own_runs.write_json(os.path.join(directory, RESULT), result)
             log(f"{name} seed {seed}: {result.get('accuracy', result.get('valid_accuracy'))}")
