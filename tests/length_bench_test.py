@@ -92,8 +92,12 @@ class LengthBenchTest(parameterized.TestCase):
         self.assertEqual(again, {**self.results, "RoPE + YaRN": self.results["RoPE + YaRN"][:1]})
         self.assertTrue(os.path.exists(result))
         os.remove(os.path.join(raw, length_bench.RECORD))
-        table = _render(os.path.dirname(raw), 'bench_table("raw_partial", "text")')
-        self.assertStartsWith(table, "*In progress: raw_partial/ holds the runs finished so far")
+        # Without its record the bench is in progress: the header says how far, the blocks
+        # after it are empty.
+        root = os.path.dirname(raw)
+        header = _render(root, 'bench_header("raw_partial")')
+        self.assertStartsWith(header, "*In progress: 4 runs finished so far, in raw_partial/;")
+        self.assertEqual(_render(root, 'bench_table("raw_partial", "text")'), "")
 
     def test_a_command_that_trained_nothing_keeps_the_record(self):
         # Its record would name its commit and its seconds of no training.
@@ -142,9 +146,9 @@ class LengthBenchTest(parameterized.TestCase):
         self.assertGreater(os.path.getsize(path), 1000)
 
     def test_page_blocks_say_not_run_yet_until_raw_files_exist(self):
-        self.assertStartsWith(
-            _render(self.raw_root, 'bench_table("bench_mqar", "mqar")'), "*Not run yet"
-        )
+        self.assertStartsWith(_render(self.raw_root, 'bench_header("bench_mqar")'), "*Not run yet")
+        for block in ('bench_table("bench_mqar", "mqar")', 'bench_stale("bench_mqar")'):
+            self.assertEqual(_render(self.raw_root, block), "")
         table = _render(self.raw_root, f'bench_table("{NAME}", "filler")')
         self.assertEqual(
             table, length_bench_report.accuracy_table(self.config, self.results, "filler")

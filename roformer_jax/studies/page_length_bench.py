@@ -6,8 +6,8 @@ and the folder's name, as `<!-- generated: raw bench_table("bench_passkey", "tex
 bench_mean, bench_seeds, bench_diff and bench_verdict give one number or verdict for the
 section's prose.
 A folder not yet in the raw root (the bench not run yet), or one without the bench's record
-(its runs committed as they finish), gives a line that says so, so the page's section stands
-before the bench has run and fills in when the bench has finished.
+(its runs committed as they finish), gives a header that says so and empty blocks after it,
+so the page's section stands before the bench has run and fills in when it has finished.
 """
 
 from __future__ import annotations
@@ -16,23 +16,30 @@ import os
 
 import numpy as np
 
-from roformer_jax.studies import length_bench, length_bench_report, page_provenance, tables
+from roformer_jax.studies import (
+    length_bench,
+    length_bench_report,
+    own_runs,
+    page_provenance,
+    tables,
+)
 from roformer_jax.studies.page_numbers import FIGURES
 from roformer_jax.studies.page_source import Page
 
 
 def _not_run(page: Page, name: str) -> str | None:
-    """The line a block shows until `name` has its record, written when the bench finishes;
-    None once it has."""
+    """The line the header shows until `name` has its record, written when the bench
+    finishes; None once it has."""
     folder = os.path.join(page.raw_root, name)
     if os.path.exists(os.path.join(folder, length_bench.RECORD)):
         return None
     if os.path.isdir(folder):
+        done = len(own_runs.result_files(folder))
         return (
-            f"*In progress: {name}/ holds the runs finished so far; this is drawn when the "
-            "bench has finished (the command above resumes from them).*"
+            f"*In progress: {done} runs finished so far, in {name}/; the blocks below are "
+            "drawn when the bench has finished (docs/studies.md's command resumes from them).*"
         )
-    return f"*Not run yet: no raw files in {name}/ (the command above writes them).*"
+    return f"*Not run yet: no raw files in {name}/ (docs/studies.md's command writes them).*"
 
 
 def _read(page: Page, name: str) -> tuple[dict, dict]:
@@ -51,13 +58,13 @@ def bench_header(page: Page, name: str) -> str:
 
 def bench_stale(page: Page, name: str) -> str:
     """Whether the code changed since the bench's runs trained (page_provenance's)."""
-    return _not_run(page, name) or page_provenance.bench_stale(page, name)
+    return "" if _not_run(page, name) else page_provenance.bench_stale(page, name)
 
 
 def bench_heat_map(page: Page, name: str, eval_set: str) -> str:
     """length_bench_report.heat_maps, drawn into page.figures_dir when given."""
     if _not_run(page, name):
-        return _not_run(page, name)
+        return ""
     config, results = _read(page, name)
     figure = f"{name}_{eval_set}.png"
     if page.figures_dir is not None:
@@ -67,15 +74,21 @@ def bench_heat_map(page: Page, name: str, eval_set: str) -> str:
 
 
 def bench_table(page: Page, name: str, eval_set: str) -> str:
-    return _not_run(page, name) or length_bench_report.accuracy_table(*_read(page, name), eval_set)
+    if _not_run(page, name):
+        return ""
+    return length_bench_report.accuracy_table(*_read(page, name), eval_set)
 
 
 def bench_paired_table(page: Page, name: str, eval_set: str) -> str:
-    return _not_run(page, name) or length_bench_report.paired_table(*_read(page, name), eval_set)
+    if _not_run(page, name):
+        return ""
+    return length_bench_report.paired_table(*_read(page, name), eval_set)
 
 
 def bench_verdicts(page: Page, name: str, eval_set: str) -> str:
-    return _not_run(page, name) or length_bench_report.verdict_table(*_read(page, name), eval_set)
+    if _not_run(page, name):
+        return ""
+    return length_bench_report.verdict_table(*_read(page, name), eval_set)
 
 
 def bench_mean(page: Page, name: str, eval_set: str, arm: str, length: int) -> str:
