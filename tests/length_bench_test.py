@@ -167,6 +167,14 @@ class LengthBenchTest(parameterized.TestCase):
         self.assertEqual(
             verdict, length_bench_report.verdict(self.config, self.results, "text", "RoPE + YaRN")
         )
+        # README's claim: past the trained length only (64 here), under Holm over the set.
+        claim = _render(self.raw_root, f'bench_claim("{NAME}", "text", "RoPE + YaRN")')
+        self.assertRegex(claim, r"^(not shown|shown at 64 tokens|contradicted at 64 tokens) ")
+        self.assertTrue(claim.endswith(" at 64 tokens"), claim)
+        self.assertEqual(
+            _render(self.raw_root, 'bench_claim("bench_mqar", "mqar", "iRoPE")'),
+            "(not run yet) | (not run yet)",
+        )
         figure = _render(self.raw_root, f'bench_heat_map("{NAME}", "text")')
         self.assertEqual(figure, f"![{NAME} text](results/{NAME}_text.png)")
 

@@ -1,5 +1,5 @@
 """Tests for roformer_jax/studies/tables.py: the summary, paired, extremes tables, paired
-curves and differences, the step a run reaches a loss, and the Holm text."""
+curves and differences, the step a run reaches a loss, the Holm text and README's claim."""
 
 import os
 import tempfile
@@ -141,6 +141,22 @@ class TablesTest(absltest.TestCase):
         self.assertIn("none is apart from 0 either", tables.holm_text({"near": family["near"]}, ""))
         self.assertEqual(tables.holm_kept(family), ["far"])  # the labels the text keeps
         self.assertEqual(tables.holm_kept({"near": family["near"]}), [])
+
+    def test_holm_claim_says_where_holm_keeps_which_side(self):
+        diffs = {20: [0.1, 0.12, 0.11], 24: [-0.3, -0.31, -0.29], 28: [0.5, -0.4, 0.1]}
+        self.assertEqual(
+            tables.holm_claim(diffs, [20, 24], "px"),
+            "shown at 20 px; contradicted at 24 px (n = 3, Holm) | "
+            "+0.110 [+0.085, +0.135] at 20 px",
+        )
+        # Kept below only: the first such point is the measured one.
+        contradicted = tables.holm_claim(diffs, [24], "px")
+        self.assertTrue(contradicted.startswith("contradicted at 24 px (n = 3, Holm) | -0.300"))
+        # None kept: "not shown", measured at the first point.
+        self.assertEqual(
+            tables.holm_claim(diffs, [], "tokens"),
+            "not shown (n = 3, Holm) | +0.110 [+0.085, +0.135] at 20 tokens",
+        )
 
 
 if __name__ == "__main__":

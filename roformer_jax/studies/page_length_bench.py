@@ -4,7 +4,7 @@ heat map, tables and verdicts, read from a task's raw folder by length_bench.rea
 As the ViT study's, the raw folder holds the bench's own files, so these kinds take the page
 and the folder's name, as `<!-- generated: raw bench_table("bench_passkey", "text") -->`;
 bench_mean, bench_seeds, bench_diff and bench_verdict give one number or verdict for the
-section's prose.
+section's prose, bench_claim README's cells.
 A folder not yet in the raw root (the bench not run yet), or one without the bench's record
 (its runs committed as they finish), gives a header that says so and empty blocks after it,
 so the page's section stands before the bench has run and fills in when it has finished.
@@ -115,3 +115,18 @@ def bench_diff(page: Page, name: str, eval_set: str, arm: str, length: int) -> s
 def bench_verdict(page: Page, name: str, eval_set: str, arm: str) -> str:
     """Inline: the verdict table's cell of `arm`."""
     return length_bench_report.verdict(*_read(page, name), eval_set, arm)
+
+
+def bench_claim(page: Page, name: str, eval_set: str, arm: str) -> str:
+    """README's "STATUS | MEASURED" cells of the claim that `arm` retrieves better than the
+    baseline past the trained length (tables.holm_claim, Holm over every arm and length of
+    the set, as the verdicts); "(not run yet)" in both until the bench has finished."""
+    if _not_run(page, name):
+        return "(not run yet) | (not run yet)"
+    config, results = _read(page, name)
+    kept = tables.holm_kept(length_bench_report.family(config, results, eval_set))
+    past = [n for n in length_bench.eval_lengths(config) if n != config["train_length"]]
+    diffs = {
+        n: length_bench_report.paired_differences(config, results, arm, eval_set, n) for n in past
+    }
+    return tables.holm_claim(diffs, [n for n in past if f"{arm} at {n}" in kept], "tokens")

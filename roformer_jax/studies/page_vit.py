@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-
 from roformer_jax.studies import page_provenance, tables, vit_study
 from roformer_jax.studies.page_numbers import FIGURES
 from roformer_jax.studies.page_source import Page
@@ -78,17 +76,7 @@ def vit_claim(page: Page, name: str, pair: str) -> str:
     kept = tables.holm_kept(_family(config, results))
     past = [size for size in config["eval_sizes"] if size != config["train_size"]]
     diffs = {s: vit_study.paired_differences(config, results, pair, s) for s in past}
-    sides = {"shown": [], "contradicted": []}
-    for size in past:
-        if _label(pair, size) in kept:
-            sides["shown" if np.mean(diffs[size]) > 0 else "contradicted"].append(size)
-    status = "; ".join(
-        f"{side} at {', '.join(map(str, sizes))} px" for side, sizes in sides.items() if sizes
-    )
-    size = (sides["shown"] or sides["contradicted"] or past)[0]
-    n = len(config["seeds"])
-    diff = tables.interval_text(diffs[size])
-    return f"{status or 'not shown'} (n = {n}, Holm) | {diff} at {size} px"
+    return tables.holm_claim(diffs, [s for s in past if _label(pair, s) in kept], "px")
 
 
 def vit_chosen(page: Page, name: str) -> str:

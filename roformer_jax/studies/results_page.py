@@ -238,6 +238,7 @@ KINDS = {
     "bench_seeds": page_length_bench.bench_seeds,
     "bench_diff": page_length_bench.bench_diff,
     "bench_verdict": page_length_bench.bench_verdict,
+    "bench_claim": page_length_bench.bench_claim,  # README's row
 }
 INLINE = {
     "stale",
@@ -247,6 +248,7 @@ INLINE = {
     "bench_seeds",
     "bench_diff",
     "bench_verdict",
+    "bench_claim",
     "mean",
     "diff",
     "verdict",

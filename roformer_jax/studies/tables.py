@@ -199,6 +199,27 @@ def interval_text(diffs: list[float]) -> str:
     return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
+def holm_claim(diffs: Mapping[int, list[float]], kept: Sequence[int], unit: str) -> str:
+    """README's "STATUS | MEASURED" cells of a claim that a difference is above 0 at the
+    points of `diffs` (sizes, lengths; each its differences over seeds): where Holm's
+    correction keeps its interval apart from 0 (`kept`), above ("shown at") or below
+    ("contradicted at"), and the difference at the first such point; none kept: "not shown"
+    and the difference at the first point."""
+    sides = {"shown": [], "contradicted": []}
+    for point in (p for p in diffs if p in kept):
+        sides["shown" if np.mean(diffs[point]) > 0 else "contradicted"].append(point)
+    status = "; ".join(
+        f"{side} at {', '.join(map(str, points))} {unit}"
+        for side, points in sides.items()
+        if points
+    )
+    point = (sides["shown"] or sides["contradicted"] or list(diffs))[0]
+    n = len(diffs[point])
+    return (
+        f"{status or 'not shown'} (n = {n}, Holm) | {interval_text(diffs[point])} at {point} {unit}"
+    )
+
+
 def mean_std_text(values: list[float]) -> str:
     """ "mean ± sample std (ddof 1)"; the value alone for one (no spread from one run)."""
     if not values:
