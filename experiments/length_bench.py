@@ -16,15 +16,14 @@ than a sitting goes on from its committed raw files.
 
 import os
 import sys
-import time
 
-from absl import app, logging
+from absl import app
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)
 
 from experiments import study_flags  # noqa: E402
-from roformer_jax.studies import length_bench, length_bench_report, own_runs  # noqa: E402
+from roformer_jax.studies import length_bench, length_bench_report  # noqa: E402
 from roformer_jax.training import runtime  # noqa: E402
 
 _CONFIG, _WORKDIR, _RAW_DIR = study_flags.define(
@@ -35,10 +34,9 @@ _CONFIG, _WORKDIR, _RAW_DIR = study_flags.define(
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    started, config, workdir, raw = time.time(), _CONFIG.value, _WORKDIR.value, _RAW_DIR.value
+    config = _CONFIG.value
+    results = study_flags.run_own_runs(length_bench, config, _WORKDIR.value, _RAW_DIR.value)
     settings = config.to_dict()
-    before = own_runs.result_files(raw) if raw else set()
-    results = length_bench.run_study(settings, workdir, raw_dir=raw, log=logging.info)
     for eval_set in settings["eval_sets"]:
         print(
             f"{eval_set}:",
@@ -47,12 +45,6 @@ def main(argv):
             sep="\n\n",
             end="\n\n",
         )
-    if raw and own_runs.trained_nothing(raw, length_bench.RECORD, before):
-        logging.info("every run was in %s already: its record is kept", raw)
-    elif raw:
-        record = study_flags.record(config, wall_s=time.time() - started, unigram=None)
-        length_bench.write_record(raw, record)
-        logging.info("wrote %s", os.path.join(raw, length_bench.RECORD))
 
 
 if __name__ == "__main__":

@@ -2,15 +2,18 @@
 
 _CONFIG, _WORKDIR, _RAW_DIR = study_flags.define("compare.py", "runs/compare", "...")
 record = study_flags.record(_CONFIG.value, wall_s=..., unigram=...)   # for study.json
+results = study_flags.run_own_runs(length_bench, _CONFIG.value, workdir, raw_dir)
 """
 
 import os
 import sys
+import time
+from types import ModuleType
 
-from absl import flags
+from absl import flags, logging
 from ml_collections import ConfigDict, config_flags
 
-from roformer_jax.studies import study_record
+from roformer_jax.studies import own_runs, study_record
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,3 +45,19 @@ def record(config: ConfigDict, *, wall_s: float | None, unigram, finished: bool 
         unigram=unigram,
         finished=finished,
     )
+
+
+def run_own_runs(study: ModuleType, config: ConfigDict, workdir: str, raw: str | None) -> dict:
+    """A study of own runs (own_runs: vit_study, length_bench; `study` is its module) as its
+    command runs it: every run, cached in workdir, each result copied to raw; then the
+    study's record, unless the command found every run there already (the record then keeps
+    the command that trained them)."""
+    started, settings = time.time(), config.to_dict()
+    before = own_runs.result_files(raw) if raw else set()
+    results = study.run_study(settings, workdir, raw_dir=raw, log=logging.info)
+    if raw and own_runs.trained_nothing(raw, study.RECORD, before):
+        logging.info("every run was in %s already: its record is kept", raw)
+    elif raw:
+        study.write_record(raw, record(config, wall_s=time.time() - started, unigram=None))
+        logging.info("wrote %s", os.path.join(raw, study.RECORD))
+    return results

@@ -13,15 +13,14 @@ docs/results.md's section.
 
 import os
 import sys
-import time
 
-from absl import app, logging
+from absl import app
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)
 
 from experiments import study_flags  # noqa: E402
-from roformer_jax.studies import own_runs, vit_study  # noqa: E402
+from roformer_jax.studies import vit_study  # noqa: E402
 from roformer_jax.training import provenance, runtime  # noqa: E402
 
 _CONFIG, _WORKDIR, _RAW_DIR = study_flags.define(
@@ -32,18 +31,10 @@ _CONFIG, _WORKDIR, _RAW_DIR = study_flags.define(
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    started, config, workdir, raw = time.time(), _CONFIG.value, _WORKDIR.value, _RAW_DIR.value
-    settings = config.to_dict()
-    before = own_runs.result_files(raw) if raw else set()
-    results = vit_study.run_study(settings, workdir, raw_dir=raw, log=logging.info)
+    config, workdir = _CONFIG.value, _WORKDIR.value
+    results = study_flags.run_own_runs(vit_study, config, workdir, _RAW_DIR.value)
     png = os.path.join(workdir, "vit.png")
-    print(vit_study.report(settings, results, png, provenance.machine()))
-    if raw and own_runs.trained_nothing(raw, vit_study.RECORD, before):
-        logging.info("every run was in %s already: its record is kept", raw)
-    elif raw:
-        record = study_flags.record(config, wall_s=time.time() - started, unigram=None)
-        vit_study.write_record(raw, record)
-        logging.info("wrote %s", os.path.join(raw, vit_study.RECORD))
+    print(vit_study.report(config.to_dict(), results, png, provenance.machine()))
 
 
 if __name__ == "__main__":
