@@ -12,6 +12,7 @@ import numpy as np
 from absl.testing import absltest, parameterized
 
 from configs import bench_length
+from roformer_jax.data import retrieval_tasks
 from roformer_jax.studies import length_bench, length_bench_report, own_runs, results_page
 from roformer_jax.studies.run_dirs import run_dir
 from roformer_jax.training import provenance
@@ -177,6 +178,40 @@ class LengthBenchTest(parameterized.TestCase):
         )
         figure = _render(self.raw_root, f'bench_heat_map("{NAME}", "text")')
         self.assertEqual(figure, f"![{NAME} text](results/{NAME}_text.png)")
+
+    def test_needle_sweep_reads_the_needle_at_every_place(self):
+        settings_of = length_bench.arms(self.config)
+        params = length_bench.arm_params(settings_of, "RoPE + YaRN", 0, self.workdir)
+        sweep = length_bench.needle_sweep(settings_of["RoPE + YaRN"], params, 32, rows=3)
+        self.assertLen(sweep, retrieval_tasks.haystack_size(32, 5) + 1)  # every marker place
+        self.assertTrue(all(a in (0, 1 / 3, 2 / 3, 1) for a in sweep), sweep)
+        # A read arm at the trained length reads as the arm it reads.
+        rope = length_bench.needle_sweep(settings_of["RoPE"], params, 32, rows=3)
+        self.assertEqual(sweep, rope)
+        mqar = {**settings_of["RoPE"], "task": "mqar"}
+        with self.assertRaisesRegex(ValueError, "needs the passkey task"):
+            length_bench.needle_sweep(mqar, params, 32, rows=3)
+
+    def test_needle_table_folds_places_by_block(self):
+        # Accuracy (k + 1) % 4 / 10 at marker token k + 1: offset o of a 4-token block reads
+        # o / 10 in every column; 2 digits spill past the block from offset 2 on.
+        accuracy = [((k + 1) % 4) / 10 for k in range(10)]
+        sweep = {"digits": 2, "rows": 1, "arms": {"a": {"8": [accuracy, accuracy]}}}
+        rows = length_bench_report.needle_table(sweep, "a", 4).splitlines()
+        self.assertEqual(
+            rows[2:],
+            ["| 0 | 0 | 0.00 |", "| 1 | 0 | 0.10 |", "| 2 | 1 | 0.20 |", "| 3 | 2 | 0.30 |"],
+        )
+        root = os.path.join(self.temp.name, "needles")
+        self.assertStartsWith(_render(root, 'bench_needle_table("b", "a", 4)'), "*Not run yet")
+        machine = {"cpus": 2, "architecture": "x86_64", "jax": "0.10", "backend": "cpu"}
+        record = {"argv": ["needle_sweep.py"], "code": {"commit": "abcdef12"}, "machine": machine}
+        own_runs.write_json(os.path.join(root, "b", length_bench.NEEDLE_SWEEP), {**record, **sweep})
+        table = _render(root, 'bench_needle_table("b", "a", 4)')
+        self.assertStartsWith(
+            table, "Ran at commit abcdef1, 2 x86_64 cores, JAX 0.10 (cpu), 1 rows a place, 2 seeds:"
+        )
+        self.assertTrue(table.endswith("| 3 | 2 | 0.30 |"), table)
 
     @parameterized.parameters(*bench_length.TASKS)
     def test_full_config_builds_every_arm(self, task):

@@ -107,6 +107,12 @@ def _haystack(rng: np.random.Generator, kind: str, batch: int, size: int) -> np.
     return text[starts[:, None] + np.arange(size)]
 
 
+def haystack_size(length: int, digits: int) -> int:
+    """A passkey row's haystack tokens: the rest of the row after 3 markers and 2 x `digits`.
+    At depth k / haystack_size the needle's marker is token k + 1 (after [BOS] and k tokens)."""
+    return length - 3 - 2 * digits
+
+
 def passkey(
     rng: np.random.Generator,
     length: int,
@@ -125,7 +131,7 @@ def passkey(
         raise ValueError(f"haystack={haystack!r} is not one of {HAYSTACKS}")
     if digits < 1:
         raise ValueError(f"digits={digits} must be at least 1")
-    size = length - 3 - 2 * digits  # haystack tokens: the rest of the row
+    size = haystack_size(length, digits)
     if size < 1:
         raise ValueError(
             f"length={length} leaves no haystack: a row holds 3 markers and 2 x {digits} digits"

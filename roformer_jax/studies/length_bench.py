@@ -3,6 +3,8 @@ trained on a retrieval task at one length, scored at 1x, 2x, 4x and 8x it.
 
     results = length_bench.run_study(config, workdir, raw_dir=None, log=print)   # cached runs
     record, results = length_bench.read_results("docs/results/raw/bench_passkey")  # from raw
+    params = length_bench.arm_params(length_bench.arms(config), "iRoPE", 0, workdir)
+    length_bench.needle_sweep(length_bench.arms(config)["iRoPE"], params, 256, rows=64)
 
 The task is one of data/retrieval_tasks.py's (passkey, MQAR, flip-flop). Each arm is data in
 the config: a trained arm gives ModelConfig fields over the shared ones ({"model": {...}});
@@ -50,6 +52,7 @@ from roformer_jax.training.provenance import code_version
 RESULT = own_runs.RESULT
 RECORD = "bench.json"  # not study.json (trainer runs) nor record.json (the ViT study's)
 PARAMS = "params.msgpack"  # workdir only: read arms score these
+NEEDLE_SWEEP = "needle_sweep.json"  # raw folder: experiments/needle_sweep.py's accuracies
 EVAL_CHUNK = 32  # rows per forward pass when scoring (memory at 8x the length)
 _SHARED = ("task", "options", "train_length", "steps", "batch_size", "learning_rate")
 _SHARED += ("warmup_steps", "weight_decay", "eval_sets", "eval_factors", "eval_rows")
@@ -193,6 +196,26 @@ def score(settings: Mapping, params) -> dict:
     return {"accuracy": accuracy, "by_depth": by_depth}
 
 
+def needle_sweep(settings: Mapping, params, length: int, rows: int) -> list[float]:
+    """Passkey's exact match with the needle's marker at every token it can sit at, [accuracy
+    at marker token k + 1 for k in 0..haystack_size], each over `rows` rows of the set's text
+    haystack (eval_seed's). Where a model loses the needle by its place, not its depth: a
+    chunk boundary through it (iRoPE), a window's edge."""
+    if settings["task"] != "passkey":
+        raise ValueError(f"a needle sweep needs the passkey task, not {settings['task']!r}")
+    size = retrieval_tasks.haystack_size(length, settings["options"]["digits"])
+    examples = retrieval_tasks.generate(
+        "passkey",
+        seed=settings["eval_seed"],
+        length=length,
+        batch=rows * (size + 1),
+        **{**settings["options"], "haystack": "text"},
+        depths=[k / size for k in range(size + 1)],  # row b at depth (b % (size + 1)) / size
+    )
+    right = _answers_right(settings, params, examples, length).reshape(rows, size + 1)
+    return [float(a) for a in right.mean(axis=0)]
+
+
 def _answers_right(settings, params, examples, length: int) -> np.ndarray:
     """bool [B, Q]: each answer read right, all its tokens, by the model `settings` reads."""
     model = settings["model"]
@@ -251,6 +274,11 @@ def _run(settings_of: Mapping, name: str, seed: int, workdir: str) -> tuple[dict
     else:
         params, curve = train(settings, seed)
     return {**score(settings, params), "loss": curve, "run_s": time.time() - started}, params
+
+
+def arm_params(settings_of: Mapping, name: str, seed: int, workdir: str):
+    """The parameters arm `name` scores at `seed`: its own, or those of the arm it reads."""
+    return _trained_params(settings_of, settings_of[name].get("reads", name), seed, workdir)
 
 
 def _trained_params(settings_of: Mapping, name: str, seed: int, workdir: str):

@@ -13,6 +13,7 @@ so the page's section stands before the bench has run and fills in when it has f
 from __future__ import annotations
 
 import os
+import shlex
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from roformer_jax.studies import (
     tables,
 )
 from roformer_jax.studies.page_numbers import FIGURES
-from roformer_jax.studies.page_source import Page
+from roformer_jax.studies.page_source import Page, read_json
 
 
 def _not_run(page: Page, name: str) -> str | None:
@@ -130,3 +131,21 @@ def bench_claim(page: Page, name: str, eval_set: str, arm: str) -> str:
         n: length_bench_report.paired_differences(config, results, arm, eval_set, n) for n in past
     }
     return tables.holm_claim(diffs, [n for n in past if f"{arm} at {n}" in kept], "tokens")
+
+
+def bench_needle_table(page: Page, name: str, arm: str, period: int) -> str:
+    """experiments/needle_sweep.py's table of `arm` (length_bench_report.needle_table), after
+    the commit, machine and command that measured it."""
+    path = os.path.join(page.raw_root, name, length_bench.NEEDLE_SWEEP)
+    if not os.path.exists(path):
+        missing = f"no {length_bench.NEEDLE_SWEEP} in {name}/"
+        return f"*Not run yet: {missing} (the command above writes it).*"
+    sweep = read_json(path)
+    machine, commit = sweep["machine"], sweep["code"].get("commit") or "unknown"
+    return (
+        f"Ran at commit {commit[:7]}, {machine['cpus']} {machine['architecture']} cores, JAX "
+        f"{machine['jax']} ({machine['backend']}), {sweep['rows']} rows a place, "
+        f"{len(next(iter(sweep['arms'][arm].values())))} seeds:\n\n"
+        f"    python {shlex.join(sweep['argv'])}\n\n"
+        + length_bench_report.needle_table(sweep, arm, period)
+    )

@@ -239,6 +239,7 @@ KINDS = {
     "bench_diff": page_length_bench.bench_diff,
     "bench_verdict": page_length_bench.bench_verdict,
     "bench_claim": page_length_bench.bench_claim,  # README's row
+    "bench_needle_table": page_length_bench.bench_needle_table,
 }
 INLINE = {
     "stale",
