@@ -51,8 +51,7 @@ def main(argv):
                 accuracy = length_bench.needle_sweep(settings_of[name], params, n, _ROWS.value)
                 sweeps[name][str(n)].append(accuracy)
     sweep = {"rows": _ROWS.value, "digits": config["options"]["digits"], "arms": sweeps}
-    for name in sweeps:
-        print(f"{name}:", length_bench_report.needle_table(sweep, name, _PERIOD.value), sep="\n")
+    print(length_bench_report.needle_table(sweep, _PERIOD.value))
     if _RAW_DIR.value:
         record = {"argv": sys.argv, "code": provenance.code_version()}
         record["machine"] = provenance.machine()

@@ -197,17 +197,17 @@ class LengthBenchTest(parameterized.TestCase):
         # o / 10 in every column; 2 digits spill past the block from offset 2 on.
         accuracy = [((k + 1) % 4) / 10 for k in range(10)]
         sweep = {"digits": 2, "rows": 1, "arms": {"a": {"8": [accuracy, accuracy]}}}
-        rows = length_bench_report.needle_table(sweep, "a", 4).splitlines()
+        rows = length_bench_report.needle_table(sweep, 4).splitlines()
         self.assertEqual(
             rows[2:],
             ["| 0 | 0 | 0.00 |", "| 1 | 0 | 0.10 |", "| 2 | 1 | 0.20 |", "| 3 | 2 | 0.30 |"],
         )
         root = os.path.join(self.temp.name, "needles")
-        self.assertStartsWith(_render(root, 'bench_needle_table("b", "a", 4)'), "*Not run yet")
+        self.assertStartsWith(_render(root, 'bench_needle_table("b", 4)'), "*Not run yet")
         machine = {"cpus": 2, "architecture": "x86_64", "jax": "0.10", "backend": "cpu"}
         record = {"argv": ["needle_sweep.py"], "code": {"commit": "abcdef12"}, "machine": machine}
         own_runs.write_json(os.path.join(root, "b", length_bench.NEEDLE_SWEEP), {**record, **sweep})
-        table = _render(root, 'bench_needle_table("b", "a", 4)')
+        table = _render(root, 'bench_needle_table("b", 4)')
         self.assertStartsWith(
             table, "Ran at commit abcdef1, 2 x86_64 cores, JAX 0.10 (cpu), 1 rows a place, 2 seeds:"
         )

@@ -3,7 +3,7 @@
     print(accuracy_table(config, results, "text"), paired_table(config, results, "text"))
     print(verdict_table(config, results, "text"))       # each arm against the baseline
     heat_maps(config, results, "text", "bench.png")     # accuracy by length x depth per arm
-    print(needle_table(sweep, "iRoPE", 16))  # experiments/needle_sweep.py's, by chunk offset
+    print(needle_table(sweep, 16))  # experiments/needle_sweep.py's, by the place in a chunk
 
 `results` is {arm: [result per seed]} (length_bench.run_study or read_results); an evaluation
 set names one of the config's `eval_sets`. Differences are paired by seed (a read arm reads
@@ -111,23 +111,25 @@ def verdict_table(config: Mapping, results: Mapping, eval_set: str) -> str:
     return "\n".join(lines)
 
 
-def needle_table(sweep: Mapping, arm: str, period: int) -> str:
-    """Markdown: `arm`'s passkey exact match (experiments/needle_sweep.py's `sweep`) by where
-    the needle's marker sits in a `period`-token block (iRoPE's chunk), one column per
+def needle_table(sweep: Mapping, period: int) -> str:
+    """Markdown: passkey exact match (experiments/needle_sweep.py's `sweep`) by where the
+    needle's marker sits in a `period`-token block (iRoPE's chunk), one column per arm and
     length: the mean over seeds and over every place with that offset, beside how many of
     the needle's digits fall past the block's end."""
-    by_length = sweep["arms"][arm]
+    columns = [(arm, n) for arm, by_length in sweep["arms"].items() for n in by_length]
     lines = [
         f"| marker's place in its {period}-token block | digits past the block's end | "
-        + " | ".join(f"{n} tokens" for n in by_length)
+        + " | ".join(f"{arm}, {n} tokens" for arm, n in columns)
         + " |",
-        "|---|---|" + "---|" * len(by_length),
+        "|---|---|" + "---|" * len(columns),
     ]
     for offset in range(period):
         cells = []
-        for seeds in by_length.values():
-            places = np.asarray(seeds)[:, (np.arange(len(seeds[0])) + 1) % period == offset]
-            cells.append(f"{places.mean():.2f}")
+        for arm, n in columns:
+            seeds = np.asarray(sweep["arms"][arm][n])  # [seeds, places]
+            cells.append(
+                f"{seeds[:, (np.arange(seeds.shape[1]) + 1) % period == offset].mean():.2f}"
+            )
         past = max(0, offset + sweep["digits"] + 1 - period)
         lines.append(f"| {offset} | {past} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -133,19 +133,21 @@ def bench_claim(page: Page, name: str, eval_set: str, arm: str) -> str:
     return tables.holm_claim(diffs, [n for n in past if f"{arm} at {n}" in kept], "tokens")
 
 
-def bench_needle_table(page: Page, name: str, arm: str, period: int) -> str:
-    """experiments/needle_sweep.py's table of `arm` (length_bench_report.needle_table), after
-    the commit, machine and command that measured it."""
+def bench_needle_table(page: Page, name: str, period: int) -> str:
+    """experiments/needle_sweep.py's table (length_bench_report.needle_table), after the
+    commit, machine and command that measured it."""
     path = os.path.join(page.raw_root, name, length_bench.NEEDLE_SWEEP)
     if not os.path.exists(path):
         missing = f"no {length_bench.NEEDLE_SWEEP} in {name}/"
         return f"*Not run yet: {missing} (the command above writes it).*"
     sweep = read_json(path)
     machine, commit = sweep["machine"], sweep["code"].get("commit") or "unknown"
+    first_arm = next(iter(sweep["arms"].values()))  # {length: [[accuracy per place] per seed]}
+    seeds = len(next(iter(first_arm.values())))
     return (
         f"Ran at commit {commit[:7]}, {machine['cpus']} {machine['architecture']} cores, JAX "
         f"{machine['jax']} ({machine['backend']}), {sweep['rows']} rows a place, "
-        f"{len(next(iter(sweep['arms'][arm].values())))} seeds:\n\n"
+        f"{seeds} seeds:\n\n"
         f"    python {shlex.join(sweep['argv'])}\n\n"
-        + length_bench_report.needle_table(sweep, arm, period)
+        + length_bench_report.needle_table(sweep, period)
     )
