@@ -7,7 +7,9 @@ import copy
 import os
 import shutil
 import tempfile
+from unittest import mock
 
+import chex
 import numpy as np
 from absl.testing import absltest, parameterized
 
@@ -109,6 +111,28 @@ class LengthBenchTest(parameterized.TestCase):
             own_runs.trained_nothing(self.raw, length_bench.RECORD, set(list(before)[1:]))
         )
         self.assertFalse(own_runs.trained_nothing(self.raw, "none.json", before))
+
+    def test_a_killed_run_goes_on_from_its_snapshot_to_the_same_parameters(self):
+        settings = {**length_bench.arms(self.config)["RoPE"], "steps": 20}  # snapshots at 5, 10, 15
+        whole = length_bench.train(settings, 0)
+        directory = os.path.join(self.temp.name, "killed")
+        draw, calls = retrieval_tasks.generate, []
+
+        def killed_at_step_12(*args, **kwargs):
+            calls.append(1)
+            if len(calls) > 13:  # the init's rows, then steps 0-11
+                raise KeyboardInterrupt
+            return draw(*args, **kwargs)
+
+        with mock.patch.object(retrieval_tasks, "generate", killed_at_step_12):
+            with self.assertRaises(KeyboardInterrupt):
+                length_bench.train(settings, 0, snapshot_dir=directory)
+        self.assertGreater(length_bench.snapshot_seconds(directory), 0)
+        resumed = length_bench.train(settings, 0, snapshot_dir=directory)
+        chex.assert_trees_all_equal(resumed[0], whole[0])
+        self.assertEqual(resumed[1], whole[1])  # the loss curve, before and after the kill
+        with self.assertRaisesRegex(ValueError, "snapshot of a run of other settings"):
+            length_bench.train({**settings, "learning_rate": 0.5}, 0, snapshot_dir=directory)
 
     def test_changed_settings_are_refused(self):
         changed = {**self.config, "steps": self.config["steps"] + 1}

@@ -18,7 +18,9 @@ overall and by the answer's depth (retrieval_tasks' module doc).
 A run's outputs are <workdir>/<arm>/seed<k>/RESULT (its settings, accuracy by evaluation set,
 length and depth, loss curve, seconds, the code's commit) and a trained arm's PARAMS there (for
 its read arms); a run whose RESULT exists with the same settings is not run again, so a killed
-bench resumes, and one whose settings differ is a ValueError. The raw folder holds each RESULT
+bench resumes, and one whose settings differ is a ValueError. A run in training saves its
+state (SNAPSHOT) four times, so a run killed midway goes on from the last, to the parameters
+it would have reached unstopped. The raw folder holds each RESULT
 and RECORD (study_record.make_record's fields), from which the results page is rebuilt; a bench
 started again on a fresh machine (an empty workdir) takes its finished runs back from there,
 and trains again only an arm whose parameters a read arm still to run needs (seeded, the same
@@ -52,6 +54,8 @@ from roformer_jax.training.provenance import code_version
 RESULT = own_runs.RESULT
 RECORD = "bench.json"  # not study.json (trainer runs) nor record.json (the ViT study's)
 PARAMS = "params.msgpack"  # workdir only: read arms score these
+SNAPSHOT = "snapshot.msgpack"  # workdir only: a run's training state, while it trains
+SNAPSHOTS = 4  # times a run saves it (every 5 of its curve's 20 points)
 NEEDLE_SWEEP = "needle_sweep.json"  # raw folder: experiments/needle_sweep.py's accuracies
 EVAL_CHUNK = 32  # rows per forward pass when scoring (memory at 8x the length)
 _SHARED = ("task", "options", "train_length", "steps", "batch_size", "learning_rate")
@@ -147,9 +151,12 @@ def _heads(examples: retrieval_tasks.Examples) -> tuple[np.ndarray, np.ndarray]:
     return examples.positions.reshape(b, -1) - 1, examples.answers.reshape(b, -1)
 
 
-def train(settings: Mapping, seed: int) -> tuple[dict, list]:
+def train(settings: Mapping, seed: int, snapshot_dir: str | None = None) -> tuple[dict, list]:
     """(params, loss curve [[step, mean loss]]) of a trained arm from `seed` (its init and
-    its rows, drawn from (seed, step))."""
+    its rows, drawn from (seed, step)). With snapshot_dir, the training state is saved there
+    SNAPSHOTS times a run and a killed run goes on from its last one, to the same parameters
+    as one never stopped (the rows are drawn from the step, the state restored exactly)."""
+    started = time.time()
     net, step, _, optimizer = _programs(settings, settings["model"])
     draw = functools.partial(
         retrieval_tasks.generate,
@@ -159,18 +166,64 @@ def train(settings: Mapping, seed: int) -> tuple[dict, list]:
         **settings["options"],
     )
     params = net.init(jax.random.key(seed), draw(seed=(seed, 0, 0)).tokens[:1])
-    opt_state, losses, curve = optimizer.init(params), [], []
-    every = max(1, settings["steps"] // 20)
-    for t in range(settings["steps"]):
+    state = {"step": 0, "params": params, "opt_state": optimizer.init(params), "curve": []}
+    state["seconds"] = 0.0  # spent training before this process, in earlier ones
+    path = os.path.join(snapshot_dir, SNAPSHOT) if snapshot_dir else None
+    if path and os.path.exists(path):
+        state = _restore_snapshot(path, state, settings)
+    params, opt_state, curve, losses = state["params"], state["opt_state"], state["curve"], []
+    every = max(1, settings["steps"] // 20)  # a curve point every `every` steps
+    save_every = every * (20 // SNAPSHOTS)  # at a curve point: no loss awaits its mean
+    for t in range(state["step"], settings["steps"]):
         examples = draw(seed=(seed, 0, t))
         params, opt_state, loss = step(params, opt_state, examples.tokens, *_heads(examples))
         losses.append(loss)
         if (t + 1) % every == 0:
             curve.append([t + 1, float(np.mean(jax.device_get(losses)))])
             losses = []
+        if path and (t + 1) % save_every == 0 and t + 1 < settings["steps"]:
+            seconds = state["seconds"] + time.time() - started
+            snapshot = {"step": t + 1, "params": params, "opt_state": opt_state}
+            _save_snapshot(path, {**snapshot, "curve": curve, "seconds": seconds}, settings)
     if not np.isfinite(curve[-1][1]):
         raise FloatingPointError(f"the training loss is {curve[-1][1]} at step {curve[-1][0]}")
     return params, curve
+
+
+def snapshot_seconds(snapshot_dir: str) -> float:
+    """Seconds of training that the snapshot in snapshot_dir holds (0 without one)."""
+    path = os.path.join(snapshot_dir, SNAPSHOT)
+    if not os.path.exists(path):
+        return 0.0
+    with open(path, "rb") as f:
+        return float(flax.serialization.msgpack_restore(f.read())["seconds"])
+
+
+def _save_snapshot(path: str, state: dict, settings: Mapping) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    curve = np.asarray(state["curve"], np.float64).reshape(-1, 2)
+    state = {**state, "curve": curve, "settings": json.dumps(settings, sort_keys=True)}
+    with open(path + ".tmp", "wb") as f:  # a kill while writing leaves the last snapshot whole
+        f.write(flax.serialization.msgpack_serialize(flax.serialization.to_state_dict(state)))
+    os.replace(path + ".tmp", path)
+
+
+def _restore_snapshot(path: str, fresh: dict, settings: Mapping) -> dict:
+    """The saved state, its arrays in `fresh`'s structure (the optimizer's named tuples);
+    ValueError where it is a run of other settings."""
+    with open(path, "rb") as f:
+        saved = flax.serialization.msgpack_restore(f.read())
+    if saved["settings"] != json.dumps(settings, sort_keys=True):
+        raise ValueError(f"{path} is a snapshot of a run of other settings; delete it")
+    arrays = {k: fresh[k] for k in ("params", "opt_state")}
+    restored = flax.serialization.from_state_dict(arrays, {k: saved[k] for k in arrays})
+    curve = [[int(t), float(loss)] for t, loss in saved["curve"]]
+    return {
+        **restored,
+        "step": int(saved["step"]),
+        "curve": curve,
+        "seconds": float(saved["seconds"]),
+    }
 
 
 def score(settings: Mapping, params) -> dict:
@@ -256,8 +309,7 @@ def run_study(
             result = {"settings": settings, "seed": seed, **scores, "code": code_version()}
             own_runs.write_json(os.path.join(directory, RESULT), result)
             if "reads" not in settings:
-                with open(os.path.join(directory, PARAMS), "wb") as f:
-                    f.write(flax.serialization.to_bytes(params))
+                _write_params(directory, params)
             left = (time.time() - started) / (done + 1) * (len(todo) - done - 1)
             log(f"{name} seed {seed}: {_summary(result)}; about {left / 60:.0f} min left")
         if raw_dir:
@@ -267,13 +319,16 @@ def run_study(
 
 
 def _run(settings_of: Mapping, name: str, seed: int, workdir: str) -> tuple[dict, dict]:
-    """(a run's scores, loss curve and seconds; its parameters)."""
-    started, settings = time.time(), settings_of[name]
+    """(a run's scores, loss curve and seconds, those before a restart included; its
+    parameters)."""
+    started, settings, directory = time.time(), settings_of[name], run_dir(workdir, name, seed)
+    earlier = snapshot_seconds(directory)
     if "reads" in settings:
         params, curve = _trained_params(settings_of, settings["reads"], seed, workdir), []
     else:
-        params, curve = train(settings, seed)
-    return {**score(settings, params), "loss": curve, "run_s": time.time() - started}, params
+        params, curve = train(settings, seed, snapshot_dir=directory)
+    run_s = earlier + time.time() - started
+    return {**score(settings, params), "loss": curve, "run_s": run_s}, params
 
 
 def arm_params(settings_of: Mapping, name: str, seed: int, workdir: str):
@@ -284,14 +339,20 @@ def arm_params(settings_of: Mapping, name: str, seed: int, workdir: str):
 def _trained_params(settings_of: Mapping, name: str, seed: int, workdir: str):
     """A trained arm's parameters as it saved them; trained again where its run was taken back
     from the raw folder, which keeps no parameters."""
-    path = os.path.join(run_dir(workdir, name, seed), PARAMS)
-    if not os.path.exists(path):
-        params, _ = train(settings_of[name], seed)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(flax.serialization.to_bytes(params))
-    with open(path, "rb") as f:
+    directory = run_dir(workdir, name, seed)
+    if not os.path.exists(os.path.join(directory, PARAMS)):
+        _write_params(directory, train(settings_of[name], seed, snapshot_dir=directory)[0])
+    with open(os.path.join(directory, PARAMS), "rb") as f:
         return flax.serialization.msgpack_restore(f.read())
+
+
+def _write_params(directory: str, params) -> None:
+    """A trained arm's PARAMS, whose snapshot it no longer needs."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, PARAMS), "wb") as f:
+        f.write(flax.serialization.to_bytes(params))
+    if os.path.exists(os.path.join(directory, SNAPSHOT)):
+        os.remove(os.path.join(directory, SNAPSHOT))
 
 
 def _summary(result: Mapping) -> str:
