@@ -161,6 +161,11 @@ def get_config(arg=None):
     config.learning_rate = 1e-3  # AdamW, linear warm-up then cosine to 0, gradients clipped at 1
     config.warmup_steps = 100
     config.weight_decay = 0.01
+    # XLA's YNNPACK fusions off: this small step takes 0.64x the time on 2 CPU cores, where the
+    # MLM studies' larger one takes 1.12x (benchmarks/xla_flags.py, docs/speed.md). Not a
+    # run's setting: it changes float32 results in their last bits only, as a kind of core
+    # does; each result records the XLA_FLAGS it ran under.
+    config.xla_flags = "--xla_cpu_experimental_ynn_fusion_type="
     if variant == "smoke":
         config.model.num_layers = 1
         config.model.hidden_size = config.model.intermediate_size = 16

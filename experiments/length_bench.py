@@ -35,6 +35,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     config = _CONFIG.value
+    runtime.use_xla_flags(config.get("xla_flags", ""))
     results = study_flags.run_own_runs(length_bench, config, _WORKDIR.value, _RAW_DIR.value)
     settings = config.to_dict()
     for eval_set in settings["eval_sets"]:

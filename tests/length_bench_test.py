@@ -70,6 +70,7 @@ class LengthBenchTest(parameterized.TestCase):
         self.assertTrue(any("running" in line for line in self.logged))
         # Each run names the code it trained at (a bench runs in pieces, across commits).
         self.assertEqual(self.results["RoPE"][0]["code"], provenance.code_version())
+        self.assertEqual(self.results["RoPE"][0]["xla_flags"], os.environ.get("XLA_FLAGS", ""))
 
     def test_a_rerun_resumes_from_the_cache(self):
         logged = []

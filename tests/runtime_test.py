@@ -65,6 +65,25 @@ class DevicesTest(absltest.TestCase):
         with self.assertRaisesRegex(ValueError, "batch_size 6 is not divisible .* grad_accum 4"):
             devices.check_batch(6, 4, "batch_size")
 
+    def test_xla_flags_reach_xla_before_the_backend_and_are_refused_after(self):
+        # Before: XLA reads the flag as its backend starts (it ends the process on this
+        # unknown one, so the flag was read).
+        code = (
+            "from roformer_jax.training import runtime; import jax.numpy as jnp; "
+            "runtime.use_xla_flags('--xla_not_a_flag_of_xla=1'); jnp.ones(2).block_until_ready()"
+        )
+        env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("--xla_not_a_flag_of_xla=1", done.stderr)
+        # After (this process has computed): refused, XLA_FLAGS left as it was.
+        jax.numpy.ones(2).block_until_ready()
+        before = os.environ.get("XLA_FLAGS")
+        with self.assertRaisesRegex(RuntimeError, "come too late"):
+            runtime.use_xla_flags("--xla_cpu_experimental_ynn_fusion_type=")
+        runtime.use_xla_flags("")  # nothing to add: nothing to refuse
+        self.assertEqual(os.environ.get("XLA_FLAGS"), before)
+
 
 class QuietLogsTest(absltest.TestCase):
     def test_library_info_is_hidden_below_verbosity_1(self):

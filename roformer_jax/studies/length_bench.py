@@ -307,6 +307,7 @@ def run_study(
             log(f"[{done + 1}/{len(todo)}] {name} seed {seed}: running")
             scores, params = _run(settings_of, name, seed, workdir)
             result = {"settings": settings, "seed": seed, **scores, "code": code_version()}
+            result["xla_flags"] = os.environ.get("XLA_FLAGS", "")  # last bits of float32
             own_runs.write_json(os.path.join(directory, RESULT), result)
             if "reads" not in settings:
                 _write_params(directory, params)

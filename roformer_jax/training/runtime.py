@@ -26,6 +26,7 @@ import time
 import jax
 import numpy as np
 from absl import app, logging
+from jax._src import xla_bridge  # backends_are_initialized: not in jax.extend yet
 from jax.experimental import multihost_utils
 
 AXIS = "devices"  # the pmap axis name
@@ -121,6 +122,17 @@ class Devices:
             return jax.make_array_from_single_device_arrays(shape, sharding, copies)
 
         return jax.tree.map(put, tree)
+
+
+def use_xla_flags(extra: str) -> None:
+    """Adds `extra` to XLA_FLAGS for this process. XLA reads them once, as JAX starts its
+    backend (at the first computation): a RuntimeError after that, where they would be
+    silently ignored. XLA itself ends the process on a flag it does not know."""
+    if not extra:
+        return
+    if xla_bridge.backends_are_initialized():
+        raise RuntimeError(f"XLA flags {extra!r} come too late: JAX's backend has started")
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {extra}".strip()
 
 
 def on_first_device(tree):
