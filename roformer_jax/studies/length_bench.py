@@ -297,7 +297,7 @@ def run_study(
     is copied there as it finishes."""
     settings_of, results = arms(config), {}
     todo = [(a, s) for a in settings_of for s in config["seeds"]]
-    started = time.time()
+    started, ran = time.time(), 0  # runs this command trained or read, for the time left
     for done, (name, seed) in enumerate(todo):
         settings, directory = settings_of[name], run_dir(workdir, name, seed)
         result = own_runs.cached_result(directory, settings)
@@ -311,7 +311,8 @@ def run_study(
             own_runs.write_json(os.path.join(directory, RESULT), result)
             if "reads" not in settings:
                 _write_params(directory, params)
-            left = (time.time() - started) / (done + 1) * (len(todo) - done - 1)
+            ran += 1
+            left = (time.time() - started) / ran * (len(todo) - done - 1)
             log(f"{name} seed {seed}: {_summary(result)}; about {left / 60:.0f} min left")
         if raw_dir:
             own_runs.write_json(os.path.join(run_dir(raw_dir, name, seed), RESULT), result)
