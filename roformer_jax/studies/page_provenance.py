@@ -125,11 +125,8 @@ def unmarked(blocks: list[tuple[str, str]]) -> list[str]:
 
 
 HEADERS = {"header", "vit_header", "bench_header"}  # kinds that introduce a study
-STALE = {
-    "stale",
-    "vit_stale",
-    "bench_stale",
-}  # kinds whose text changes with HEAD, not with the raw files
+# Kinds whose text changes with HEAD, not with the raw files.
+STALE = {"stale", "vit_stale", "bench_stale"}
 
 
 def _training_s(raw: RawStudy) -> float:
