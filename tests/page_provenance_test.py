@@ -167,7 +167,13 @@ class PageProvenanceTest(parameterized.TestCase):
             own_runs.write_json(
                 os.path.join(folder, arm, f"seed{seed}", "result.json"), {"run_s": 60.0, **code}
             )
-        machine = {"cpus": 2, "architecture": "x86_64", "jax": "0.10", "backend": "cpu"}
+        machine = {
+            "cpus": 2,
+            "architecture": "x86_64",
+            "jax": "0.10",
+            "backend": "cpu",
+            "cpu": "EPYC",
+        }
         record = {
             "config": {"arms": ["RoPE", "NoPE"], "seeds": [0, 1]},
             "code": {"commit": "c" * 40, "dirty": False},
@@ -184,7 +190,7 @@ class PageProvenanceTest(parameterized.TestCase):
         header, stale = results_page.render(text, raw, changed=changed).split("|")
         self.assertIn(
             "Ran at commits aaaaaaa (1 run), bbbbbbb (2 runs), and 1 run that names none (the last "
-            "command ran at ccccccc), 2 x86_64",
+            "command ran at ccccccc), 2 x86_64 cores (EPYC), JAX",
             header,
         )
         self.assertIn(

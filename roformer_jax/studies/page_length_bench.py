@@ -145,8 +145,8 @@ def bench_needle_table(page: Page, name: str, period: int) -> str:
     first_arm = next(iter(sweep["arms"].values()))  # {length: [[accuracy per place] per seed]}
     seeds = len(next(iter(first_arm.values())))
     return (
-        f"Ran at commit {commit[:7]}, {machine['cpus']} {machine['architecture']} cores, JAX "
-        f"{machine['jax']} ({machine['backend']}), {sweep['rows']} rows a place, "
+        f"Ran at commit {commit[:7]}, {page_provenance.machine_text(machine)}, "
+        f"{sweep['rows']} rows a place, "
         f"{seeds} seeds:\n\n"
         f"    python {shlex.join(sweep['argv'])}\n\n"
         + length_bench_report.needle_table(sweep, period)

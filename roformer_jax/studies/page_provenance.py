@@ -49,10 +49,8 @@ def header(raw: RawStudy) -> str:
     else:
         done = f"{len(raw.runs)} runs"
         when = f"{took(wall)}."
-    kind = f" ({machine['cpu']})" if machine.get("cpu") else ""  # recorded since 2026-11-28
     line = (
-        f"Ran at {commit}{dirty}, {machine['cpus']} {machine['architecture']} cores{kind}, "
-        f"JAX {machine['jax']} ({machine['backend']}): {done} × n = "
+        f"Ran at {commit}{dirty}, {machine_text(machine)}: {done} × n = "
         f"{len(raw.config['seeds'])} seeds; {when}"
     )
     if record.get("reconstructed"):
@@ -231,11 +229,20 @@ def own_runs_header(record: dict, results: dict, units: str) -> str:
     machine = record["machine"]
     dirty = " with uncommitted changes" if own_runs.dirty(record, results) else ""
     return (
-        f"Ran at {_own_runs_commits(record, results)}{dirty}, {machine['cpus']} "
-        f"{machine['architecture']} cores, JAX {machine['jax']} ({machine['backend']}): "
+        f"Ran at {_own_runs_commits(record, results)}{dirty}, {machine_text(machine)}: "
         f"{len(results)} {units} × n = {len(record['config']['seeds'])} seeds; "
         f"{took(own_runs.command_wall_s(record, results))}.\n\n"
         f"    python {shlex.join(record['argv'])}"
+    )
+
+
+def machine_text(machine: dict) -> str:
+    """ "2 x86_64 cores (AMD EPYC), JAX 0.10.2 (cpu)": the cores, their kind where recorded
+    (since 2026-11-28: float32's last bits differ between kinds), JAX and its backend."""
+    kind = f" ({machine['cpu']})" if machine.get("cpu") else ""
+    return (
+        f"{machine['cpus']} {machine['architecture']} cores{kind}, JAX {machine['jax']} "
+        f"({machine['backend']})"
     )
 
 
