@@ -18,14 +18,14 @@ overall and by the answer's depth (retrieval_tasks' module doc).
 A run's outputs are <workdir>/<arm>/seed<k>/RESULT (its settings, accuracy by evaluation set,
 length and depth, loss curve, seconds, the code's commit) and a trained arm's PARAMS there (for
 its read arms); a run whose RESULT exists with the same settings is not run again, so a killed
-bench resumes, and one whose settings differ is a ValueError. A run in training saves its
-state (SNAPSHOT) four times, so a run killed midway goes on from the last, to the parameters
-it would have reached unstopped. The raw folder holds each RESULT
-and RECORD (study_record.make_record's fields), from which the results page is rebuilt; a bench
-started again on a fresh machine (an empty workdir) takes its finished runs back from there,
-and trains again only an arm whose parameters a read arm still to run needs (seeded, the same
-model on the same kind of machine). The config is a plain dictionary
-(configs/bench_length.py's, `to_dict()`).
+bench resumes, and one whose settings differ is a ValueError. A run in training saves its state
+(SNAPSHOT) after each quarter of its steps, so a run killed midway goes on from the last, to
+the parameters it would have reached unstopped. The raw folder holds each RESULT and RECORD
+(study_record.make_record's fields), from which the results page is rebuilt; a bench started
+again on a fresh machine (an empty workdir) takes its finished runs back from there, and trains
+again only an arm whose parameters a read arm still to run needs (seeded, the same model on the
+same kind of machine). The config is a plain dictionary (configs/bench_length.py's,
+`to_dict()`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ RESULT = own_runs.RESULT
 RECORD = "bench.json"  # not study.json (trainer runs) nor record.json (the ViT study's)
 PARAMS = "params.msgpack"  # workdir only: read arms score these
 SNAPSHOT = "snapshot.msgpack"  # workdir only: a run's training state, while it trains
-SNAPSHOTS = 4  # times a run saves it (every 5 of its curve's 20 points)
+SNAPSHOT_PARTS = 4  # a run saves its state after each of these parts but the last
 NEEDLE_SWEEP = "needle_sweep.json"  # raw folder: experiments/needle_sweep.py's accuracies
 EVAL_CHUNK = 32  # rows per forward pass when scoring (memory at 8x the length)
 _SHARED = ("task", "options", "train_length", "steps", "batch_size", "learning_rate")
@@ -152,10 +152,11 @@ def _heads(examples: retrieval_tasks.Examples) -> tuple[np.ndarray, np.ndarray]:
 
 
 def train(settings: Mapping, seed: int, snapshot_dir: str | None = None) -> tuple[dict, list]:
-    """(params, loss curve [[step, mean loss]]) of a trained arm from `seed` (its init and
-    its rows, drawn from (seed, step)). With snapshot_dir, the training state is saved there
-    SNAPSHOTS times a run and a killed run goes on from its last one, to the same parameters
-    as one never stopped (the rows are drawn from the step, the state restored exactly)."""
+    """(params, loss curve [[step, mean loss]]) of a trained arm from `seed` (its init and its
+    rows, drawn from (seed, step)). With snapshot_dir, the training state is saved there after
+    each of SNAPSHOT_PARTS parts of the run but the last, and a killed run goes on from its last
+    snapshot, to the same parameters as one never stopped (the rows are drawn from the step, the
+    state restored exactly)."""
     started = time.time()
     net, step, _, optimizer = _programs(settings, settings["model"])
     draw = functools.partial(
@@ -173,7 +174,7 @@ def train(settings: Mapping, seed: int, snapshot_dir: str | None = None) -> tupl
         state = _restore_snapshot(path, state, settings)
     params, opt_state, curve, losses = state["params"], state["opt_state"], state["curve"], []
     every = max(1, settings["steps"] // 20)  # a curve point every `every` steps
-    save_every = every * (20 // SNAPSHOTS)  # at a curve point: no loss awaits its mean
+    save_every = every * (20 // SNAPSHOT_PARTS)  # at a curve point: no loss awaits its mean
     for t in range(state["step"], settings["steps"]):
         examples = draw(seed=(seed, 0, t))
         params, opt_state, loss = step(params, opt_state, examples.tokens, *_heads(examples))
