@@ -51,8 +51,9 @@ def _read(page: Page, name: str) -> tuple[dict, dict]:
 
 def bench_header(page: Page, name: str) -> str:
     """The commit, machine and wall time of the command, and the command."""
-    if _not_run(page, name):
-        return _not_run(page, name)
+    not_run = _not_run(page, name)
+    if not_run:
+        return not_run
     record, results = length_bench.read_results(os.path.join(page.raw_root, name))
     return page_provenance.own_runs_header(record, results, "arms")
 
