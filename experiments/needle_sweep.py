@@ -9,12 +9,14 @@ Scores each arm's parameters of every seed (from the bench's --workdir; an arm w
 parameters are not there is trained again, seeded: the same model on the same kind of
 machine) on --rows text-haystack rows per needle place (length_bench.needle_sweep), and
 prints the accuracy by the marker's place in a --period-token block (iRoPE's chunk). With
---raw_dir, writes needle_sweep.json there (the command, code, machine and every accuracy),
-from which docs/results.md's section 11 draws its table.
+--raw_dir, writes needle_sweep.json there (this command's record, as the bench's: its config,
+code, machine and wall time; and every accuracy), from which docs/results.md's section 11
+draws its table.
 """
 
 import os
 import sys
+import time
 
 from absl import app, flags, logging
 
@@ -23,7 +25,7 @@ sys.path.insert(0, _ROOT)
 
 from experiments import study_flags  # noqa: E402
 from roformer_jax.studies import length_bench, length_bench_report, own_runs  # noqa: E402
-from roformer_jax.training import provenance, runtime  # noqa: E402
+from roformer_jax.training import runtime  # noqa: E402
 
 _CONFIG, _WORKDIR, _RAW_DIR = study_flags.define(
     "bench_length.py", "runs/bench", "Bench config (:passkey): its arms, seeds, eval_seed."
@@ -37,7 +39,7 @@ _PERIOD = flags.DEFINE_integer("period", 16, "Block of tokens the printed table 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    config = _CONFIG.value.to_dict()
+    started, config = time.time(), _CONFIG.value.to_dict()
     settings_of, lengths = length_bench.arms(config), [int(n) for n in _LENGTHS.value]
     sweeps = {}
     for name in _ARMS.value:
@@ -53,8 +55,7 @@ def main(argv):
     sweep = {"rows": _ROWS.value, "digits": config["options"]["digits"], "arms": sweeps}
     print(length_bench_report.needle_table(sweep, _PERIOD.value))
     if _RAW_DIR.value:
-        record = {"argv": sys.argv, "code": provenance.code_version()}
-        record["machine"] = provenance.machine()
+        record = study_flags.record(_CONFIG.value, wall_s=time.time() - started, unigram=None)
         path = os.path.join(_RAW_DIR.value, length_bench.NEEDLE_SWEEP)
         own_runs.write_json(path, {**record, **sweep})
         logging.info("wrote %s", path)
