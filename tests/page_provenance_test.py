@@ -46,7 +46,7 @@ class PageProvenanceTest(parameterized.TestCase):
         commits = {"cb2fd1b": ["roformer_jax/nn/vit.py"]}
         page = results_page.render(text, _RAW, changed=lambda commit: commits.get(commit[:7]))
         self.assertIn(
-            "**Stale:** 1 files of roformer_jax/ and configs/ changed since cb2fd1b", page
+            "**Stale:** 1 file of roformer_jax/ and configs/ changed since cb2fd1b", page
         )
         self.assertEqual(results_page.differences(text, page), "")  # a stale mark, left out
 
@@ -78,7 +78,7 @@ class PageProvenanceTest(parameterized.TestCase):
         ).split("|")
         self.assertIn("Ran at commits 724d487, 39eb4e9 (oldest first;", header)
         self.assertIn(
-            "**Stale:** 1 files of roformer_jax/ and configs/ changed since 724d487", stale
+            "**Stale:** 1 file of roformer_jax/ and configs/ changed since 724d487", stale
         )
 
     def test_a_run_trained_with_uncommitted_changes_marks_the_header(self):
