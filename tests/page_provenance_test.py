@@ -2,6 +2,7 @@
 study (commits, uncommitted changes, the kind of core), its stale mark (a ViT study's too), that
 every study on the page has a stale or a reproduced line, and the table of wall times."""
 
+import glob
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ from roformer_jax.studies import (
     results_page,
     study_record,
 )
+from roformer_jax.training import provenance
 
 
 class PageProvenanceTest(parameterized.TestCase):
@@ -45,9 +47,7 @@ class PageProvenanceTest(parameterized.TestCase):
         text = '<!-- generated: raw vit_stale("vit") -->old<!-- end generated -->'
         commits = {"cb2fd1b": ["roformer_jax/nn/vit.py"]}
         page = results_page.render(text, _RAW, changed=lambda commit: commits.get(commit[:7]))
-        self.assertIn(
-            "**Stale:** 1 file of roformer_jax/ and configs/ changed since cb2fd1b", page
-        )
+        self.assertIn("**Stale:** 1 file of roformer_jax/ and configs/ changed since cb2fd1b", page)
         self.assertEqual(results_page.differences(text, page), "")  # a stale mark, left out
 
     def test_every_study_on_the_page_says_stale_current_or_reproduced(self):
@@ -122,6 +122,35 @@ class PageProvenanceTest(parameterized.TestCase):
         with open(path, "w", encoding="utf-8") as f:
             json.dump(record, f)
         self.assertIn(" 2 x86_64 cores (AMD EPYC, AVX-512), JAX", results_page.render(text, raw))
+
+    def test_core_hours_count_each_run_at_the_cores_it_had(self):
+        # Two studies side by side run pinned to a core each: the last command had 1 core, one
+        # run recorded 1 and the others recorded none (2, the machine's, as their record said).
+        raw = tiny.workdir()
+        shutil.copytree(os.path.join(_RAW, "causal_wikitext2"), f"{raw}/causal_wikitext2")
+        pinned = f"{raw}/causal_wikitext2/cosine_+_RoPE/seed0"
+        sessions = json.loads(
+            _read(f"{_RAW}/linear_long_wikitext2/elu+1_none/seed0/{provenance.FILE}")
+        )
+        sessions["sessions"][-1]["machine"]["cpus"] = 1
+        with open(f"{pinned}/{provenance.FILE}", "w", encoding="utf-8") as f:
+            json.dump(sessions, f)
+        elapsed = {
+            os.path.dirname(path): json.loads(_read(path).splitlines()[-1])["elapsed_s"]
+            for path in glob.glob(f"{raw}/causal_wikitext2/*/*/metrics.jsonl")
+        }
+        text = "<!-- generated: raw wall_time_table() --><!-- end generated -->"
+        core_hours = (2 * sum(elapsed.values()) - elapsed[pinned]) / 3600
+        self.assertIn(f"| 44 min 9 s | n/a | {core_hours:.1f} |", results_page.render(text, raw))
+        path = f"{raw}/causal_wikitext2/study.json"
+        record = json.loads(_read(path))
+        record["machine"]["cpus"] = 1
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(record, f)
+        core_hours = sum(elapsed.values()) / 3600
+        self.assertIn(f"| 44 min 9 s | n/a | {core_hours:.1f} |", results_page.render(text, raw))
+        header = "<!-- generated: causal_wikitext2 header() --><!-- end generated -->"
+        self.assertIn(" 1 x86_64 core, JAX", results_page.render(header, raw))
 
     def test_the_bench_has_its_row_running_and_finished_and_its_header(self):
         # The bench trains its own runs (own_runs): result.json with run_s, then bench.json.

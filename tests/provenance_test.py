@@ -3,6 +3,7 @@
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from unittest import mock
 
@@ -23,7 +24,20 @@ class ProvenanceTest(absltest.TestCase):
         sessions = provenance.read(workdir)["sessions"]
         self.assertEqual([s["start_step"] for s in sessions], [0, 40])
         self.assertEqual(sessions[0], first)
-        self.assertEqual(first["machine"]["cpus"], os.cpu_count())
+        self.assertEqual(first["machine"]["cpus"], provenance.cpus())
+
+    @absltest.skipUnless(hasattr(os, "sched_setaffinity"), "no CPU affinity here")
+    def test_a_process_pinned_to_one_core_records_one(self):
+        # Two studies run side by side pinned a core each; each records the core it had.
+        code = (
+            "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+            "from roformer_jax.training import provenance; print(provenance.cpus())"
+        )
+        pinned = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        )
+        self.assertEqual(pinned.stdout.strip(), "1")
+        self.assertEqual(provenance.cpus(), len(os.sched_getaffinity(0)))
 
     def test_the_cpu_model_says_avx512_from_the_flags_of_proc_cpuinfo(self):
         info = "processor\t: 0\nmodel name\t: AMD EPYC 9654 \nflags\t\t: fpu sse2 avx2{}\n"

@@ -10,7 +10,13 @@ import os
 from collections.abc import Mapping, Sequence
 
 from roformer_jax.studies import plots
-from roformer_jax.studies.tables import curves, paired_curves, paired_table, summary_table
+from roformer_jax.studies.tables import (
+    curves,
+    devices_text,
+    paired_curves,
+    paired_table,
+    summary_table,
+)
 from roformer_jax.training.config import ExperimentConfig
 
 
@@ -25,8 +31,7 @@ def footnote(exp: ExperimentConfig, seeds: Sequence[int], machine: Mapping, unig
         f"data: {exp.data.source} ({exp.data.tokenizer}, vocab {exp.model.vocab_size}), "
         f"length {exp.data.seq_len}, batch {exp.train.batch_size}, {exp.train.steps} steps, "
         f"{exp.model.num_layers} layers x {exp.model.hidden_size}, seeds {tuple(seeds)}; "
-        f"{machine['device_count']} {machine['backend']} device(s), {machine['cpus']} cores "
-        f"({machine['architecture']}); unigram cross-entropy of the validation tokens "
+        f"{devices_text(machine)}; unigram cross-entropy of the validation tokens "
         f"{unigram:.3f}"
     )
 

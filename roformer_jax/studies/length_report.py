@@ -13,6 +13,7 @@ import numpy as np
 
 from roformer_jax.studies.stats import t_interval
 from roformer_jax.studies.tables import (
+    devices_text,
     holm_kept,
     holm_text,
     interval_side,
@@ -39,8 +40,7 @@ def footnote(
         f"{what} targets scored at every length (eval seed {data.eval_seed}); "
         f"{exp.model.num_layers} layers x {exp.model.hidden_size}, {exp.train.steps} steps of "
         f"{exp.train.batch_size} x {data.seq_len}; seeds {tuple(seeds)}; unigram cross-entropy "
-        f"{unigram:.3f}; {machine['device_count']} {machine['backend']} device(s), "
-        f"{machine['cpus']} cores ({machine['architecture']})"
+        f"{unigram:.3f}; {devices_text(machine)}"
     )
 
 

@@ -247,8 +247,7 @@ def footnote(config: Mapping, machine: Mapping) -> str:
         f"pre-training seeds {tuple(config['seeds'])}; task: {task['format']} triplets of "
         f"{_windows_text(task)}; fine-tuning: {ft['finetune']['epochs']} epochs "
         f"of batch {ft['finetune']['batch_size']}, lr {ft['optim']['learning_rate']}, seeds "
-        f"{tuple(config['finetune_seeds'])}; {machine['device_count']} {machine['backend']} "
-        f"device(s), {machine['cpus']} cores ({machine['architecture']})"
+        f"{tuple(config['finetune_seeds'])}; {tables.devices_text(machine)}"
     )
 
 

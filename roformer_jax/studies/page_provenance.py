@@ -172,7 +172,9 @@ def wall_time_table(page: Page) -> str:
             read_json(path).get("seconds", 0.0)
             for path in glob.glob(os.path.join(page.raw_root, name, "*", "*", "length_eval", "*"))
         )
-        core_hours = raw.record["machine"]["cpus"] * (training + scoring) / 3600
+        cpus = raw.record["machine"]["cpus"]  # the last command's, which scored the lengths
+        runs = _exported_runs(os.path.join(page.raw_root, name))
+        core_hours = (sum(s * (c or cpus) for s, c in runs) + cpus * scoring) / 3600
         wall = _command_wall_s(raw)
         lines.append(
             f"| {name} | {sum(len(s) for s in raw.results.values())} | {_minutes(training)} | "
@@ -201,19 +203,26 @@ def _own_runs_row(page: Page, name: str, record_file: str) -> str:
     )
 
 
+def _exported_runs(raw_dir: str) -> list[tuple[float, int | None]]:
+    """(seconds, cores) of each trainer run exported to raw_dir: its own clock (the last
+    `elapsed_s`) and the cores of its last session (None where unrecorded). Runs of one study
+    may have had different cores: two studies side by side, a core each (docs/speed.md)."""
+    runs = []
+    for path in sorted(glob.glob(os.path.join(raw_dir, "*", "*", metrics_lib.METRICS_FILE))):
+        records = metrics_lib.read_metrics(os.path.dirname(path))
+        sessions = (provenance.read(os.path.dirname(path)) or {}).get("sessions") or [{}]
+        cpus = sessions[-1].get("machine", {}).get("cpus")
+        runs.append((tables.final_values(records, "elapsed_s") or 0.0, cpus))
+    return runs
+
+
 def _in_progress_row(raw_dir: str) -> str:
     """A wall-time row for a study still running: the runs it has exported so far (compare.py
     and length_study.py --raw_dir export each as it finishes; study.json, where there is
     one yet, says "finished" only once the last is in)."""
-    training, cpu_s, runs = 0.0, 0.0, 0
-    for path in sorted(glob.glob(os.path.join(raw_dir, "*", "*", metrics_lib.METRICS_FILE))):
-        records = metrics_lib.read_metrics(os.path.dirname(path))
-        elapsed = tables.final_values(records, "elapsed_s") or 0.0
-        sessions = (provenance.read(os.path.dirname(path)) or {}).get("sessions") or [{}]
-        cpus = sessions[-1].get("machine", {}).get("cpus")
-        training += elapsed
-        cpu_s = None if cpu_s is None or cpus is None else cpu_s + elapsed * cpus
-        runs += 1
+    exported = _exported_runs(raw_dir)
+    training, runs = sum(s for s, _ in exported), len(exported)
+    cpu_s = None if any(c is None for _, c in exported) else sum(s * c for s, c in exported)
     # A study of own runs (own_runs) before its record: its results so far, cores unknown.
     for path in sorted(glob.glob(os.path.join(raw_dir, "*", "*", own_runs.RESULT))):
         training += own_runs.clock_s(read_json(path))
@@ -242,8 +251,8 @@ def machine_text(machine: dict) -> str:
     (since 2026-11-28: float32's last bits differ between kinds), JAX and its backend."""
     kind = f" ({machine['cpu']})" if machine.get("cpu") else ""
     return (
-        f"{machine['cpus']} {machine['architecture']} cores{kind}, JAX {machine['jax']} "
-        f"({machine['backend']})"
+        f"{tables.cores_text(machine['cpus'], machine['architecture'])}{kind}, "
+        f"JAX {machine['jax']} ({machine['backend']})"
     )
 
 

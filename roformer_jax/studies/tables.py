@@ -189,6 +189,19 @@ def interval_side(low: float, high: float) -> int:
     return -1 if high < 0 else 1 if low > 0 else 0
 
 
+def cores_text(cpus: int, kind: str = "") -> str:
+    """ "1 core", "2 x86_64 cores" (kind "x86_64"): a record's machine["cpus"] in words."""
+    return " ".join(w for w in (str(cpus), kind, "core" if cpus == 1 else "cores") if w)
+
+
+def devices_text(machine: Mapping) -> str:
+    """ "1 cpu device(s), 2 cores (x86_64)": where a study's runs ran (a record's machine)."""
+    return (
+        f"{machine['device_count']} {machine['backend']} device(s), "
+        f"{cores_text(machine['cpus'])} ({machine['architecture']})"
+    )
+
+
 def interval_text(diffs: list[float]) -> str:
     """ "mean [low, high]" of differences (their 95% t-interval); the value alone for one."""
     if not diffs:

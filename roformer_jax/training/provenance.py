@@ -90,9 +90,15 @@ def cpu_model(cpuinfo: str | None = None) -> str:
     return name + (", AVX-512" if flags and "avx512f" in flags.group(1).split() else "")
 
 
+def cpus() -> int:
+    """The cores this process may run on: all of them, or those `taskset` pinned it to (XLA
+    sizes its thread pool by the same count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
 def machine() -> dict:
     return {
-        "cpus": os.cpu_count(),
+        "cpus": cpus(),
         "architecture": platform.machine(),
         "cpu": cpu_model(),
         "jax": jax.__version__,
