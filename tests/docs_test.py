@@ -29,6 +29,10 @@ SCRIPT = re.compile(r"\bpython (?:-m pytest )?([\w./-]+\.py)\b")
 CONFIG = re.compile(r"--config=(configs/[\w./-]+\.py)")
 PACKAGE_PATH = re.compile(r"\broformer_jax/[\w./]*\w")
 LINK = re.compile(r"(?:\]\(|^\[[^\]\n]+\]:\s+)([^)\s]+)", re.MULTILINE)  # inline or [ref]: link
+# A reference link's label: [text][label], or [§N] alone (README's table cites sections so).
+REFERENCE = re.compile(r"\]\[([^\]\n]+)\]|\[(§[^\]\n]+)\](?![(:\[])")
+DEFINITION = re.compile(r"^\[([^\]\n]+)\]:", re.MULTILINE)
+CODE = re.compile(r"`[^`\n]*`|^ {4}.*$", re.MULTILINE)  # inline code, indented blocks
 
 
 def _name(page: pathlib.Path) -> str:
@@ -91,6 +95,14 @@ class PathsTest(parameterized.TestCase):
         paths = set(PACKAGE_PATH.findall(page.read_text()))
         missing = sorted(path for path in paths if not (ROOT / path).exists())
         self.assertEqual(missing, [], f"{_name(page)} names package paths that do not exist")
+
+    @parameterized.named_parameters((_name(page), page) for page in PAGES)
+    def test_reference_links_are_defined(self, page):
+        # An undefined [§11] renders as its brackets: a citation that leads nowhere.
+        text = CODE.sub("", ANY_FENCE.sub("", page.read_text()))
+        used = {full or short for full, short in REFERENCE.findall(text)}
+        undefined = sorted(used - set(DEFINITION.findall(text)))
+        self.assertEqual(undefined, [], f"{_name(page)} cites references it does not define")
 
     @parameterized.named_parameters((_name(page), page) for page in MANUAL)
     def test_links_reach_files_and_headings(self, page):
