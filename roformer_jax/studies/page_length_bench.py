@@ -36,10 +36,10 @@ def _not_run(page: Page, name: str) -> str | None:
         return None
     if os.path.isdir(folder):
         done = len(own_runs.result_files(folder))
-        runs = "1 run" if done == 1 else f"{done} runs"
         return (
-            f"*In progress: {runs} finished so far, in {name}/; the blocks below are "
-            "drawn when the bench has finished (docs/studies.md's command resumes from them).*"
+            f"*In progress: {tables.count_text(done, 'run')} finished so far, in {name}/; the "
+            "blocks below are drawn when the bench has finished (docs/studies.md's command "
+            "resumes from them).*"
         )
     return f"*Not run yet: no raw files in {name}/ (docs/studies.md's command writes them).*"
 

@@ -107,10 +107,10 @@ def _stale_text(commit: str | None, page: Page) -> str:
             f"**Current:** trained at {_short(commit)}; no file of roformer_jax/ or configs/ "
             "changed since."
         )
-    files = "1 file" if len(changed) == 1 else f"{len(changed)} files"
     return (
-        f"**Stale:** {files} of roformer_jax/ and configs/ changed since "
-        f"{_short(commit)} (`git diff --stat {_short(commit)} HEAD -- roformer_jax configs`)."
+        f"**Stale:** {tables.count_text(len(changed), 'file')} of roformer_jax/ and configs/ "
+        f"changed since {_short(commit)} "
+        f"(`git diff --stat {_short(commit)} HEAD -- roformer_jax configs`)."
     )
 
 

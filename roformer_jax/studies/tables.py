@@ -189,9 +189,14 @@ def interval_side(low: float, high: float) -> int:
     return -1 if high < 0 else 1 if low > 0 else 0
 
 
+def count_text(n: int, noun: str) -> str:
+    """ "1 run", "2 runs": a count of `noun` in words."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def cores_text(cpus: int, kind: str = "") -> str:
     """ "1 core", "2 x86_64 cores" (kind "x86_64"): a record's machine["cpus"] in words."""
-    return " ".join(w for w in (str(cpus), kind, "core" if cpus == 1 else "cores") if w)
+    return count_text(cpus, f"{kind} core".strip())
 
 
 def devices_text(machine: Mapping) -> str:
