@@ -236,6 +236,10 @@ class PageNumbersTest(absltest.TestCase):
         self.assertEqual(
             rows[2], "| 2 | 200 | 1.300 | 0.200 (0.220) | +0.010 | 4.900 | 0.200 (0.220) |"
         )
+        two = text.replace('"softmax + learned")', '"softmax + learned", "softmax + learned")')
+        rows = results_page.render(two, raw).splitlines()[1:9]
+        self.assertTrue(rows[0].startswith("| run | seed |") and rows[1].count("|---") == 8)
+        self.assertEqual(rows[7].split(" | ")[:3], ["| softmax + learned", "2", "200"])
         steps = text.replace("position_table(", "position_table_steps(")
         with self.assertRaisesRegex(ValueError, "position_table.py --every_checkpoint"):
             results_page.render(steps, raw)

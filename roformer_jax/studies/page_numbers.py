@@ -294,16 +294,20 @@ def reaches(raw: RawStudy, name: str, baseline: str) -> str:
     )
 
 
-def position_table(raw: RawStudy, run: str, *, page: Page) -> str:
-    """What training did to run `run`'s learned position table, seed by seed, beside its word
-    table (experiments/position_table.py)."""
-    return _table_changes([(cfg.seed, r) for cfg, r in _position_files(raw, run, page, False)])
+def position_table(raw: RawStudy, *runs: str, page: Page) -> str:
+    """What training did to the learned position table of each run in `runs`, seed by seed,
+    beside its word table (experiments/position_table.py); a column names the run when there
+    are several."""
+    records = [
+        (run, cfg.seed, r) for run in runs for cfg, r in _position_files(raw, run, page, False)
+    ]
+    return _table_changes(records, named=len(runs) > 1)
 
 
 def position_table_steps(raw: RawStudy, run: str, *, page: Page) -> str:
     """position_table at every checkpoint the runs kept (position_table.py --every_checkpoint)."""
     files = _position_files(raw, run, page, True)
-    return _table_changes([(cfg.seed, r) for cfg, records in files for r in records])
+    return _table_changes([(run, cfg.seed, r) for cfg, records in files for r in records])
 
 
 def _position_files(raw: RawStudy, run: str, page: Page, every: bool) -> list:
@@ -329,16 +333,18 @@ def _raw_file(raw: RawStudy, page: Page, run: str, seed: int, name: str) -> str:
     return next((path for path in paths if os.path.exists(path)), paths[0])
 
 
-def _table_changes(records: list[tuple[int, dict]]) -> str:
+def _table_changes(records: list[tuple[str, int, dict]], named: bool = False) -> str:
+    run = ("| run ", "|---") if named else ("", "")
     lines = [
-        "| seed | step | position table: moved | row norm (at init) | neighbor cosine "
+        f"{run[0]}| seed | step | position table: moved | row norm (at init) | neighbor cosine "
         "| word table: moved | row norm (at init) |",
-        "|---|---|---|---|---|---|---|",
+        f"{run[1]}|---|---|---|---|---|---|---|",
     ]
-    for seed, r in records:
+    for name, seed, r in records:
         p, w = r["position"], r["word"]
         lines.append(
-            f"| {seed} | {r['step']:,} | {p['moved']:.3f} | {p['row_norm']:.3f} "
+            (f"| {name} " if named else "")
+            + f"| {seed} | {r['step']:,} | {p['moved']:.3f} | {p['row_norm']:.3f} "
             f"({p['row_norm_initial']:.3f}) | {p['neighbor_cosine']:+.3f} | {w['moved']:.3f} "
             f"| {w['row_norm']:.3f} ({w['row_norm_initial']:.3f}) |"
         )
