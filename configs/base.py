@@ -38,7 +38,7 @@ def get_base_config(size: str = "small") -> ConfigDict:
 
 def get_finetune_base_config() -> ConfigDict:
     """Fine-tuning's fields (training.finetune_config), at their dataclass defaults: the
-    builtin next-sentence task on a randomly initialized tiny encoder."""
+    builtin source_package task on a randomly initialized tiny encoder."""
     defaults = finetune_config.FinetuneExperiment()
     config = ConfigDict()
     for section, cls in finetune_config.SECTIONS.items():

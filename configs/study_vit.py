@@ -4,7 +4,7 @@
       --raw_dir=docs/results/raw/vit
 
 Issue 32, item 4: the claim of Heo et al. 2024 ("Rotary Position Embedding for Vision
-Transformer") at this scale. Four encodings of each patch's (row, col), 3 seeds each:
+Transformer") at this scale. Four encodings of each patch's (row, col), 10 seeds each:
 RoPE-Axial ("rope_nd", 2 axes), RoPE-Mixed ("rope_learned" per head), ViT's learned absolute
 table (bilinearly resized to a larger grid, as DeiT does), and no positions.
 

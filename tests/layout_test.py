@@ -6,6 +6,7 @@ its modules: an import hidden inside a function is how an import circle hides.
 
 import ast
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -64,6 +65,21 @@ class FloorsTest(parameterized.TestCase):
 
     def test_every_module_belongs_to_a_floor(self):
         self.assertEqual({_floor(p) for p in _modules()}, set(MAY_IMPORT))
+
+    def test_the_manual_names_every_module(self):
+        # docs/layout.md's table, a row or more per sub-package: `module` or `prefix_*` each.
+        manual = (PACKAGE.parent / "docs" / "layout.md").read_text(encoding="utf-8")
+        named = {}
+        for row in re.findall(r"^\| `(\w+)`[^|]*\|(.*)\|$", manual, re.M):
+            named.setdefault(row[0], set()).update(re.findall(r"`(\w+\*?)`", row[1]))
+        for path in _modules():
+            floor, stem = _floor(path), path.stem
+            if stem == "__init__" or floor == stem:  # hf.py: the sub-package is the module
+                continue
+            self.assertTrue(
+                any(n == stem or n.endswith("*") and stem.startswith(n[:-1]) for n in named[floor]),
+                f"docs/layout.md does not name {path.relative_to(PACKAGE)}",
+            )
 
 
 class PublicApiTest(absltest.TestCase):
