@@ -315,7 +315,14 @@ def _check_tied(state: dict, params: dict, config: ModelConfig) -> None:
         "cls.predictions.decoder.bias": (params.get(("mlm_head", "bias")), 0.0),
     }
     for name, (value, atol) in expected.items():
-        if name in state and (value is None or not np.allclose(state[name], value, atol=atol)):
+        if name not in state:
+            continue
+        if value is None or np.shape(state[name]) != np.shape(value):
+            raise ValueError(
+                f"checkpoint weight {name} has shape {np.shape(state[name])}; the config "
+                f"implies {np.shape(value)} (is max_position_embeddings the table's length?)"
+            )
+        if not np.allclose(state[name], value, atol=atol):
             raise ValueError(
                 f"checkpoint weight {name} is not what HF RoFormer ties or computes it to "
                 "(untied decoder or a different position table); it cannot be loaded faithfully"
@@ -327,6 +334,23 @@ def _param_shapes(model, ids: tuple[int, ...]):
     """The shapes of the model's params, traced once per model: jax.eval_shape keeps no cache
     of its own, and tracing init is most of what reading a small checkpoint takes."""
     return jax.eval_shape(model.init, jax.random.key(0), jnp.zeros(ids, jnp.int32))["params"]
+
+
+def _check_shapes(params: dict, model: ModelConfig | heads.TaskModel, with_head: bool) -> None:
+    """Raises ValueError naming the first of `params` (flattened) that `model` would not make,
+    or make in another shape: a config.json must describe the weights written beside it."""
+    if isinstance(model, heads.TaskModel):
+        expected = _param_shapes(model, (1, 1, 1))
+    else:
+        expected = _param_shapes(RoFormer(model, with_mlm_head=with_head), (1, 1))
+    expected = {k: v.shape for k, v in flax.traverse_util.flatten_dict(expected).items()}
+    for path_ in sorted(set(expected) | set(params)):
+        shape = np.shape(params[path_]) if path_ in params else None
+        if shape != expected.get(path_):
+            raise ValueError(
+                f"params {'/'.join(path_)} has shape {shape}; the model's config makes "
+                f"{expected.get(path_)} (None: no such parameter)"
+            )
 
 
 def load_hf_roformer(path: str, **overrides) -> tuple[RoFormer | heads.TaskModel, dict]:
@@ -377,18 +401,25 @@ def load_hf_roformer(path: str, **overrides) -> tuple[RoFormer | heads.TaskModel
     return model, {"params": flax.traverse_util.unflatten_dict(params)}
 
 
-def save_hf_roformer(model: ModelConfig | heads.TaskModel, variables: dict, path: str) -> None:
+def save_hf_roformer(
+    model: ModelConfig | RoFormer | heads.TaskModel, variables: dict, path: str
+) -> None:
     """Writes `path/model.safetensors` and `path/config.json` in HF RoFormer's format.
 
-    model: the ModelConfig of a RoFormer, or a heads.TaskModel (as load_hf_roformer returns).
+    model: a RoFormer or its ModelConfig, or a heads.TaskModel (as load_hf_roformer returns);
+    variables: {"params": ...} of that model, whose shapes are checked against it first.
     With an MLM head the names are RoFormerForMaskedLM's ("roformer." prefix, "cls.*"), which
     are also RoFormerForCausalLM's (a causal config), without one RoFormerModel's; a TaskModel's
     are its HF class's ("roformer." prefix, "classifier.*" or "qa_outputs.*"). Parameters are
     written in float32. A pair head ("mlm_same_doc" pre-training) is left out: HF RoFormer
     has none.
     """
+    if "params" not in variables:
+        raise ValueError(f"variables has keys {sorted(variables)}; expected {{'params': ...}}")
     params = flax.traverse_util.flatten_dict(flax.core.unfreeze(variables)["params"])
     params = {path: value for path, value in params.items() if path[0] != "pair_head"}
+    if isinstance(model, RoFormer):
+        model = model.config
     if isinstance(model, heads.TaskModel):
         model_config, name_of, with_head = model.config, _task_hf_name, True
         hf_config = config_to_hf(
@@ -402,6 +433,7 @@ def save_hf_roformer(model: ModelConfig | heads.TaskModel, variables: dict, path
         model_config, name_of = model, _hf_name
         with_head = any(p[0] == "mlm_head" for p in params)
         hf_config = config_to_hf(model_config, with_mlm_head=with_head)
+    _check_shapes(params, model, with_head)
     state = {}
     for path_, value in params.items():
         name, transposed = name_of(path_)

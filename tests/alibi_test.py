@@ -70,6 +70,17 @@ class AlibiTest(absltest.TestCase):
                         self.assertAlmostEqual(float(got[b, h, i, j]), want, places=5)
         # Unbatched positions give one bias for every row.
         chex.assert_shape(alibi.alibi_bias(np.arange(3), np.arange(4), 4), (1, 4, 3, 4))
+        # A batch of one, or unbatched, against a batch: that batch.
+        chex.assert_shape(alibi.alibi_bias(q_pos[:1], k_pos, 4), (2, 4, 3, 4))
+        chex.assert_shape(alibi.alibi_bias(q_pos, np.arange(4), 4), (2, 4, 3, 4))
+
+    def test_positions_must_share_a_batch(self):
+        with self.assertRaisesRegex(ValueError, r"\(2, 3\) and k_positions of shape \(3, 4\) have"):
+            alibi.alibi_bias(np.zeros((2, 3), int), np.zeros((3, 4), int), 4)
+        with self.assertRaisesRegex(
+            ValueError, r"k_positions of shape \(1, 2, 4\); expected \[M\]"
+        ):
+            alibi.alibi_bias(np.zeros((2, 3), int), np.zeros((1, 2, 4), int), 4)
 
     def test_softmax_with_the_bias_equals_flax_attention(self):
         rng = np.random.default_rng(0)

@@ -11,8 +11,22 @@ import numpy as np
 from absl.testing import absltest, parameterized
 from attention_cases import KINDS, H, L, N, _mask, _qkv, _with_positions
 
-from roformer_jax.nn import attention, attention_core
+from roformer_jax.nn import attention, attention_core, attention_step
 from roformer_jax.nn.rope import rope_rotation
+
+
+def _from_empty(step):
+    """A decode step from an empty state, called as a full form: (q, k, v, **kw) -> out."""
+    return lambda q, k, v, **kw: step(None, q, k, v, **kw)[0]
+
+
+# The linear kinds' full forms and decode steps: (name, form, kind, what makes it causal).
+LINEAR_FORMS = (
+    ("linear", attention.linear_attention, "linear", {"causal": True}),
+    ("cosine", attention.cosine_attention, "cosine", {"causal": True}),
+    ("linear_step", _from_empty(attention_step.linear_attention_step), "linear", {}),
+    ("cosine_step", _from_empty(attention_step.cosine_attention_step), "cosine", {}),
+)
 
 
 class FusedSoftmaxTest(parameterized.TestCase):
@@ -147,6 +161,83 @@ class GroupedHeadsTest(parameterized.TestCase):
         with jax.enable_x64(True):
             q, k, v = _qkv(24, dtype=jnp.float64)
             jax.test_util.check_grads(outs, (q, k[:, :, :1], v[:, :, :1]), order=1, modes=("rev",))
+
+
+class OptionsTest(parameterized.TestCase):
+    """The linear kinds' options, checked where they are made (`KernelOptions`,
+    `kind_options`), whatever the form."""
+
+    @parameterized.named_parameters(*LINEAR_FORMS)
+    def test_eps_must_be_positive(self, form, kind, causal):
+        del kind, causal
+        q, k, v = _qkv(0)
+        for eps in (0.0, -1e-6, float("nan")):
+            with self.assertRaisesRegex(ValueError, f"eps={eps!r}; expected a number > 0"):
+                form(q, k, v, eps=eps)
+
+    def test_with_a_positive_eps_a_query_seeing_no_feature_is_finite(self):
+        # relu(-|q|) = 0: every φ(q_i)ᵀφ(k_j) is 0, which eps = 0 divided into NaN.
+        q, k, v = _qkv(0)
+        out = attention.linear_attention(-jnp.abs(q), k, v, feature_map="relu", eps=1e-6)
+        np.testing.assert_array_equal(out, 0.0)
+
+    @parameterized.named_parameters(*LINEAR_FORMS)
+    def test_chunk_size_must_be_an_int_of_at_least_one(self, form, kind, causal):
+        del kind
+        q, k, v = _qkv(0)
+        for size in (0, -4, 2.5, True, "3"):
+            with self.assertRaisesRegex(
+                ValueError, f"chunk_size={size!r} must be a positive integer"
+            ):
+                form(q, k, v, chunk_size=size, **causal)
+
+    def test_a_numpy_chunk_size_is_the_int(self):
+        q, k, v = _qkv(0)
+        for form in (attention.linear_attention, attention.cosine_attention):
+            np.testing.assert_array_equal(
+                form(q, k, v, causal=True, chunk_size=np.int64(3)),
+                form(q, k, v, causal=True, chunk_size=3),
+            )
+
+    @parameterized.named_parameters(*LINEAR_FORMS)
+    def test_an_option_of_another_kind_is_named(self, form, kind, causal):
+        del causal
+        q, k, v = _qkv(0)
+        names = {"linear": r"'eps', 'feature_map'", "cosine": r"'eps'\]"}[kind]
+        for name in ("window", "bias"):
+            with self.assertRaisesRegex(
+                TypeError, rf"{kind} attention takes no '{name}'; its options are \[.*{names}"
+            ):
+                form(q, k, v, **{name: 4})
+
+    def test_favor_features_rotated_in_pairs_are_counted_as_features(self):
+        q, k, v = _qkv(0)
+        rotation = rope_rotation(jnp.arange(L))
+        w = np.random.default_rng(0).standard_normal((15, H)).astype(np.float32)
+        for placement in ("numerator", "both"):
+            with self.assertRaisesRegex(
+                ValueError, f"projection has 15 random features; placement='{placement}'"
+            ):
+                attention.linear_attention(
+                    q,
+                    k,
+                    v,
+                    rotation=rotation,
+                    feature_map="favor",
+                    projection=w,
+                    placement=placement,
+                )
+        # Rotated before φ, F is free; not rotated, too.
+        for rotated in ({"rotation": rotation, "placement": "before_feature_map"}, {}):
+            out = attention.linear_attention(q, k, v, feature_map="favor", projection=w, **rotated)
+            self.assertTrue(np.isfinite(out).all())
+
+    def test_a_projection_or_bias_given_as_a_list_is_named(self):
+        q, k, v = _qkv(0)
+        with self.assertRaisesRegex(ValueError, "projection must be an array; got list"):
+            attention.linear_attention(q, k, v, feature_map="favor", projection=[[0.0] * H])
+        with self.assertRaisesRegex(ValueError, "bias must be an array; got list"):
+            attention.softmax_attention(q, k, v, bias=[[[[0.0]]]])
 
 
 if __name__ == "__main__":

@@ -228,8 +228,17 @@ class PerLayerTest(parameterized.TestCase):
 
     @parameterized.parameters(
         ({"by_type": {"full": {"windw": 3}}}, r"by_type\['full'\] sets \['windw'\]"),
-        ({"by_type": {"full": {"chunk": 0}}}, r"by_type\['full'\]: chunk=0 must be >= 1"),
-        ({"chunk": 0}, r"chunk=0 must be >= 1"),
+        (
+            {"by_type": {"full": {"chunk": 0}}},
+            r"by_type\['full'\]: chunk=0 must be a positive integer",
+        ),
+        ({"chunk": 0}, r"chunk=0 must be a positive integer"),
+        ({"window": 2.5}, r"window=2.5 must be a positive integer"),
+        ({"window": "4"}, r"window='4' must be a positive integer"),
+        (
+            {"layer_types": TYPES, "by_type": {**BY_TYPE, "slidin": {"window": 2}}},
+            r"by_type names \['slidin'\], no layer type of",
+        ),
         ({"by_type": {"full": {"chunk": 2}}}, r"sections.softmax.by_type=.* needs layer_types"),
         ({"layer_types": ("full",)}, r"layer_types has 1 entries for 3 layers"),
     )

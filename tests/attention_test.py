@@ -333,7 +333,7 @@ class WindowTest(absltest.TestCase):
 
     def test_window_below_one_is_refused(self):
         q, k, v = _qkv(0)
-        with self.assertRaisesRegex(ValueError, "window=0; expected None or an int >= 1"):
+        with self.assertRaisesRegex(ValueError, "window=0 must be a positive integer or None"):
             attention.softmax_attention(q, k, v, window=0)
         with self.assertRaisesRegex(ValueError, "window=-2"):
             attention_step.softmax_attention_step(None, q, k, v, positions=jnp.arange(L), window=-2)
@@ -366,6 +366,43 @@ class ErrorsTest(parameterized.TestCase):
     def test_dropout_needs_rng(self):
         with self.assertRaisesRegex(ValueError, "dropout_rate=0.1 needs a dropout_rng"):
             attention.softmax_attention(*_qkv(0), dropout_rate=0.1)
+
+    @parameterized.parameters(1.0, 1.5, -0.5)
+    def test_dropout_rate_outside_0_to_1_is_refused(self, rate):
+        # 1 and above gave zeros, a negative rate no dropout at all.
+        with self.assertRaisesRegex(
+            ValueError, rf"dropout_rate={rate}; expected 0 <= dropout_rate < 1"
+        ):
+            attention.softmax_attention(*_qkv(0), dropout_rate=rate, dropout_rng=jax.random.key(0))
+
+    def test_dropout_rng_must_be_one_key(self):
+        for rng, what in (
+            (0, "got int"),
+            (jax.random.split(jax.random.key(0)), r"got shape \(2,\) key"),
+        ):
+            with self.assertRaisesRegex(ValueError, f"dropout_rng must be one PRNG key.*{what}"):
+                attention.softmax_attention(*_qkv(0), dropout_rate=0.1, dropout_rng=rng)
+
+    def test_example_ids_must_be_one_int_per_row(self):
+        key = jax.random.key(0)
+        for ids in (jnp.arange(B + 1), jnp.zeros(B)):
+            with self.assertRaisesRegex(
+                ValueError, rf"example_ids has shape .*; expected int \[B\] = \({B},\)"
+            ):
+                attention.softmax_attention(
+                    *_qkv(0), dropout_rate=0.1, dropout_rng=key, example_ids=ids
+                )
+
+    def test_a_typed_and_a_raw_key_drop_the_same_weights(self):
+        # Both key forms the check lets through reach the same draws.
+        key, q, k, v = jax.random.key(3), *_qkv(0)
+        typed = attention.softmax_attention(
+            q, k, v, dropout_rate=0.5, dropout_rng=key, example_ids=jnp.arange(B)
+        )
+        raw = attention.softmax_attention(
+            q, k, v, dropout_rate=0.5, dropout_rng=jax.random.key_data(key)
+        )
+        np.testing.assert_array_equal(typed, raw)
 
 
 class BiasTest(absltest.TestCase):

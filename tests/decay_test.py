@@ -187,6 +187,20 @@ class FormulaTest(parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, r"expected \[B, L, N\] = \(2, 7, 2\)"):
             attention.softmax_attention(q, k, v, causal=True, log_decay=jnp.zeros((B, L, 1)))
 
+    def test_a_gate_above_one_is_an_error_where_its_value_is_known(self):
+        # log_decay > 0 gave NaN in the linear kinds and up-weighted distant keys in softmax.
+        q, k, v = _qkv(0)
+        up = _log_decay(0).at[1, 3, 0].set(0.5)
+        for fn, _ in KINDS_BY_NAME.values():
+            with self.assertRaisesRegex(
+                ValueError,
+                r"log_decay must be <= 0 \(the log of a gate in \(0, 1\]\); got a maximum of 0.5",
+            ):
+                fn(q, k, v, causal=True, log_decay=up)
+        # Traced, a value is not known: no check runs inside jit, and gates <= 0 go through.
+        fn = jax.jit(functools.partial(attention.linear_attention, causal=True))
+        self.assertTrue(np.isfinite(fn(q, k, v, log_decay=_log_decay(0))).all())
+
 
 class FormsTest(parameterized.TestCase):
     @parameterized.named_parameters(*[(n, n) for n, _ in NAMES if n != "softmax"])

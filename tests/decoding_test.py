@@ -13,7 +13,7 @@ import tolerance
 from absl.testing import absltest, parameterized
 from logit_bounds import _depth, _logits_and_terms
 
-from roformer_jax.nn import decoding
+from roformer_jax.nn import decoding, heads
 from roformer_jax.nn import model as model_lib
 from roformer_jax.nn.attention_kinds import ATTENTION_KINDS
 from roformer_jax.nn.sections import freeze
@@ -303,7 +303,18 @@ class GenerateTest(parameterized.TestCase):
             np.testing.assert_array_equal(out[row, P + stop :], eos)
 
     @parameterized.named_parameters(
-        ("no_new_tokens", {}, dict(max_new_tokens=0), "max_new_tokens=0 must be at least 1"),
+        (
+            "no_new_tokens",
+            {},
+            dict(max_new_tokens=0),
+            "max_new_tokens=0 must be a positive integer",
+        ),
+        (
+            "float_new_tokens",
+            {},
+            dict(max_new_tokens=2.7),
+            "max_new_tokens=2.7 must be a positive integer",
+        ),
         ("not_causal", dict(causal=False), {}, "needs a causal model"),
         (
             "past_the_learned_table",
@@ -320,6 +331,14 @@ class GenerateTest(parameterized.TestCase):
         model, variables = _model(**config)
         with self.assertRaisesRegex(ValueError, message):
             decoding.generate(model, variables, _prompts(), **{"max_new_tokens": T, **kwargs})
+
+    def test_the_model_and_its_variables_are_what_generate_reads(self):
+        model, variables = _model()
+        with self.assertRaisesRegex(ValueError, r"expected \{'params': ...\}"):
+            decoding.generate(model, variables["params"], _prompts(), max_new_tokens=T)
+        task = heads.TaskModel(model.config)
+        with self.assertRaisesRegex(ValueError, "needs a RoFormer with its LM head; got TaskModel"):
+            decoding.generate(task, variables, _prompts(), max_new_tokens=T)
 
     @parameterized.parameters(V, -1)
     def test_ids_outside_the_vocabulary_are_refused(self, bad):

@@ -178,6 +178,9 @@ class HeadsTest(parameterized.TestCase):
             model.apply(variables, ids, attention_mask=mask[:, :7])
         with self.assertRaisesRegex(ValueError, "unknown head 'ner'"):
             heads.TaskModel(_config(), "ner").apply(variables, ids)
+        for labels in (0, 2.0, -1):  # logits [B, 0], a float shape, an MLIR error
+            with self.assertRaisesRegex(ValueError, rf"num_labels={labels} must be a positive"):
+                heads.TaskModel(_config(), num_labels=labels).init(jax.random.key(0), ids)
 
 
 if __name__ == "__main__":

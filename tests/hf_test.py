@@ -4,6 +4,7 @@ They run with the project's own dependencies; the parity with transformers, whic
 `pip install torch==2.13.0 transformers`, is hf_parity_test.py's.
 """
 
+import dataclasses
 import json
 import os
 import pickle
@@ -13,6 +14,7 @@ from unittest import mock
 
 import chex
 import flax
+import jax
 import jax.numpy as jnp
 import numpy as np
 import safetensors.numpy
@@ -21,7 +23,7 @@ from absl.testing import absltest, parameterized
 from hf_cases import _random_variables, _tiny_config
 
 from roformer_jax import hf
-from roformer_jax.nn import rope, rope_phase
+from roformer_jax.nn import heads, rope, rope_phase
 
 # From transformers tests/models/roformer/test_modeling_roformer.py.
 HF_TABLE_6x6_ROWS_0_1 = [
@@ -113,7 +115,7 @@ class SaveLoadTest(parameterized.TestCase):
             with_pair = {"params": {**variables["params"], "pair_head": pair_head}}
             hf.save_hf_roformer(config, with_pair, os.path.join(d, "a"))
             model, loaded = hf.load_hf_roformer(os.path.join(d, "a"))
-            hf.save_hf_roformer(model.config, loaded, os.path.join(d, "b"))
+            hf.save_hf_roformer(model, loaded, os.path.join(d, "b"))  # what load returned
             with traces.counted() as traced:  # the model's shapes: traced for "a" only
                 model_b, loaded_b = hf.load_hf_roformer(os.path.join(d, "b"))
             self.assertEqual(traced["init"], 0)
@@ -128,6 +130,29 @@ class SaveLoadTest(parameterized.TestCase):
         # RoFormerForMaskedLM's names when there is a head, RoFormerModel's otherwise.
         prefix = "roformer." if with_mlm_head else ""
         self.assertIn(f"{prefix}encoder.layer.1.attention.self.query.weight", first)
+
+    def test_weights_that_do_not_fit_the_config_are_refused_by_name(self):
+        config = _tiny_config()
+        _, variables = _random_variables(config, True)
+        with tempfile.TemporaryDirectory() as d:
+            wider = dataclasses.replace(config, vocab_size=config.vocab_size + 1)
+            with self.assertRaisesRegex(ValueError, r"word_embeddings/embedding has shape"):
+                hf.save_hf_roformer(wider, variables, d)
+            with self.assertRaisesRegex(ValueError, r"expected \{'params': ...\}"):
+                hf.save_hf_roformer(config, variables["params"], d)
+            task = heads.TaskModel(config, "sequence_classification", 3)
+            task_variables = task.init(jax.random.key(0), np.zeros((1, 4), np.int32))
+            with self.assertRaisesRegex(ValueError, r"out_proj/bias has shape \(3,\).*\(5,\)"):
+                hf.save_hf_roformer(dataclasses.replace(task, num_labels=5), task_variables, d)
+            self.assertFalse(os.listdir(d))  # nothing written
+            hf.save_hf_roformer(config, variables, d)
+            with open(os.path.join(d, "config.json"), encoding="utf-8") as f:
+                hf_config = json.load(f)
+            hf_config["max_position_embeddings"] //= 2  # the stored table is longer
+            with open(os.path.join(d, "config.json"), "w", encoding="utf-8") as f:
+                json.dump(hf_config, f)
+            with self.assertRaisesRegex(ValueError, r"embed_positions.weight has shape"):
+                hf.load_hf_roformer(d)
 
     @parameterized.parameters(
         dict(causal=False, with_mlm_head=True, architecture="RoFormerForMaskedLM"),

@@ -58,6 +58,26 @@ class WhereIdsEnterTest(absltest.TestCase):
         ):
             train_and_evaluate(cfg, os.path.join(tmp, "run"))
 
+    def test_the_model_outside_jit_refuses_ids_past_its_tables(self):
+        model = hf.RoFormer(tiny.model_config(vocab_size=20, position="learned", max_len=16))
+        ids = np.arange(8)[None]
+        variables = jax.jit(model.init)(jax.random.key(0), ids)
+        for inputs, message, past_the_end in (
+            (dict(input_ids=ids + 13), r"input_ids holds 20 \(at \(0, 7\)\)", True),
+            (dict(input_ids=ids - 1), r"input_ids holds -1 \(at \(0, 0\)\)", False),
+            (dict(token_type_ids=ids % 3), r"token_type_ids holds 2 .* token-type table", True),
+            (dict(position_ids=ids + 9), r"position_ids holds 16 .* the model's positions", True),
+            (dict(mlm_positions=ids[:, 4:] + 4), r"mlm_positions holds 11 .* the sequence", True),
+        ):
+            inputs = {"input_ids": ids, **inputs}
+            with self.assertRaisesRegex(ValueError, message):
+                model.apply(variables, **inputs)
+            # Traced, the values are unknown: past the end the lookup gives NaN (the module's
+            # docstring); a negative id wraps around.
+            out = jax.jit(lambda v, i: model.apply(v, **i))(variables, inputs)
+            self.assertEqual(bool(np.isnan(out.logits).any()), past_the_end)
+        model.apply(variables, ids + 12, position_ids=ids + 8, mlm_positions=ids[:, 4:])
+
     def test_the_hf_loader_refuses_a_vocabulary_larger_than_its_table(self):
         config = tiny.model_config(vocab_size=20)
         model = hf.RoFormer(config, with_mlm_head=True)

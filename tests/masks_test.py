@@ -2,6 +2,7 @@
 rule written out index by index, in the full form (float64 to 1e-12 and float32, grouped heads,
 padding, segment ids) and the decode step (a prompt, then tokens), with gradients."""
 
+import functools
 import itertools
 
 import grid
@@ -125,8 +126,30 @@ class SeesTest(parameterized.TestCase):
                 None, q, k, v, positions=jnp.arange(L), capacity=L, **{name: value}
             ),
         ):
-            with self.assertRaisesRegex(ValueError, f"{name}={value!r}; expected None or an int"):
+            with self.assertRaisesRegex(
+                ValueError, f"{name}={value!r} must be a positive integer or None"
+            ):
                 call()
+
+    @parameterized.parameters(2.0, True, np.float32(2))
+    def test_a_float_or_bool_span_is_an_error(self, value):
+        q, k, v = _qkv(0)
+        with self.assertRaisesRegex(ValueError, "window=.* must be a positive integer or None"):
+            attention.softmax_attention(q, k, v, window=value)
+
+    def test_numpy_and_jax_integers_are_the_int(self):
+        q, k, v = _qkv(0)
+        for value in (np.int64(2), jnp.int32(2)):
+            for spans in ({"window": value}, {"chunk": value}):
+                ints = {name: 2 for name in spans}
+                np.testing.assert_array_equal(
+                    attention.softmax_attention(q, k, v, causal=True, **spans),
+                    attention.softmax_attention(q, k, v, causal=True, **ints),
+                )
+                step = functools.partial(
+                    attention_step.softmax_attention_step, None, q, k, v, positions=jnp.arange(L)
+                )
+                np.testing.assert_array_equal(step(**spans)[0], step(**ints)[0])
 
 
 class ChunkedFormTest(parameterized.TestCase):

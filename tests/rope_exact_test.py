@@ -132,6 +132,12 @@ class ExactRopeTest(parameterized.TestCase):
                 per_feature, rope_layouts.merge_pairs(per_pair, per_pair, layout)
             )
 
+    @parameterized.parameters(0.0, -1e4, float("nan"))
+    def test_phase_needs_a_positive_base(self, base):
+        # Decimal would raise InvalidOperation or give a complex power.
+        with self.assertRaisesRegex(ValueError, "base=.* must be positive and finite"):
+            rope_phase.rotation_turns(jnp.arange(4), 8, base=base)
+
     def test_bfloat16_rounds_to_nearest(self):
         x = self.q.astype(jnp.bfloat16)
         x = x.at[0, 0, 0, :2].set(jnp.array([jnp.nan, jnp.inf], jnp.bfloat16))

@@ -251,6 +251,20 @@ class FrequencyTest(parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, message):
             rope_nd.apply_rope_nd(x, np.zeros(positions_shape, int), np.ones(freqs_shape))
 
+    @parameterized.parameters(True, False)
+    def test_refuses_integer_x(self, exact):
+        x, positions = _inputs(2)
+        freqs = rope_nd.axial_frequencies(H, 2)
+        with self.assertRaisesRegex(ValueError, "x has dtype int32; RoPE rotates floating-point"):
+            rope_nd.apply_rope_nd(x.astype(np.int32), positions, freqs, exact=exact)
+
+    @parameterized.parameters(0.0, -1e4, float("inf"))
+    def test_frequencies_need_a_positive_base(self, base):
+        with self.assertRaisesRegex(ValueError, "base=.* must be positive and finite"):
+            rope_nd.axial_frequencies(H, 2, base=base)
+        with self.assertRaisesRegex(ValueError, "base=.* must be positive and finite"):
+            rope_nd.mrope_frequencies(H, [2, 3, 3], base=base)
+
 
 def _hf_rotate(q, k, cos, sin):
     """transformers' half-layout rotation, q and k [B, L, N, H] as HF's [B, N, L, H]."""

@@ -101,6 +101,31 @@ class AgainstHuggingFaceTest(parameterized.TestCase):
         chex.assert_trees_all_close(got, want, rtol=1e-6, atol=0)
         self.assertAlmostEqual(attention, want_attention, delta=1e-6 * want_attention)
 
+    @parameterized.parameters(
+        "default", "linear", "proportional", "dynamic", "yarn", "longrope", "llama3"
+    )
+    def test_takes_every_key_hf_validates(self, kind):
+        """Every key HF's validator for `kind` requires or allows (so does not warn of) is one
+        this module takes: refusing unknown keys must not refuse a checkpoint HF reads."""
+        if transformers is None:
+            self.skipTest("transformers is not installed")
+        seen = []
+
+        def record(rope_type, received_keys, required_keys, optional_keys=None, ignore_keys=None):
+            seen.append(set(required_keys) | set(optional_keys or ()) | {"partial_rotary_factor"})
+
+        config = transformers.LlamaConfig(
+            hidden_size=256, num_attention_heads=4, head_dim=64, max_position_embeddings=4096
+        )
+        params = dict(scalings.params(kind, 2.0, 32), rope_theta=1e4)
+        mixin = transformers.modeling_rope_utils.RotaryEmbeddingConfigMixin
+        with mock.patch.object(mixin, "_check_received_keys", staticmethod(record)):
+            getattr(config, f"_validate_{kind}_rope_parameters")(params)
+        (hf_keys,) = seen
+        ours = rope_scaling.COMMON_KEYS | getattr(rope_scaling.SCALINGS[kind], "keys", set())
+        self.assertLessEqual(hf_keys, ours)
+        rope_scaling.scaled_frequencies(64, base=1e4, scaling=params)  # HF's own dictionary
+
     def test_v4_and_v5_dictionaries_agree(self):
         v4 = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}
         v5 = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}
@@ -226,7 +251,7 @@ class PerLayerTest(parameterized.TestCase):
         (dict(a={}), ["a", "b"], 2, r"layer types \['b'\] are missing from rope_parameters"),
         (dict(a={}), ["a"], 2, "layer_types has 1 entries for 2 layers"),
         (dict(a=dict(partial_rotary_factor=0.25)), ["a"], 1, "rotates 9 features, an odd"),
-        (dict(a=dict(partial_rotary_factor=1.5)), ["a"], 1, r"is not in \[0, 1\]"),
+        (dict(a=dict(partial_rotary_factor=1.5)), ["a"], 1, r"a fraction in \[0, 1\], got 1.5"),
         (dict(a=dict(rope_type="yarn")), ["a"], 1, "'factor'"),
     )
     def test_bad_layer_parameters(self, params, layer_types, layers, message):
@@ -349,10 +374,60 @@ class BadInputTest(parameterized.TestCase):
             "'beta_fast' must be greater",
         ),
         ({"rope_theta": 500000.0}, "'rope_theta' 500000.0 disagrees with base 10000.0"),
+        # A misspelt kind or key would leave plain RoPE or a default in force.
+        ({"rope_typ": "linear", "factor": 4.0}, "given, so 'default'.*\\['factor', 'rope_typ'\\]"),
+        ({"Type": "linear", "factor": 4.0}, "takes no key \\['Type', 'factor'\\]"),
+        (dict(scalings.YARN, attn_factor=2.0), "'yarn' takes no key \\['attn_factor'\\]: its"),
+        (dict(scalings.YARN, betafast=8), "\\['betafast'\\]: its keys are \\['attention_factor'"),
+        ({"rope_type": "linear", "factor": 2.0, "alpha": 1.0}, "'linear' takes no key"),
+        # Values HF's formulas would divide by, overflow on or broadcast wrongly.
+        (dict(scalings.YARN, beta_fast=0), "'beta_fast' must be a number of turns > 0, got 0"),
+        (dict(scalings.YARN, beta_slow=0.0), "'beta_slow' must be a number of turns > 0"),
+        (dict(scalings.LLAMA3, low_freq_factor=0), "'low_freq_factor' must be a float > 0"),
+        ({"rope_type": "proportional", "factor": 0}, "'factor' must be a float > 0, got 0"),
+        (
+            {"rope_type": "proportional", "partial_rotary_factor": 2},
+            "'partial_rotary_factor' must be a fraction in \\[0, 1\\], got 2",
+        ),
+        (dict(scalings.YARN, original_max_position_embeddings=512.0), "a positive integer"),
+        (dict(scalings.YARN, factor="4"), "'factor' must be a float >= 1, got '4'"),
+        (dict(scalings.YARN, factor=True), "'factor' must be a float >= 1, got True"),
+        ({"rope_type": ["linear"]}, "'rope_type' \\['linear'\\] is not one of"),
+        ("linear", "rope scaling 'linear' is not a dictionary; expected None or HF's"),
+        (4.0, "rope scaling 4.0 is not a dictionary"),
     )
     def test_value_error_names_the_key(self, scaling, message):
         with self.assertRaisesRegex(ValueError, message.replace("(", r"\(")):
             rope_scaling.scaled_frequencies(64, base=10000.0, scaling=scaling)
+
+    @parameterized.parameters(0.0, -1.0, float("inf"), float("nan"), "1e4", True)
+    def test_base_must_be_positive_and_finite(self, base):
+        with self.assertRaisesRegex(ValueError, "must be positive and finite"):
+            rope_scaling.scaled_frequencies(64, base=base, scaling=scalings.YARN)
+
+    def test_the_valid_neighbours_still_work(self):
+        def freq(**changes):
+            return rope_scaling.scaled_frequencies(
+                64, base=np.float32(1e4), scaling=dict(scalings.YARN, **changes)
+            )
+
+        # numpy scalars are numbers, as JSON's and YAML's readers may give them.
+        chex.assert_trees_all_equal(
+            freq(factor=np.float32(8), original_max_position_embeddings=np.int64(4096)), freq()
+        )
+        chex.assert_trees_all_equal(freq(beta_fast=32, beta_slow=None), freq())  # None: default
+        self.assertFalse(np.array_equal(freq(beta_fast=16)[0], freq()[0]))
+        # HF's other keys of any kind (v5's base and fraction, M-RoPE's sections), and a kind
+        # named only by v4's "type".
+        extra = dict(
+            type="yarn", rope_theta=1e4, partial_rotary_factor=1.0, mrope_section=[8, 12, 12]
+        )
+        chex.assert_trees_all_equal(freq(**extra), freq())
+        linear = {"rope_type": "linear", "factor": 2.0, "original_max_position_embeddings": 64}
+        chex.assert_trees_all_equal(
+            rope_scaling.scaled_frequencies(64, base=1e4, scaling=linear),
+            rope_scaling.scaled_frequencies(64, base=1e4, scaling={"type": "linear", "factor": 2}),
+        )
 
 
 def _halved(dim, base, params, seq_len):
@@ -372,6 +447,24 @@ class AddAScalingTest(absltest.TestCase):
             self.assertEqual(config.layer_rope(0).scaling, {"rope_type": "halved"})
         chex.assert_trees_all_close(halved, rope.apply_rope(x, positions), atol=1e-5)
         self.assertNotIn("halved", rope_scaling.SCALINGS)
+
+    def test_a_kind_without_declared_keys_takes_only_the_common_ones(self):
+        with mock.patch.dict(rope_scaling.SCALINGS, halved=_halved):
+            with self.assertRaisesRegex(ValueError, "'halved' takes no key \\['factor'\\]"):
+                rope_scaling.scaled_frequencies(
+                    8, base=1e4, scaling={"rope_type": "halved", "factor": 2}
+                )
+
+
+class ModelConfigTest(absltest.TestCase):
+    def test_a_misspelt_scaling_fails_in_the_config(self):
+        with self.assertRaisesRegex(ValueError, "given, so 'default'"):
+            model_config(
+                "tiny", sections={"rope": {"scaling": {"rope_typ": "linear", "factor": 4.0}}}
+            )
+        with self.assertRaisesRegex(ValueError, "'beta_fast' must be a number of turns > 0"):
+            model_config("tiny", sections={"rope": {"scaling": dict(scalings.YARN, beta_fast=0)}})
+        model_config("tiny", sections={"rope": {"scaling": {"rope_type": "linear", "factor": 4.0}}})
 
 
 if __name__ == "__main__":

@@ -200,6 +200,47 @@ class RopeTest(parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, r"positions of shape \(5,\).*length 12"):
             rope.apply_rope(self.q, jnp.arange(5))
 
+    @parameterized.product(
+        case=[
+            ((12, 3, 16), (2, 12)),  # a batch that x does not have
+            ((2, 12, 3, 16), (1, 2, 12)),  # more leading axes than x
+            ((2, 12, 3, 16), (3, 12)),  # another batch
+        ],
+        exact=PATHS["exact"],
+    )
+    def test_positions_must_keep_x_shape(self, case, exact):
+        x_shape, positions_shape = case
+        with self.assertRaisesRegex(ValueError, "leading axes are those of x before L"):
+            rope.apply_rope(jnp.ones(x_shape), jnp.zeros(positions_shape, int), exact=exact)
+
+    @parameterized.parameters(*PATHS["exact"])
+    def test_positions_of_the_batch_or_one_broadcast(self, exact):
+        for positions in (self.positions, self.positions[None], jnp.stack([self.positions] * 2)):
+            out = rope.apply_rope(self.q, positions, exact=exact)
+            chex.assert_trees_all_equal(out, rope.apply_rope(self.q, self.positions, exact=exact))
+
+    @parameterized.parameters(*PATHS["exact"])
+    def test_refuses_integer_x(self, exact):
+        with self.assertRaisesRegex(ValueError, "x has dtype int32; RoPE rotates floating-point"):
+            rope.apply_rope(self.q.astype(jnp.int32), self.positions, exact=exact)
+
+    def test_rotary_dim_must_be_an_int(self):
+        with self.assertRaisesRegex(ValueError, "rotary dim 8.0 is not an int"):
+            rope.apply_rope(self.q, self.positions, rotary_dim=8.0)
+        chex.assert_trees_all_equal(
+            rope.apply_rope(self.q, self.positions, rotary_dim=np.int64(8)),
+            rope.apply_rope(self.q, self.positions, rotary_dim=8),
+        )
+
+    @parameterized.product(base=[0.0, -1e4, float("inf"), float("nan")], exact=PATHS["exact"])
+    def test_base_must_be_positive_and_finite(self, base, exact):
+        with self.assertRaisesRegex(ValueError, "base=.* must be positive and finite"):
+            rope.apply_rope(self.q, self.positions, base=base, exact=exact)
+
+    def test_frequencies_need_a_positive_base(self):
+        with self.assertRaisesRegex(ValueError, "base=0 must be positive and finite"):
+            rope.rope_frequencies(16, base=0)
+
 
 class PathsTest(parameterized.TestCase):
     """exact=False, the formula as written, against exact=True where float32 m·θ_i is exact
@@ -327,6 +368,52 @@ class ScalingTest(parameterized.TestCase):
             atol=1e-6,
         )
 
+    # Each is refused on both paths, with the same message: they check the same things.
+    @parameterized.product(
+        case=[
+            ({"rope_type": "default", "rope_theta": 5e5}, "'rope_theta' 500000.0 disagrees"),
+            ({"rope_typ": "linear", "factor": 4.0}, "no 'rope_type' or 'type' given"),
+            ({"rope_type": "proportional", "factor": 0}, "'factor' must be a float > 0"),
+            ("linear", "is not a dictionary"),
+            (
+                {"rope_type": "default", "partial_rotary_factor": 0.5},
+                "rotates 32 features of head dim 64, but rotary_dim is 64: pass rotary_dim=32",
+            ),
+            ({"partial_rotary_factor": 0.0}, "rotate nothing"),
+            ({"partial_rotary_factor": 2.0}, r"a fraction in \[0, 1\], got 2.0"),
+            ({"mrope_section": [8, 12, 11]}, "adds up to 31 pairs; rotary dim 64 rotates 32"),
+        ],
+        exact=PATHS["exact"],
+    )
+    def test_both_paths_refuse_a_bad_scaling(self, case, exact):
+        scaling, message = case
+        with self.assertRaisesRegex(ValueError, message):
+            rope.apply_rope(self.x, jnp.arange(16), scaling=scaling, exact=exact)
+
+    @parameterized.parameters(*PATHS["exact"])
+    def test_proportional_rotates_the_whole_head(self, exact):
+        # Its fraction is in its frequencies (zero past it), not in rotary_dim.
+        scaling = {"rope_type": "proportional", "partial_rotary_factor": 0.5}
+        with self.assertRaisesRegex(ValueError, "but rotary_dim is 32: pass rotary_dim=64"):
+            rope.apply_rope(self.x, jnp.arange(16), scaling=scaling, rotary_dim=32, exact=exact)
+        rope.apply_rope(self.x, jnp.arange(16), scaling=scaling, exact=exact)
+
+    @parameterized.parameters(*PATHS["exact"])
+    def test_keys_that_agree_change_nothing(self, exact):
+        positions = jnp.arange(16) * 9973
+        plain = rope.apply_rope(self.x, positions, exact=exact)
+        half = rope.apply_rope(self.x, positions, rotary_dim=32, exact=exact)
+        for scaling, rotary_dim, want in [
+            ({"rope_type": "default", "rope_theta": 10000.0}, None, plain),
+            ({"rope_theta": 10000.0, "partial_rotary_factor": 0.5}, 32, half),  # a layer's
+            # M-RoPE reads positions of one axis as every axis alike: RoPE itself (HF's text).
+            ({"mrope_section": [8, 12, 12], "mrope_interleaved": True}, None, plain),
+        ]:
+            got = rope.apply_rope(
+                self.x, positions, scaling=scaling, rotary_dim=rotary_dim, exact=exact
+            )
+            chex.assert_trees_all_equal(got, want)
+
     def test_rotation_passes_scaling_through(self):
         rotation = rope.rope_rotation(jnp.arange(16), scaling=scalings.YARN)
         chex.assert_trees_all_equal(
@@ -355,6 +442,13 @@ class XposTest(parameterized.TestCase):
         decay = zeta ** (distance[..., None] / 64.0)  # [L, M, R/2]
         want = np.einsum("blmni,lmi->bnlm", pairs, decay)
         chex.assert_trees_all_close(scores(0), want, rtol=2e-4, atol=2e-4)
+
+    @parameterized.parameters(0.0, -64.0, float("nan"), float("inf"))
+    def test_scale_base_must_be_positive_and_finite(self, scale_base):
+        with self.assertRaisesRegex(ValueError, "scale_base=.* must be positive and finite"):
+            rope.xpos_rotation(jnp.arange(4), scale_base=scale_base)
+        with self.assertRaisesRegex(ValueError, "scale_base=.* must be positive and finite"):
+            rope.xpos_decay(jnp.arange(4), 8, scale_base=scale_base)
 
 
 if __name__ == "__main__":

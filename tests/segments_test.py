@@ -35,6 +35,13 @@ class SegmentsTest(absltest.TestCase):
         )
         self.assertEqual(segments.segment_positions(ids).dtype, jnp.int32)
 
+    def test_ids_that_are_not_int_rows_are_an_error(self):
+        for ids in (jnp.asarray([0, 0, 1]), jnp.zeros((1, 2, 3), int), jnp.zeros((2, 3))):
+            with self.assertRaisesRegex(
+                ValueError, r"segment_ids has shape .*; expected integers \[B, L\]"
+            ):
+                segments.segment_positions(ids)
+
 
 class PackedAttentionTest(parameterized.TestCase):
     @parameterized.named_parameters(*PACKED_KINDS)

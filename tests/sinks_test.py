@@ -109,6 +109,10 @@ class SinkErrorsTest(parameterized.TestCase):
                 None, q, k, v, positions=jnp.arange(L), capacity=L, sinks=jnp.asarray(sinks)
             )
 
+    def test_sinks_given_as_a_list_are_named(self):
+        with self.assertRaisesRegex(ValueError, "sinks must be an array; got list"):
+            attention.softmax_attention(*_qkv(0), sinks=[0.0] * N)
+
     @parameterized.parameters(
         ("linear attention", attention.linear_attention, attention_step.linear_attention_step),
         ("cosine attention", attention.cosine_attention, attention_step.cosine_attention_step),

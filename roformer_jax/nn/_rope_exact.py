@@ -31,27 +31,22 @@ from roformer_jax.nn import rope_layouts, rope_phase, rope_scaling
 # --- The entry points ----------------------------------------------------------------------
 
 
-def apply_rope(x, positions, dtype, rotary_dim, base, layout, seq_axis, scaling, seq_len):
-    """`rope.apply_rope` at an exact phase: its arguments, checked, with R, seq_len and the
-    angles' dtype chosen by it. x [..., L, (N,) H] -> the same shape and dtype."""
-    inv_freq, attention = _frequencies(rotary_dim, base, scaling, seq_len)
+def apply_rope(
+    x, positions, dtype, rotary_dim, base, layout, seq_axis, scaling, inv_freq, attention
+):
+    """`rope.apply_rope` at an exact phase: its arguments, checked, with R, the angles' dtype
+    and the (scaled) frequencies θ_i float64 [R/2] and attention factor chosen by it.
+    x [..., L, (N,) H] -> the same shape and dtype."""
+    if rope_scaling.is_plain(scaling):
+        inv_freq = None  # θ_i = base^(-2i/R), made exact from base itself
     # The angles m·θ_i, as the exact phase m·θ_i/2π in turns, one per feature in the layout's
-    # order (each pair's angle at both of its features): [..., L, R].
+    # order (each pair's angle at both of its features): [..., L, R]. float64 θ_i: at position
+    # 10^6 a float32 θ_i would already be off by ~0.1 rad.
     turns = rope_phase.rotation_turns(
         positions, rotary_dim, base=base, dtype=dtype, layout=layout, inv_freq=inv_freq
     )
     turns = rope_layouts.over_heads(turns, seq_axis)  # [..., L, 1, R]
     return rotate_by_turns(x, turns, attention=attention, layout=layout)
-
-
-def _frequencies(rotary_dim, base, scaling, seq_len):
-    """(θ_i, attention factor); θ_i is None for base^(-2i/R), made exact from base itself."""
-    if rope_scaling.is_plain(scaling):
-        return None, 1.0
-    # float64: at position 10^6 a float32 θ_i would already be off by ~0.1 rad.
-    return rope_scaling.scaled_frequencies(
-        rotary_dim, base=base, scaling=scaling, seq_len=seq_len, dtype=np.float64
-    )
 
 
 def apply_rope_nd(x, positions, freqs, per_head, layout, dtype):

@@ -49,10 +49,29 @@ def alibi_bias(q_positions, k_positions, num_heads: int, slope_heads: int | None
     positions: int [L] / [B, L] and [M] / [B, M]; slope_heads: `alibi_slopes`'.
     """
     q_positions, k_positions = jnp.asarray(q_positions), jnp.asarray(k_positions)
+    _check_positions(q_positions, k_positions)
     distance = jnp.abs(q_positions[..., :, None] - k_positions[..., None, :])  # [(B,) L, M]
     distance = distance.reshape(-1, *distance.shape[-2:])[:, None]  # [B or 1, 1, L, M]
     slopes = alibi_slopes(num_heads, slope_heads)
     return -jnp.asarray(slopes)[None, :, None, None] * distance.astype(jnp.float32)
+
+
+def _check_positions(q_positions, k_positions) -> None:
+    """[L] / [B, L] and [M] / [B, M], with one B (or 1) between them: the bias is [B or 1, ...]."""
+    for name, positions, length in (
+        ("q_positions", q_positions, "L"),
+        ("k_positions", k_positions, "M"),
+    ):
+        if positions.ndim not in (1, 2):
+            raise ValueError(
+                f"{name} of shape {positions.shape}; expected [{length}] or [B, {length}]"
+            )
+    batches = {p.shape[0] for p in (q_positions, k_positions) if p.ndim == 2} - {1}
+    if len(batches) > 1:
+        raise ValueError(
+            f"q_positions of shape {q_positions.shape} and k_positions of shape "
+            f"{k_positions.shape} have different batches; expected one B (or 1)"
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,14 +39,17 @@ memory is O(L) with or without `causal` or `segment_ids`. The causal form splits
 sequence into chunks of C positions, is quadratic inside a chunk and carries prefix sums of
 the per-chunk states [J, B, K, F, E] across chunks, so no [L, F, E] tensor is ever built;
 segments restart those sums at each segment's start (`attention_core.kernel_sums`).
-What the full forms share with their decode steps (attention_step.py) is in
-`attention_core.py`; the table of kinds is `attention_kinds.ATTENTION_KINDS`.
+Every form and step checks its inputs first (`attention_inputs.py`: a mask that is not bool,
+integer q, k, v, ... fail naming the argument). What the full forms share with their decode
+steps (attention_step.py) is in `attention_core.py`; the table of kinds is
+`attention_kinds.ATTENTION_KINDS`.
 Speed is measured in benchmarks/attention.py; what makes the CPU path fast is in
 `_attention_cpu.py`, apart from the formulas.
 """
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from roformer_jax.nn import _attention_cpu, context_parallel, decay, masks, segments
 from roformer_jax.nn.attention_core import (
@@ -59,37 +62,13 @@ from roformer_jax.nn.attention_core import (
     guard,
     heads,
     kernel_attention,
+    kind_options,
     linear_features,
     softmax_over_visible,
 )
+from roformer_jax.nn.attention_inputs import check_array, check_inputs
 from roformer_jax.nn.rope import Rotation
-from roformer_jax.nn.sinks import check_sinks, refuse
-
-
-def _check_shapes(q, k, v, mask, causal, segment_ids=None, log_decay=None) -> None:
-    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-        raise ValueError(
-            f"q, k, v must be [B, L, N, H], [B, M, K, H], [B, M, K, H]; got shapes "
-            f"{q.shape}, {k.shape}, {v.shape}"
-        )
-    b, length, n, h = q.shape
-    if k.shape[0] != b or k.shape[3] != h or v.shape != k.shape:
-        raise ValueError(
-            f"q {q.shape}, k {k.shape}, v {v.shape} do not agree as [B, L, N, H], [B, M, K, H]"
-        )
-    if n % k.shape[2]:
-        raise ValueError(
-            f"q {q.shape}, k {k.shape}, v {v.shape} do not agree: q's N={n} heads are not a "
-            f"multiple of k and v's K={k.shape[2]} heads (grouped-query attention)"
-        )
-    if mask is not None and mask.shape != k.shape[:2]:
-        raise ValueError(f"mask has shape {mask.shape}; expected [B, M] = {k.shape[:2]}")
-    if causal and length != k.shape[1]:
-        raise ValueError(f"causal attention needs L == M; got L={length}, M={k.shape[1]}")
-    if segment_ids is not None:
-        segments.check_segment_ids(segment_ids, b, length, k.shape[1])
-    if log_decay is not None:
-        decay.check_log_decay(log_decay, q.shape, causal)
+from roformer_jax.nn.sinks import check_sinks
 
 
 def decay_sums(log_decay):
@@ -156,13 +135,21 @@ def softmax_attention(
     out_i = Σ_j e^{s_ij} v_j / (Σ_j e^{s_ij} + e^{sinks_n}) (`sinks.py`).
     Returns [B, L, N, H] in q's dtype.
     """
-    _check_shapes(q, k, v, mask, causal, segment_ids, log_decay)
+    check_inputs(
+        q,
+        k,
+        v,
+        mask=mask,
+        causal=causal,
+        rotation=rotation,
+        segment_ids=segment_ids,
+        log_decay=log_decay,
+    )
     masks.check_span(window, "window")
     masks.check_span(chunk, "chunk")
     if sinks is not None:
         check_sinks(sinks, q.shape[2])
-    if dropout_rate > 0.0 and dropout_rng is None:
-        raise ValueError(f"dropout_rate={dropout_rate} needs a dropout_rng")
+    _check_dropout(dropout_rate, dropout_rng, example_ids, q.shape[0])
     if rotation is not None:
         q, k = rotation.q(q), rotation.k(k)
     if context_parallel.context_size() > 1:
@@ -189,6 +176,29 @@ def softmax_attention(
     return softmax_over_visible(
         q, k, v, visible, bias, dropout_rate, dropout_rng, example_ids, sinks, scale
     )
+
+
+def _check_dropout(rate, rng, example_ids, batch: int) -> None:
+    """Raises ValueError unless 0 <= rate < 1 and, for rate > 0, rng is one PRNG key and
+    example_ids None or int [B] (what `_threefry.bernoulli_rows` draws each row's mask from)."""
+    if not 0.0 <= rate < 1.0:  # 1 would keep no weight and divide by 0
+        raise ValueError(f"dropout_rate={rate!r}; expected 0 <= dropout_rate < 1")
+    if rate == 0.0:
+        return
+    if rng is None:
+        raise ValueError(f"dropout_rate={rate} needs a dropout_rng")
+    typed = isinstance(rng, jax.Array) and jnp.issubdtype(rng.dtype, jax.dtypes.prng_key)
+    raw = isinstance(rng, jax.Array | np.ndarray) and rng.dtype == np.uint32
+    if not ((typed and rng.shape == ()) or (raw and rng.shape == (2,))):
+        what = f"shape {rng.shape} {rng.dtype}" if hasattr(rng, "dtype") else type(rng).__name__
+        raise ValueError(f"dropout_rng must be one PRNG key, e.g. jax.random.key(seed); got {what}")
+    if example_ids is not None:
+        check_array(example_ids, "example_ids")
+        if example_ids.shape != (batch,) or not jnp.issubdtype(example_ids.dtype, jnp.integer):
+            raise ValueError(
+                f"example_ids has shape {example_ids.shape} and dtype {example_ids.dtype}; "
+                f"expected int [B] = ({batch},), each row's index in the global batch"
+            )
 
 
 def _no_ring(kind: str, **given) -> None:
@@ -276,10 +286,18 @@ def linear_attention(
     Returns [B, L, N, H] in q's dtype; with return_min_denominator, (that, the smallest
     |denominator| of a real query before the guard, a float32 scalar).
     """
-    _check_shapes(q, k, v, mask, causal, segment_ids, log_decay)
-    refuse("linear attention", options)
-    options = LinearOptions(**options)
-    options.check(q.shape[-1])
+    check_inputs(
+        q,
+        k,
+        v,
+        mask=mask,
+        causal=causal,
+        rotation=rotation,
+        segment_ids=segment_ids,
+        log_decay=log_decay,
+    )
+    options = kind_options("linear attention", LinearOptions, options)
+    options.check(q.shape[-1], rotated=rotation is not None)
     out_dtype, dtype = q.dtype, compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
 
@@ -331,9 +349,17 @@ def cosine_attention(
     denominator of a real query, a float32 scalar), as `linear_attention`; log_decay
     (causal) weights each term by exp(`decay_sums`), as there.
     """
-    _check_shapes(q, k, v, mask, causal, segment_ids, log_decay)
-    refuse("cosine attention", options)
-    options = KernelOptions(**options)
+    check_inputs(
+        q,
+        k,
+        v,
+        mask=mask,
+        causal=causal,
+        rotation=rotation,
+        segment_ids=segment_ids,
+        log_decay=log_decay,
+    )
+    options = kind_options("cosine attention", KernelOptions, options)
     out_dtype, dtype = q.dtype, compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
     qf, kf = cosine_features(q, k, rotation)

@@ -19,7 +19,9 @@ import jax
 import jax.numpy as jnp
 
 from roformer_jax.nn import _attention_cpu, _threefry, decay, feature_maps
-from roformer_jax.nn.sinks import softmax_with_sinks
+from roformer_jax.nn.attention_inputs import check_array
+from roformer_jax.nn.sections import check_count
+from roformer_jax.nn.sinks import refuse, softmax_with_sinks
 
 # Where linear attention applies the rotation (see `attention.linear_attention`).
 PLACEMENTS = ("numerator", "both", "before_feature_map")
@@ -50,6 +52,12 @@ class KernelOptions:
     eps: float = 1e-6
     chunk_size: int = 64
 
+    def __post_init__(self):
+        # eps = 0 lets a zero denominator (relu's φ) divide into NaN; a chunk is >= 1 position.
+        if not isinstance(self.eps, jax.core.Tracer) and not self.eps > 0:
+            raise ValueError(f"eps={self.eps!r}; expected a number > 0")
+        check_count("chunk_size", self.chunk_size, " (positions per chunk)")
+
 
 @dataclasses.dataclass(frozen=True)
 class LinearOptions(KernelOptions):
@@ -65,11 +73,21 @@ class LinearOptions(KernelOptions):
     feature_map: str = "elu"
     projection: jax.Array | None = None
 
-    def check(self, head_dim: int) -> None:
-        """Raises ValueError naming the option that does not fit q's head dim H."""
+    def check(self, head_dim: int, *, rotated: bool) -> None:
+        """Raises ValueError naming the option that does not fit q's head dim H, or a
+        rotation (`rotated`) of φ's features."""
+        if self.projection is not None:
+            check_array(self.projection, "projection")
         feature_maps.check(self.feature_map, self.projection, head_dim)
         if self.placement not in PLACEMENTS:
             raise ValueError(f"placement={self.placement!r}; expected one of {PLACEMENTS}")
+        features = None if self.projection is None else self.projection.shape[0]
+        if rotated and self.placement != "before_feature_map" and features and features % 2:
+            # Said here: RoPE would call the F features it rotates a "head dim".
+            raise ValueError(
+                f"projection has {features} random features; placement={self.placement!r} "
+                "rotates φ's features in pairs, so their number must be even"
+            )
 
     def phi(self):
         """(φ of queries, φ of keys), each x [..., H] -> [..., F]."""
@@ -79,6 +97,17 @@ class LinearOptions(KernelOptions):
 def option_names(options: type) -> frozenset[str]:
     """The keywords an options dataclass takes (an `AttentionKind`'s record of them)."""
     return frozenset(field.name for field in dataclasses.fields(options))
+
+
+def kind_options(kind: str, options_type: type, options: dict):
+    """options_type(**options), a linear kind's options; TypeError for a keyword it does not
+    take, naming those it does (ValueError for sinks, `sinks.refuse`)."""
+    refuse(kind, options)
+    names = option_names(options_type)
+    unknown = sorted(set(options) - names)
+    if unknown:
+        raise TypeError(f"{kind} takes no {unknown[0]!r}; its options are {sorted(names)}")
+    return options_type(**options)
 
 
 def softmax_over_visible(
@@ -148,6 +177,7 @@ def softmax_over_visible(
 
 
 def _check_bias(bias, q, k) -> None:
+    check_array(bias, "bias")
     expected = (q.shape[2], q.shape[1], k.shape[1])
     if bias.ndim != 4 or bias.shape[1:] != expected or bias.shape[0] not in (1, q.shape[0]):
         raise ValueError(

@@ -9,7 +9,7 @@ of kinds naming each section is `attention_kinds.ATTENTION_KINDS`.
 
 import dataclasses
 
-from roformer_jax.nn.sections import FrozenDict, Section
+from roformer_jax.nn.sections import FrozenDict, Section, check_count
 
 # The decay gates a model can make (`GateSection.gate`; model.py makes each).
 GATES = ("none", "fixed", "learned")
@@ -99,8 +99,8 @@ class SoftmaxSection(GateSection):
         super().__post_init__()
         for name in ("window", "chunk"):
             value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name}={value} must be >= 1 (None: every key)")
+            if value is not None:
+                check_count(name, value, " (None: every key)")
         for name in ("qk_norm_eps", "floor_scale"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be positive")
@@ -138,6 +138,11 @@ class SoftmaxSection(GateSection):
             )
         if self.by_type and types is None:
             raise ValueError(f"{where}.by_type={dict(self.by_type)} needs layer_types")
+        unknown = sorted(set(self.by_type or {}) - set(types or ()))
+        if unknown:  # a misspelt type would leave its layers as the others, without a word
+            raise ValueError(
+                f"{where}.by_type names {unknown}, no layer type of {sorted(set(types))}"
+            )
 
     def for_layer(self, layer: int, config) -> "SoftmaxSection":
         """The section as `layer` of a model (`config`, a ModelConfig) reads it: its type's

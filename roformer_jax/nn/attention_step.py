@@ -30,11 +30,13 @@ from roformer_jax.nn.attention_core import (
     cosine_features,
     heads,
     kernel_attention,
+    kind_options,
     linear_features,
     softmax_over_visible,
 )
+from roformer_jax.nn.attention_inputs import check_inputs
 from roformer_jax.nn.rope import Rotation
-from roformer_jax.nn.sinks import check_sinks, refuse
+from roformer_jax.nn.sinks import check_sinks
 
 
 class KVCache(NamedTuple):
@@ -105,6 +107,7 @@ def softmax_attention_step(
     started by the first block's).
     Returns (out [B, T, N, H], cache).
     """
+    check_inputs(q, k, v, mask=mask, causal=True, rotation=rotation, log_decay=log_decay)
     masks.check_span(window, "window")
     masks.check_span(chunk, "chunk")
     if sinks is not None:
@@ -272,9 +275,9 @@ def linear_attention_step(
     and Σ_j φ(k_j), each updated in O(F·H) per token, so a RoFormer with linear attention
     generates in constant time and memory per token. Returns (out [B, T, N, H], state).
     """
-    refuse("linear attention", options)
-    options = LinearOptions(**options)
-    options.check(q.shape[-1])
+    check_inputs(q, k, v, mask=mask, causal=True, rotation=rotation, log_decay=log_decay)
+    options = kind_options("linear attention", LinearOptions, options)
+    options.check(q.shape[-1], rotated=rotation is not None)
     out_dtype, dtype = q.dtype, compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
     qn, kn, den = linear_features(q, k, rotation=rotation, options=options)
@@ -300,8 +303,8 @@ def cosine_attention_step(
     options: the fields of `attention_core.KernelOptions`, as the full form takes them.
     The state is Σ_j [1, b_j][v_j, 1]ᵀ ([B, N, H + 1, H + 1]). Returns (out, state).
     """
-    refuse("cosine attention", options)
-    options = KernelOptions(**options)
+    check_inputs(q, k, v, mask=mask, causal=True, rotation=rotation, log_decay=log_decay)
+    options = kind_options("cosine attention", KernelOptions, options)
     out_dtype, dtype = q.dtype, compute_dtype(q)
     q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
     qf, kf = cosine_features(q, k, rotation)

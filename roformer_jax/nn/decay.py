@@ -13,12 +13,14 @@ Glossary of shapes: B batch, L length, N query heads, K key/value heads, J chunk
 length, F features, E value columns, T new tokens of a decode step.
 """
 
+import jax
 import jax.numpy as jnp
 
 
 def check_log_decay(log_decay, q_shape, causal: bool) -> None:
-    """Raises ValueError unless log_decay fits queries of shape [B, L, N, H] as [B, L, N]
-    and attention is causal (a gate decays what came before)."""
+    """Raises ValueError unless log_decay fits queries of shape [B, L, N, H] as [B, L, N],
+    attention is causal (a gate decays what came before) and, where its values are known
+    (not traced: no check runs inside jit), every log gate is <= 0."""
     if not causal:
         raise ValueError(
             "log_decay needs causal=True: a gate weighs key j at query i by the gates between "
@@ -27,6 +29,13 @@ def check_log_decay(log_decay, q_shape, causal: bool) -> None:
     if log_decay.shape != tuple(q_shape[:3]):
         raise ValueError(
             f"log_decay has shape {log_decay.shape}; expected [B, L, N] = {tuple(q_shape[:3])}"
+        )
+    # A gate > 1 up-weights distant keys (softmax) or overflows the chunks' exp(b_i - b_j)
+    # into NaN (the linear kinds): wrong without an error.
+    if not isinstance(log_decay, jax.core.Tracer) and jnp.any(log_decay > 0):
+        raise ValueError(
+            f"log_decay must be <= 0 (the log of a gate in (0, 1]); got a maximum of "
+            f"{float(jnp.max(log_decay))}"
         )
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from roformer_jax.nn import input_range
 from roformer_jax.nn.model import RoFormer, evaluation_update
+from roformer_jax.nn.sections import check_count
 
 
 def generate(
@@ -68,6 +69,8 @@ def generate(
     mask = jnp.ones_like(input_ids, bool) if attention_mask is None else attention_mask
     mask = jnp.asarray(mask).astype(bool)
     _check(model, input_ids, mask, max_new_tokens, temperature, top_k, top_p, rng)
+    if "params" not in variables:
+        raise ValueError(f"variables has keys {sorted(variables)}; expected {{'params': ...}}")
     input_range.check_in_table(input_ids, model.config.vocab_size, "input_ids", "the vocabulary")
     if eos_id is not None:
         input_range.check_in_table([eos_id], model.config.vocab_size, "eos_id", "the vocabulary")
@@ -77,6 +80,8 @@ def generate(
 
 
 def _check(model, input_ids, mask, max_new_tokens, temperature, top_k, top_p, rng):
+    if not isinstance(model, RoFormer):
+        raise ValueError(f"generate needs a RoFormer with its LM head; got {type(model).__name__}")
     cfg = model.config
     if not cfg.causal:
         raise ValueError(
@@ -85,8 +90,7 @@ def _check(model, input_ids, mask, max_new_tokens, temperature, top_k, top_p, rn
         )
     if not model.with_mlm_head:
         raise ValueError("generate needs the model's LM head (RoFormer(..., with_mlm_head=True))")
-    if int(max_new_tokens) < 1:
-        raise ValueError(f"max_new_tokens={max_new_tokens} must be at least 1")
+    check_count("max_new_tokens", max_new_tokens)
     if mask.shape != input_ids.shape:
         raise ValueError(f"attention_mask has shape {mask.shape}; expected {input_ids.shape}")
     empty = np.flatnonzero(~np.asarray(mask).any(axis=1))

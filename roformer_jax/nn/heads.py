@@ -26,6 +26,7 @@ from roformer_jax.nn.model import Dropout, RoFormer, _dense
 
 # NamedTuples, as the encoder's EncoderOutput: fields are HF's output names, read as HF's
 from roformer_jax.nn.model_config import ACTIVATIONS, ModelConfig
+from roformer_jax.nn.sections import check_count
 
 
 # `out.logits`; a misspelt field fails instead of returning None; jit returns them as pytrees.
@@ -174,6 +175,7 @@ class TaskModel(nn.Module):
                 f"unknown summary_type {self.summary_type!r}; expected one of "
                 f"{sorted(SUMMARY_POSITIONS)}"
             )
+        check_count("num_labels", self.num_labels)
         options = {}  # what only some heads take: given to those that declare it
         if "summary_type" in HEADS[self.head].__dataclass_fields__:
             options["summary_type"] = self.summary_type

@@ -6,7 +6,8 @@ The jitted model cannot raise on a value: an embedding lookup (`nn.Embed`, jnp.t
 index past its table gives NaN, which attention then spreads to every position of the row,
 and a negative index wraps around (-1 reads the last row) without a sign. So every place
 where ids enter from outside (the data pipeline, `generate`, the HF loader, the experiment
-commands) checks them here first, once, on the host.
+commands) checks them here first, once, on the host; the model checks its own inputs when
+called outside jit (`model_inputs`), where their values are known.
 """
 
 from __future__ import annotations

@@ -9,11 +9,14 @@ on a prompt and then token by token sees what the full form sees.
 
 import jax.numpy as jnp
 
+from roformer_jax.nn.sections import check_count
+
 
 def check_span(value, name: str) -> None:
-    """Raises ValueError unless value (a `window` or `chunk`) is None or an int >= 1."""
-    if value is not None and (not isinstance(value, int) or value < 1):
-        raise ValueError(f"{name}={value!r}; expected None or an int >= 1 (keys per query)")
+    """Raises ValueError unless value (a `window` or `chunk`) is None or a positive integer
+    (`sections.as_int`: a NumPy or concrete JAX one too; not a bool, not a float)."""
+    if value is not None:
+        check_count(name, value, " or None (keys per query)")
 
 
 def sees(query_index, key_index, *, causal: bool, window: int | None, chunk: int | None):

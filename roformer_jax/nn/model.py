@@ -319,6 +319,9 @@ class RoFormer(nn.Module):
                     raise ValueError(
                         f"mlm_positions has shape {mlm_positions.shape}; expected [{b}, P]"
                     )
+                model_inputs.check_concrete_in_table(
+                    mlm_positions, input_ids.shape[1], "mlm_positions", "the sequence"
+                )
                 head_in = jnp.take_along_axis(x, mlm_positions[..., None], axis=1)  # [B, P, D]
             logits = MlmHead(cfg, name="mlm_head")(head_in, table)
         pair_logits = None

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from roformer_jax.nn import rope_scaling as scalings
 from roformer_jax.nn.attention_kinds import ATTENTION_KINDS, AttentionKind
 from roformer_jax.nn.positions import ENCODINGS, PositionEncoding
-from roformer_jax.nn.sections import FrozenDict, Section, check_keys
+from roformer_jax.nn.sections import FrozenDict, Section, check_count, check_keys
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -123,10 +123,13 @@ class ModelConfig:
             "max_len",
             "type_vocab_size",
         ):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
-        if self.embedding_size is not None and self.embedding_size < 1:
-            raise ValueError(f"embedding_size={self.embedding_size} must be positive or None")
+            check_count(name, getattr(self, name))
+        if self.embedding_size is not None:
+            check_count("embedding_size", self.embedding_size, " or None")
+        if self.num_kv_heads is not None:
+            check_count("num_kv_heads", self.num_kv_heads, " or None")
+        if not 0.0 < self.layer_norm_eps < float("inf"):
+            raise ValueError(f"layer_norm_eps={self.layer_norm_eps} must be positive and finite")
         for name in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name}={getattr(self, name)} is not in [0, 1)")
@@ -134,9 +137,7 @@ class ModelConfig:
             raise ValueError(
                 f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}"
             )
-        if self.num_kv_heads is not None and (
-            self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads
-        ):
+        if self.num_kv_heads is not None and self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads}: "
                 "each key/value head serves num_heads / num_kv_heads query heads"

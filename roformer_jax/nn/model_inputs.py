@@ -7,7 +7,7 @@ setting the model cannot honour fails with its reason before any parameter is ma
 import jax
 import jax.numpy as jnp
 
-from roformer_jax.nn import segments
+from roformer_jax.nn import input_range, segments
 from roformer_jax.nn.model_config import ModelConfig
 
 
@@ -25,6 +25,12 @@ def checked_inputs(
     token_type_ids [B, L], mask [B, L] bool or None, segment_ids [B, L] or None)."""
     if input_ids.ndim != 2:
         raise ValueError(f"input_ids has shape {input_ids.shape}; expected [B, L]")
+    tables = [(input_ids, cfg.vocab_size, "input_ids", "the vocabulary")]
+    tables.append((token_type_ids, cfg.type_vocab_size, "token_type_ids", "the token-type table"))
+    if cfg.max_length is not None:
+        tables.append((position_ids, cfg.max_length, "position_ids", "the model's positions"))
+    for values, size, what, table in tables:
+        check_concrete_in_table(values, size, what, table)
     b, length = input_ids.shape
     if decode_length is not None:
         if not cfg.causal:
@@ -66,6 +72,14 @@ def checked_inputs(
         if mask.shape != input_ids.shape:
             raise ValueError(f"attention_mask has shape {mask.shape}; expected {input_ids.shape}")
     return position_ids, token_type_ids, mask, segment_ids
+
+
+def check_concrete_in_table(values, size: int, what: str, table: str) -> None:
+    """input_range.check_in_table for `values` given outside jit. Inside, they are tracers
+    and a lookup past the table gives NaN without a sign, so whoever feeds a jitted model
+    checks its ids on the host (input_range)."""
+    if values is not None and not isinstance(values, jax.core.Tracer):
+        input_range.check_in_table(values, size, what, table)
 
 
 def _checked_segments(cfg: ModelConfig, segment_ids, shape, decode_length) -> jax.Array:

@@ -33,6 +33,7 @@ the long-range decay bound are in `rope_reference.py`.
 """
 
 import functools
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -64,17 +65,19 @@ def apply_rope(
     x_b cos mθ_i + x_a sin mθ_i). No position table: any positions, any length.
 
     Args:
-      x: array of shape [..., L, N, H] (seq_axis=-3, the default) or [..., L, H]
+      x: floating array of shape [..., L, N, H] (seq_axis=-3, the default) or [..., L, H]
         (seq_axis=-2).
-      positions: integer array of shape [L] or [B, L] (leading dims broadcast against x's):
-        offsets, gaps and packed sequences are all fine.
-      base: θ_i = base^(-2i/R).
+      positions: integer array of shape [L] or [B, L], its leading axes those of x before L
+        or 1: offsets, gaps and packed sequences are all fine.
+      base: θ_i = base^(-2i/R), positive and finite.
       layout: "interleaved" or "half", see the module docstring.
-      rotary_dim: rotate only the first R features (even, <= H); the rest pass through.
+      rotary_dim: rotate only the first R features (an even int, <= H); the rest pass through.
       seq_axis: the axis of x that is L.
       scaling: None for θ_i = base^(-2i/R), or HF's rope scaling dictionary (see
         `rope_scaling.scaled_frequencies`): scaled θ_i, and cos and sin multiplied by the
-        attention factor as HF does.
+        attention factor as HF does. Its "partial_rotary_factor", if any, must agree with
+        rotary_dim (R = int(H·factor), H for "proportional"); its "mrope_section" (M-RoPE)
+        rotates positions of one axis as RoPE does (`rope_scaling.check_rotary_dim`).
       seq_len: the length "dynamic" and "longrope" choose their frequencies by; None for L.
         HF uses max(position) + 1, which is L in a full forward pass from position 0; here it
         must be known when tracing, so pass it when positions are offset (decoding).
@@ -85,16 +88,16 @@ def apply_rope(
     Returns:
       Array of x's shape and dtype. The rotation itself runs in at least float32.
     """
-    positions, rotary_dim = _validate(x, positions, layout, rotary_dim, seq_axis)
+    positions, rotary_dim = _validate(x, positions, layout, rotary_dim, seq_axis, scaling)
     dtype = angle_dtype(x.dtype)
     seq_len = x.shape[seq_axis] if seq_len is None else seq_len
-    if exact:  # the same rotation at an exact phase, fast on XLA's CPU
-        return _rope_exact.apply_rope(
-            x, positions, dtype, rotary_dim, base, layout, seq_axis, scaling, seq_len
-        )
     theta, attention = scaled_frequencies(
         rotary_dim, base=base, scaling=scaling, seq_len=seq_len, dtype=np.float64
-    )  # θ_i [R/2], scaled where asked
+    )  # θ_i [R/2], scaled where asked; the base and scaling checked on either path
+    if exact:  # the same rotation at an exact phase, fast on XLA's CPU
+        return _rope_exact.apply_rope(
+            x, positions, dtype, rotary_dim, base, layout, seq_axis, scaling, theta, attention
+        )
     angles = positions.astype(dtype)[..., None] * jnp.asarray(theta, dtype)  # [..., L, R/2]
     angles = rope_layouts.over_heads(angles, seq_axis)  # [..., L, 1, R/2]
     return rotate_by_angles(x, angles, attention=attention, layout=layout)
@@ -127,8 +130,9 @@ def angle_dtype(x_dtype):
     return jnp.promote_types(x_dtype, jnp.float32)
 
 
-def _validate(x, positions, layout, rotary_dim, seq_axis):
+def _validate(x, positions, layout, rotary_dim, seq_axis, scaling):
     rope_layouts.check_layout(layout)
+    rope_layouts.check_float(x)
     if x.ndim < 2:
         raise ValueError(f"x has shape {x.shape}; expected [..., L, N, H] or [..., L, H]")
     if not -x.ndim <= seq_axis <= -2:
@@ -146,6 +150,16 @@ def _validate(x, positions, layout, rotary_dim, seq_axis):
             f"positions of shape {positions.shape} do not match sequence length {length} "
             f"of x with shape {x.shape} (seq_axis={seq_axis})"
         )
+    # Positions' leading axes broadcast against x's before L without adding to them, so that
+    # the result keeps x's shape: [L], or [B, L] with B that of x or 1.
+    lead, batch = x.shape[: x.ndim + seq_axis], positions.shape[:-1]
+    if len(batch) > len(lead) or any(p not in (1, a) for p, a in zip(batch[::-1], lead[::-1])):
+        raise ValueError(
+            f"positions of shape {positions.shape} do not fit x of shape {x.shape} "
+            f"(seq_axis={seq_axis}): expected [L] or [..., L] whose leading axes are those of "
+            f"x before L, {lead}, or 1"
+        )
+    rope_scaling.check_rotary_dim(head_dim, rotary_dim, scaling)
     return positions, rotary_dim
 
 
@@ -160,6 +174,7 @@ def rope_frequencies(dim: int, *, base: float = 10000.0) -> jnp.ndarray:
       Array of shape [R/2], float32.
     """
     rope_layouts.check_dim(dim, "rotary dim")
+    rope_scaling.check_base(base)
     return jnp.asarray(base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim), jnp.float32)
 
 
@@ -221,15 +236,22 @@ def xpos_decay(positions, dim: int, *, scale_base: float = 512.0, layout: str = 
     Args:
       positions: array of shape [..., L] (centred by the caller: ζ^(±m/γ) overflows far out).
       dim: R, the rotated features.
+      scale_base: γ, positive and finite (0 divides by zero; below 0 the decay would grow).
 
     Returns:
       Array of shape [..., L, R], float32, in `layout`'s feature order.
     """
     rope_layouts.check_dim(dim, "rotary dim")
+    _check_scale_base(scale_base)
     zeta = (np.arange(0, dim, 2, dtype=np.float64) / dim + 0.4) / 1.4  # [R/2], in (0.29, 1)
     power = jnp.asarray(positions, jnp.float32)[..., None] / np.float32(scale_base)
     decay = jnp.asarray(zeta, jnp.float32) ** power  # [..., L, R/2]
     return rope_layouts.merge_pairs(decay, decay, layout)
+
+
+def _check_scale_base(scale_base) -> None:
+    if not 0 < scale_base < math.inf:
+        raise ValueError(f"scale_base={scale_base!r} must be positive and finite: ζ_i^(m/γ)")
 
 
 def xpos_rotation(
@@ -250,6 +272,7 @@ def xpos_rotation(
     given, which keeps the centre fixed while a sequence is decoded a block at a time.
     `scaling` and `seq_len` as in `apply_rope`. All of F is rotated and scaled.
     """
+    _check_scale_base(scale_base)  # now, where it is chosen; F is known when q and k arrive
     plain = rope_rotation(
         q_positions, k_positions, base=base, layout=layout, scaling=scaling, seq_len=seq_len
     )

@@ -13,13 +13,26 @@ features are rotated); `...` is any leading axes.
 import jax.numpy as jnp
 import numpy as np
 
+from roformer_jax.nn.sections import as_int
+
 LAYOUTS = ("interleaved", "half")
 
 
 def check_dim(dim: int, what: str) -> None:
+    if as_int(dim) is None:
+        raise ValueError(f"{what} {dim!r} is not an int; RoPE rotates pairs of features")
     if dim <= 0 or dim % 2:
         raise ValueError(
             f"{what} {dim} is not a positive even number; RoPE rotates pairs of features"
+        )
+
+
+def check_float(x) -> None:
+    """RoPE rotates real features: an integer x would be truncated, silently."""
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise ValueError(
+            f"x has dtype {x.dtype}; RoPE rotates floating-point features: cast x to a float "
+            "dtype (float32, bfloat16)"
         )
 
 

@@ -38,7 +38,7 @@ def apply_rope_nd(x, positions, freqs, *, layout: str = "interleaved", exact: bo
     """Rotates pair i of x's features by Σ_a p_a · f[a, i] (per head when f is).
 
     Args:
-      x: array of shape [B, L, N, H].
+      x: floating array of shape [B, L, N, H].
       positions: array of shape [B, L, A] or [L, A], integer or floating.
       freqs: array of shape [A, P] (every head alike) or [N, A, P] (per head), 2P <= H.
         Numpy arrays (or lists) are constants of the model; jax arrays (learned frequencies)
@@ -71,6 +71,7 @@ def apply_rope_nd(x, positions, freqs, *, layout: str = "interleaved", exact: bo
 
 def _validate(x, positions, freqs) -> bool:
     """Checks the shapes against each other; returns whether the frequencies are per head."""
+    rope_layouts.check_float(x)
     if x.ndim != 4:
         raise ValueError(f"x has shape {x.shape}; expected [B, L, N, H]")
     b, length, heads, head_dim = x.shape

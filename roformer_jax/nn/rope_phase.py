@@ -17,7 +17,7 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
-from roformer_jax.nn import rope_layouts
+from roformer_jax.nn import rope_layouts, rope_scaling
 
 # Enough digits that float64 phase constants are exact after rounding.
 DECIMAL_DIGITS = 60
@@ -75,7 +75,7 @@ def rotation_turns(
     Args:
       positions: array of shape [..., L], integer (exact path) or floating.
       dim: rotary dim R (even).
-      base: θ_i = base^(-2i/R).
+      base: θ_i = base^(-2i/R), positive and finite.
       dtype: float32, or float64 when `jax_enable_x64` is on.
       layout: None for one phase per pair; "interleaved" or "half" for one per feature, in
         that layout's order (each pair's phase at both its features).
@@ -88,7 +88,9 @@ def rotation_turns(
     rope_layouts.check_dim(dim, "rotary dim")
     dtype = jnp.dtype(dtype)
     positions = jnp.asarray(positions)
-    if inv_freq is not None:
+    if inv_freq is None:
+        rope_scaling.check_base(base)
+    else:
         inv_freq = np.asarray(inv_freq, np.float64)
         if inv_freq.shape != (dim // 2,):
             raise ValueError(f"inv_freq of shape {inv_freq.shape} does not fit rotary dim {dim}")

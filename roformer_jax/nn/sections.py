@@ -13,6 +13,7 @@ static argument of `jax.jit` and a Flax module attribute as it is, with no JSON 
 import dataclasses
 import difflib
 import json
+import operator
 import typing
 from collections.abc import Mapping
 from typing import Any
@@ -91,6 +92,25 @@ class Section:
             for f in dataclasses.fields(self)
             if getattr(self, f.name) != getattr(default, f.name)
         }
+
+
+def as_int(value) -> int | None:
+    """value as an int if it is an integer (an int, a NumPy integer or a concrete JAX integer
+    scalar), else None: a float, a bool (True is no count) or a traced value."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def check_count(name: str, value, alternative: str = "") -> None:
+    """Raises ValueError unless `value` is a positive integer (`as_int`): a size of 100.7 or
+    "64" would fail deep inside Flax or XLA instead, a window of 2.5 at the first call."""
+    count = as_int(value)
+    if count is None or count < 1:
+        raise ValueError(f"{name}={value!r} must be a positive integer{alternative}")
 
 
 def check_keys(cls, keys, where: str) -> None:

@@ -31,6 +31,11 @@ def check_segment_ids(segment_ids, batch: int, length: int, keys: int) -> None:
 def segment_starts(segment_ids) -> jax.Array:
     """bool [B, L]: True at the first token of each segment (a change of id, and position 0)."""
     segment_ids = jnp.asarray(segment_ids)
+    if segment_ids.ndim != 2 or not jnp.issubdtype(segment_ids.dtype, jnp.integer):
+        raise ValueError(
+            f"segment_ids has shape {segment_ids.shape} and dtype {segment_ids.dtype}; "
+            "expected integers [B, L] (one row: segment_ids[None])"
+        )
     changed = segment_ids[:, 1:] != segment_ids[:, :-1]
     return jnp.concatenate([jnp.ones_like(changed[:, :1]), changed], axis=1)
 

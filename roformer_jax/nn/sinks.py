@@ -10,9 +10,12 @@ nothing (weights summing to less than 1). Only a kind that forms its scores can 
 import jax
 import jax.numpy as jnp
 
+from roformer_jax.nn.attention_inputs import check_array
+
 
 def check_sinks(sinks, heads: int) -> None:
     """Raises ValueError unless sinks is a float array [N] for N = `heads` query heads."""
+    check_array(sinks, "sinks")
     shape = jnp.shape(sinks)
     if shape != (heads,) or not jnp.issubdtype(jnp.result_type(sinks), jnp.floating):
         raise ValueError(
