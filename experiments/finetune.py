@@ -7,7 +7,9 @@ One config per task kind: configs/finetune_{classification, token_classification
 multiple_choice}.py, each on a builtin task (training/task_kinds.py, data/builtin_tasks.py).
 --config.init_from is a pre-training workdir (experiments/train_mlm.py's) or a local HF
 RoFormer directory with its vocab.txt; without it the encoder starts from random weights.
-Rerunning with the same --workdir resumes from its latest checkpoint. Writes
+Rerunning with the same --workdir resumes from its latest checkpoint; a config that changes
+what the run computes (task, encoder, epochs, rates) is refused there unless
+--resume_with_changes. Writes
 <workdir>/final_metrics.json: the best epoch's validation metrics and, with a test file, its
 test metrics. With --raw_dir, copies the finished run's small files there (metrics.jsonl,
 config.json, final_metrics.json, predictions.json: what a results page reads).
@@ -37,6 +39,12 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics and logs g
 _RAW_DIR = flags.DEFINE_string(
     "raw_dir", None, "Optional: the finished run's small files are copied here."
 )
+_RESUME_WITH_CHANGES = flags.DEFINE_bool(
+    "resume_with_changes",
+    False,
+    "Resume even where the config changes what the run computes (task, encoder, epochs, "
+    "optimizer); the changes are recorded in config.json.",
+)
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -45,7 +53,7 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     cfg = finetune_experiment_from_dict(_CONFIG.value.to_dict())
     try:
-        final = finetune(cfg, _WORKDIR.value)
+        final = finetune(cfg, _WORKDIR.value, resume_with_changes=_RESUME_WITH_CHANGES.value)
     except runtime.TrainingInterrupted as e:
         logging.warning("%s", e)
         sys.exit(1)

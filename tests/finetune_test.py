@@ -2,6 +2,7 @@
 HF's format with a tiny vocab (tiny_tasks.py): records, resume, the best checkpoint, a stop on
 a non-finite loss, and a task the model must learn."""
 
+import dataclasses
 import functools
 import itertools
 import json
@@ -106,6 +107,29 @@ class EndToEndTest(absltest.TestCase):
             self.assertEqual(ft.finetune(tiny_tasks.config(), parts), final)
         self.assertEqual(traced["train_step"] + traced["predict"], 0, traced)
         self.assertEqual(tiny_tasks.records(parts), tiny_tasks.records(whole))
+
+    def test_a_resume_that_changes_the_run_is_refused_unless_asked(self):
+        # A changed task (its head's shape) read as a damaged checkpoint once, and a changed
+        # rate trained on without a word.
+        whole, final, _ = _classification_run()
+        copy = os.path.join(_TMP, "changed")
+        shutil.copytree(whole, copy)
+        cfg = tiny_tasks.config()
+        faster = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, learning_rate=0.1))
+        with self.assertRaisesRegex(ValueError, r"another config \(optim.learning_rate: 0.001"):
+            ft.finetune(faster, copy)
+        init = dataclasses.replace(cfg, init_from=None)
+        with self.assertRaisesRegex(ValueError, r"init_from: '.*' -> None"):
+            ft.finetune(init, copy)
+        self.assertEqual(sorted(os.listdir(copy)), sorted(os.listdir(whole)))  # nothing moved
+        quieter = dataclasses.replace(cfg, finetune=dataclasses.replace(cfg.finetune, log_every=3))
+        self.assertEqual(ft.finetune(quieter, copy), final)  # how often it logs: a resume's
+        self.assertEqual(ft.finetune(faster, copy, resume_with_changes=True), final)  # finished
+        with open(os.path.join(copy, "config.json"), encoding="utf-8") as f:
+            history = json.load(f)["history"]
+        self.assertEqual(
+            history, [{"start_step": 18, "changed": {"optim.learning_rate": [0.001, 0.1]}}]
+        )
 
     def test_evaluation_reads_the_updates_the_parameters_had(self):
         # Random attention features (FAVOR+) follow the update count: each evaluation must

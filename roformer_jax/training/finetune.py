@@ -188,17 +188,22 @@ class _Run(NamedTuple):
     evaluate: Callable  # (params, steps_done, Split, prefix) -> ({prefix/metric: v}, outputs)
 
 
-def finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
+def finetune(cfg: FinetuneExperiment, workdir: str, *, resume_with_changes: bool = False) -> dict:
     """Fine-tunes in `workdir`, resuming from its latest checkpoint; returns the final metrics
     (also in <workdir>/final_metrics.json): the best epoch's valid/* and its test/*.
 
     `workdir` must be empty or a fine-tuning run's, and one process trains in it at a time
-    (`workdir.claimed`)."""
+    (`workdir.claimed`). A resume whose `cfg` changes what the run computes (the task, the
+    encoder, epochs, rates, ...) is refused, listing the changes, unless
+    `resume_with_changes`; then config.json records them (`workdir.resume_changes`)."""
     with workdir_lib.claimed(workdir, workdir_lib.FINETUNING):
-        return _finetune(cfg, workdir)
+        return _finetune(cfg, workdir, resume_with_changes)
 
 
-def _finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
+def _finetune(cfg: FinetuneExperiment, workdir: str, resume_with_changes: bool) -> dict:
+    changes = workdir_lib.resume_changes(
+        workdir, cfg, latest_step=None, allow=resume_with_changes, run=workdir_lib.FINETUNING
+    )
     fcfg, devices = cfg.finetune, mesh_lib.devices_for(cfg.mesh)
     if devices.process_count > 1:
         raise ValueError("fine-tuning runs on one host (its devices: any number)")
@@ -230,8 +235,8 @@ def _finetune(cfg: FinetuneExperiment, workdir: str) -> dict:
     logging.info(
         "%s at step %d of %d", "resuming" if state.step else "starting", int(state.step), data.total
     )
-    workdir_lib.write_json_atomically(
-        os.path.join(workdir, workdir_lib.CONFIG_FILE), dataclasses.asdict(cfg)
+    workdir_lib.record_config(
+        workdir, cfg, changes, start_step=int(state.step), run=workdir_lib.FINETUNING
     )
     train_step, predict = _step_functions(model, tx, data.kind, cfg.mesh, data.row_shape)
     evaluate = functools.partial(_evaluate, predict, devices, eval_batch, data)

@@ -13,8 +13,8 @@ drops it when its process dies, so a run killed by `kill -9` blocks no resume.
 A resume compares the config.json the run wrote with the new config (`config.config_diff`,
 nested keys, nothing known of the model's fields). `RESUMABLE` lists what it may change
 silently; a longer train.steps ("train further") and another mesh are recorded but never
-refused; any other difference is refused, listed, unless the caller allows it (train_mlm.py
---resume_with_changes), and then recorded: config.json holds the new config and, under
+refused; any other difference is refused, listed, unless the caller allows it (train_mlm.py's and
+finetune.py's --resume_with_changes), and then recorded: config.json holds the new config and, under
 "history", each session's changes; provenance.json's session names them too.
 """
 
@@ -26,6 +26,7 @@ import errno
 import fcntl
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -38,27 +39,9 @@ CONFIG_FILE = "config.json"
 LOCK_FILE = "run.lock"
 
 
-@dataclasses.dataclass(frozen=True)
-class RunFiles:
-    """What one command's run holds: the top-level keys its config.json may have, the one it
-    must have, and what it writes before its config.json (a folder holding only these is a
-    run stopped while it started, not a foreign folder)."""
-
-    keys: frozenset[str]
-    required: str
-    before_config: tuple[str, ...] = (LOCK_FILE, "checkpoints", "data")
-
-
-PRETRAINING = RunFiles(frozenset(config_lib.SECTIONS) | {"seed", config_lib.HISTORY}, "train")
-FINETUNING = RunFiles(
-    frozenset(f.name for f in dataclasses.fields(FinetuneExperiment)),
-    "finetune",
-    (LOCK_FILE, "checkpoints", "best", "data"),
-)
-
-# What a resume may change without changing what the run computes: how often it logs,
-# evaluates and checkpoints, how many checkpoints it keeps, where its cache lives, how the
-# batch is split over devices and micro-batches (the same numbers up to float32 summation
+# What a pre-training resume may change without changing what the run computes: how often it
+# logs, evaluates and checkpoints, how many checkpoints it keeps, where its cache lives, how
+# the batch is split over devices and micro-batches (the same numbers up to float32 summation
 # order), and init_from, which a resumed run ignores. train.steps and the mesh are apart:
 # recorded, not refused (`_recorded`).
 RESUMABLE = (
@@ -70,6 +53,40 @@ RESUMABLE = (
     "train.eval_batch_size",
     "train.grad_accum",
     "train.init_from",
+)
+# A fine-tuning resume: how often it logs and the evaluation's batch. Not init_from: the
+# encoder it names sets the model's shapes, and the task its head's (a checkpoint of another
+# shape would read as damaged).
+FINETUNING_RESUMABLE = ("finetune.log_every", "finetune.eval_batch_size")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFiles:
+    """What one command's run holds: the top-level keys its config.json may have, the one it
+    must have, what it writes before its config.json (a folder holding only these is a run
+    stopped while it started, not a foreign folder), what a resume may change (`resumable`)
+    and the config whose defaults stand for a field added since a save."""
+
+    keys: frozenset[str]
+    required: str
+    before_config: tuple[str, ...]
+    resumable: tuple[str, ...]
+    defaults: Callable[[], Any]
+
+
+PRETRAINING = RunFiles(
+    frozenset(config_lib.SECTIONS) | {"seed", config_lib.HISTORY},
+    "train",
+    (LOCK_FILE, "checkpoints", "data"),
+    RESUMABLE,
+    config_lib.default_experiment_config,
+)
+FINETUNING = RunFiles(
+    frozenset(f.name for f in dataclasses.fields(FinetuneExperiment)) | {config_lib.HISTORY},
+    "finetune",
+    (LOCK_FILE, "checkpoints", "best", "data"),
+    FINETUNING_RESUMABLE,
+    FinetuneExperiment,
 )
 
 
@@ -148,20 +165,24 @@ def read_config(workdir: str, run: RunFiles = PRETRAINING) -> dict | None:
 
 
 def resume_changes(
-    workdir: str, cfg: ExperimentConfig, *, latest_step: int | None, allow: bool
+    workdir: str,
+    cfg: ExperimentConfig | FinetuneExperiment,
+    *,
+    latest_step: int | None,
+    allow: bool,
+    run: RunFiles = PRETRAINING,
 ) -> dict[str, tuple[Any, Any]]:
-    """{dotted key: (saved, new)} of what `cfg` changes of the run in `workdir` ({} for a new
-    run), leaving out RESUMABLE keys.
+    """{dotted key: (saved, new)} of what `cfg` changes of the `run` in `workdir` ({} for a
+    new run), leaving out its `resumable` keys.
 
     Raises ValueError listing the changes when one changes the run's meaning and `allow` is
     False, and when train.steps falls below the newest checkpoint (`latest_step`).
     """
-    saved = read_config(workdir) if os.path.exists(os.path.join(workdir, CONFIG_FILE)) else None
+    path = os.path.join(workdir, CONFIG_FILE)
+    saved = read_config(workdir, run) if os.path.exists(path) else None
     if saved is None:
         return {}
-    changes = config_lib.config_diff(
-        saved, cfg, defaults=config_lib.default_experiment_config(), ignore=RESUMABLE
-    )
+    changes = config_lib.config_diff(saved, cfg, defaults=run.defaults(), ignore=run.resumable)
     if latest_step is not None and cfg.train.steps < latest_step:
         raise ValueError(
             f"train.steps={cfg.train.steps} is below the newest checkpoint of {workdir} (step "
@@ -177,10 +198,18 @@ def resume_changes(
     return changes
 
 
-def record_config(workdir: str, cfg: ExperimentConfig, changes: dict, *, start_step: int):
+def record_config(
+    workdir: str,
+    cfg: ExperimentConfig | FinetuneExperiment,
+    changes: dict,
+    *,
+    start_step: int,
+    run: RunFiles = PRETRAINING,
+):
     """Writes workdir/config.json atomically: `cfg`, and under "history" every earlier
     session's changes with this one's (when it has any)."""
-    saved = read_config(workdir) if os.path.exists(os.path.join(workdir, CONFIG_FILE)) else None
+    path = os.path.join(workdir, CONFIG_FILE)
+    saved = read_config(workdir, run) if os.path.exists(path) else None
     history = list((saved or {}).get(config_lib.HISTORY, []))
     if changes:
         changed = {k: [old, new] for k, (old, new) in changes.items()}
