@@ -11,10 +11,28 @@ from unittest import mock
 from absl.testing import absltest
 from study_cases import _config, _fake_training
 
+from configs import compare, study_multilength
 from roformer_jax.studies import raw_files, run_dirs, study
 
 
 class StudyTest(absltest.TestCase):
+    def test_a_config_is_checked_before_anything_trains(self):
+        # A repeated seed was one run counted as two samples (an interval of width 0); a
+        # baseline named wrong failed only after the whole study, as a KeyError.
+        for changes, message in (
+            (dict(seeds=(0, 0)), r"config.seeds \(0, 0\) repeats \[0\]"),
+            (dict(seeds=()), r"config.seeds is empty"),
+            (dict(baseline="BERT"), r"config.baseline 'BERT' is none of \['BERT \(learned"),
+        ):
+            config = compare.get_config()
+            config.update(changes)
+            with self.assertRaisesRegex(ValueError, message):
+                study.study_runs(config)
+        config = study_multilength.get_config("wikitext2")
+        config.eval_baselines = ("Rope",)
+        with self.assertRaisesRegex(ValueError, r"config.eval_baselines 'Rope' is none of"):
+            study.study_runs(config)
+
     def test_trains_missing_runs_only(self):
         workdir = self.enter_context(tempfile.TemporaryDirectory())
         runs = {"a": [_config(0), _config(1)], "b/c": [_config(0)]}

@@ -33,8 +33,11 @@ def study_runs(config: ConfigDict) -> dict[str, list[ExperimentConfig]]:
     """{run name: one ExperimentConfig per seed} of a study config (see configs/compare.py).
 
     config.experiment is what every run shares, config.runs maps a name to overrides of it,
-    and config.seeds lists the seeds every run is trained with.
+    and config.seeds lists the seeds every run is trained with. Raises ValueError, before
+    anything trains, for no seeds or a repeated one, and for a name the config refers to
+    (baseline, eval_baselines) that is none of its runs or evaluations.
     """
+    _check_names(config)
     runs = {}
     for name, overrides in config.runs.items():
         runs[name] = []
@@ -44,6 +47,23 @@ def study_runs(config: ConfigDict) -> dict[str, list[ExperimentConfig]]:
             run.seed = seed
             runs[name].append(experiment_config_from_dict(run.to_dict()))
     return runs
+
+
+def _check_names(config: ConfigDict) -> None:
+    seeds = list(config.seeds)
+    if not seeds:
+        raise ValueError("config.seeds is empty: a study trains each run at one seed or more")
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:  # one run counted twice would read as two samples: an interval of width 0
+        raise ValueError(f"config.seeds {tuple(seeds)} repeats {repeated}; each seed once")
+    references = [("baseline", config.get("baseline"), config.runs)]
+    references += [
+        ("eval_baselines", name, config.get("evaluations", {}))
+        for name in config.get("eval_baselines", ())
+    ]
+    for field, name, known in references:
+        if name is not None and name not in known:
+            raise ValueError(f"config.{field} {name!r} is none of {sorted(known)}")
 
 
 RUN_PREFIX = "run:"  # train.init_from="run:<name>": that run of the study, same seed
