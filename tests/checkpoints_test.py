@@ -118,6 +118,18 @@ class CheckpointsTest(parameterized.TestCase):
             checkpoints.restore(abstract, MODEL, step=4)
         checkpoints.close()
 
+    def test_a_save_cut_off_is_named_and_not_read(self):
+        # What a process killed while orbax wrote step 4 leaves: the rerun used to start over
+        # from step 0 or an older step without a word.
+        self._save(keep=2, steps=(1, 2))
+        os.makedirs(os.path.join(self.directory, "4.orbax-checkpoint-tmp"))
+        checkpoints = Checkpoints(self.directory, keep=2)
+        with self.assertLogs(level="WARNING") as logs:
+            state, _ = checkpoints.restore(jax.eval_shape(lambda: _state(0)), MODEL)
+        checkpoints.close()
+        self.assertEqual(int(state["step"]), 2)
+        self.assertRegex(logs.output[0], r"4.orbax-checkpoint-tmp\): not read; .* step 2")
+
     def test_empty_directory_restores_nothing(self):
         checkpoints = Checkpoints(self.directory, keep=1)
         self.assertIsNone(checkpoints.restore(jax.eval_shape(lambda: _state(0)), MODEL))

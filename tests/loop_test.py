@@ -163,10 +163,21 @@ class EndToEndTest(parameterized.TestCase):
 
             return mock.patch.object(metrics_lib.MetricsWriter, "write", write)
 
-        # SIGTERM while writing step 4 is seen after step 5: saved there, off the grid of 3.
+        # SIGTERM while writing step 4 is seen after step 5: saved there, off the grid of 3;
+        # a Ctrl-C while that save is written waits for it (it raised KeyboardInterrupt and
+        # left no checkpoint).
+        real_save = loop.Checkpoints.save
+
+        def save_interrupted(self, step, *args):
+            if step == 5:
+                os.kill(os.getpid(), signal.SIGINT)
+            real_save(self, step, *args)
+
         with write_then(4, lambda: os.kill(os.getpid(), signal.SIGTERM)):
-            with self.assertRaisesRegex(runtime.TrainingInterrupted, "step 5"):
-                loop.train_and_evaluate(_config(**overrides), parts)
+            with mock.patch.object(loop.Checkpoints, "save", save_interrupted):
+                with self.assertRaisesRegex(runtime.TrainingInterrupted, "step 5"):
+                    loop.train_and_evaluate(_config(**overrides), parts)
+        self.assertEqual(sorted(os.listdir(os.path.join(parts, "checkpoints"))), ["3", "5"])
 
         def crash():
             raise RuntimeError("power cut")

@@ -110,6 +110,16 @@ class Checkpoints:
         _quiet_reads_into_closed_loops()
         target = _placed(abstract_state, shardings)
         steps = sorted(self._manager.all_steps(), reverse=True)
+        unfinished = [n for n in sorted(os.listdir(self.directory)) if _TMP in n]
+        if unfinished:  # orbax renames a step once whole: these are saves cut off
+            logging.warning(
+                "%s holds saves cut off before they were whole (%s): not read; %s",
+                self.directory,
+                ", ".join(unfinished),
+                f"the newest whole one is step {steps[0]}"
+                if steps
+                else "no whole step to resume from",
+            )
         if step is not None:
             if step not in steps:
                 raise ValueError(
@@ -176,6 +186,10 @@ class Checkpoints:
             multihost_utils.sync_global_devices(f"checkpoint {step} set aside")
         self._manager.reload()
 
+    def wait_until_finished(self) -> None:
+        """Returns once every save begun is on disk whole."""
+        self._manager.wait_until_finished()
+
     def close(self) -> None:
         """Waits for pending saves (and deletions of old steps) to finish."""
         self._manager.wait_until_finished()
@@ -183,6 +197,9 @@ class Checkpoints:
         if self._damaged:  # only then: a collection takes seconds in a process that has jitted
             gc.collect()  # so that the abandoned reads are reported to the filter
         std_logging.getLogger("asyncio").removeFilter(self._quiet)
+
+
+_TMP = ".orbax-checkpoint-tmp"  # orbax's suffix for a step being written
 
 
 def _placed(abstract_state: Any, shardings: Any) -> Any:

@@ -230,8 +230,9 @@ def stop_requests():
     """Yields `stop_requested()`: True once SIGTERM or SIGINT arrived (single process only).
 
     The first signal asks the loop to save and stop after the current step; a second Ctrl-C
-    falls through to Python's default (KeyboardInterrupt, no save). Multi-host runs leave
-    SIGTERM to jax's preemption service (see `preemption`).
+    falls through to Python's default (KeyboardInterrupt, no save), except while that last
+    checkpoint is written (`interrupts_deferred`). Multi-host runs leave SIGTERM to jax's
+    preemption service (see `preemption`).
     """
     received = []
     if jax.process_count() > 1 or threading.current_thread() is not threading.main_thread():
@@ -246,6 +247,29 @@ def stop_requests():
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield lambda: bool(received)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def interrupts_deferred():
+    """Ctrl-C and SIGTERM are logged and ignored for the block (single process): the save a
+    stop request asked for, which a second Ctrl-C would cut short, leaving no checkpoint at
+    all of a run that has not saved before. `kill -9` still ends the process."""
+    if jax.process_count() > 1 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        logging.warning(
+            "%s while the checkpoint is written: it stops once the save is done",
+            signal.Signals(signum).name,
+        )
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
     finally:
         for s, h in previous.items():
             signal.signal(s, h)

@@ -134,7 +134,11 @@ class TrainLoop:
             session.last.update(record)
         if save or stop:
             meta = {**session.progress, "config": self.config, "elapsed_s": session.elapsed()}
-            (self.save or self.checkpoints.save)(done, self.devices.saved(state), meta)
+            # A stop's save is the run's last: whole on disk before the process goes.
+            with runtime.interrupts_deferred() if stop else contextlib.nullcontext():
+                (self.save or self.checkpoints.save)(done, self.devices.saved(state), meta)
+                if stop:
+                    self.checkpoints.wait_until_finished()
             logging.info("checkpoint of step %d saved to %s", done, self.checkpoints.directory)
         if stop:
             raise runtime.TrainingInterrupted(
