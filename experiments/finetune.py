@@ -52,11 +52,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     cfg = finetune_experiment_from_dict(_CONFIG.value.to_dict())
-    try:
-        final = finetune(cfg, _WORKDIR.value, resume_with_changes=_RESUME_WITH_CHANGES.value)
-    except runtime.TrainingInterrupted as e:
-        logging.warning("%s", e)
-        sys.exit(1)
+    final = finetune(cfg, _WORKDIR.value, resume_with_changes=_RESUME_WITH_CHANGES.value)
     logging.info("final metrics: %s", json.dumps(final))
     if _RAW_DIR.value:
         count = copy_raw_files(_WORKDIR.value, _RAW_DIR.value)

@@ -69,13 +69,7 @@ def main(argv):
         jax.local_device_count(),
         jax.local_devices(),
     )
-    try:
-        final = train_and_evaluate(
-            cfg, _WORKDIR.value, resume_with_changes=_RESUME_WITH_CHANGES.value
-        )
-    except runtime.TrainingInterrupted as e:
-        logging.warning("%s", e)
-        sys.exit(1)
+    final = train_and_evaluate(cfg, _WORKDIR.value, resume_with_changes=_RESUME_WITH_CHANGES.value)
     logging.info("final metrics: %s", metrics.summary(final))
 
 

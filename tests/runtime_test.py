@@ -34,6 +34,8 @@ def _train_mlm(*flags: str) -> subprocess.CompletedProcess:
     )
 
 
+_QUIET = dict(cwd=_ROOT, capture_output=True, text=True, timeout=120)
+
 # One layer on rows of 32: what the terminal shows does not depend on the model.
 _THREE_STEPS = (
     "--config.model.num_layers=1",
@@ -118,6 +120,25 @@ class QuietLogsTest(absltest.TestCase):
         run = _train_mlm(f"--workdir={tiny.workdir()}", "--config.optim.learning_rate=-1")
         self.assertNotIn("Traceback", run.stderr)
         self.assertRegex(run.stderr.strip().splitlines()[-1], r"^ValueError: learning_rate")
+
+    def test_an_unreadable_config_file_or_a_stop_is_one_line(self):
+        run = subprocess.run(
+            [sys.executable, _TRAIN, "--config=configs/nope.py", f"--workdir={tiny.workdir()}"],
+            **_QUIET,
+        )
+        self.assertEqual(run.returncode, 1)
+        self.assertNotIn("Traceback", run.stderr)
+        self.assertRegex(run.stderr.strip(), r"^OSError: --config: .*No such file.*nope.py'$")
+        for raised, code, last in (
+            ("runtime.TrainingInterrupted('stopped at step 4 on request')", 1, "step 4"),
+            ("KeyboardInterrupt", 130, "KeyboardInterrupt: rerun the command to resume"),
+        ):
+            main = f"def main(argv):\n    raise {raised}\nruntime.run_main(main)"
+            program = f"from roformer_jax.training import runtime\n{main}"
+            run = subprocess.run([sys.executable, "-c", program], **_QUIET)
+            self.assertEqual(run.returncode, code, run.stderr)
+            self.assertNotIn("Traceback", run.stderr)
+            self.assertIn(last, run.stderr.strip().splitlines()[-1])
 
     def test_a_misspelt_key_is_one_line_with_its_suggestion(self):
         run = _train_mlm(f"--workdir={tiny.workdir()}", "--config.train.stepz=3")

@@ -9,7 +9,9 @@ on (this codebase's records, and everyone's warnings; orbax's option dumps, chec
 internals and jax chatter only at --verbosity=1 or more), and prints a ValueError or
 FileNotFoundError, mistakes in what the user gave, as one last line instead of a traceback
 (--verbosity=1 shows the traceback too). A misspelt --config.x override, which ml_collections
-refuses while the flags are parsed, is one line too, with its suggestion.
+refuses while the flags are parsed, is one line too, with its suggestion, and so is a --config
+file that cannot be read. A run stopped on request (`TrainingInterrupted`) ends with its
+warning, a second Ctrl-C with one line: the command resumes from what was saved.
 """
 
 from __future__ import annotations
@@ -316,11 +318,28 @@ def run_main(main) -> None:
         quiet_library_logs()
         try:
             return main(argv)
-        except (ValueError, FileNotFoundError) as e:
+        except TrainingInterrupted as e:  # on request: the command resumes from its save
+            logging.warning("%s", e)
+            sys.exit(1)
+        except KeyboardInterrupt:
             if logging.get_verbosity() >= logging.DEBUG:
                 raise
             logging.flush()
-            print(f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            print(
+                "KeyboardInterrupt: rerun the command to resume from what it saved", file=sys.stderr
+            )
+            sys.exit(130)
+        except (ValueError, OSError) as e:
+            # ml_collections keeps a --config file it could not load for the first read of
+            # the flag's value, as an OSError whose last line says why.
+            unreadable = isinstance(e, OSError) and _CONFIG_FAILURE in str(e)
+            if not isinstance(e, ValueError | FileNotFoundError) and not unreadable:
+                raise
+            if logging.get_verbosity() >= logging.DEBUG:
+                raise
+            logging.flush()
+            message = f"--config: {str(e).splitlines()[-1].strip()}" if unreadable else e
+            print(f"{type(e).__name__}: {message}", file=sys.stderr, flush=True)
             sys.exit(1)
 
     try:
@@ -332,6 +351,9 @@ def run_main(main) -> None:
         # parses the flags, before main, as a chain of KeyError and AttributeError.
         print(f"ValueError: {_unknown_override(e)}", file=sys.stderr, flush=True)
         sys.exit(1)
+
+
+_CONFIG_FAILURE = "Failed loading config file"
 
 
 def _unknown_override(error: Exception) -> str:
