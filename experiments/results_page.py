@@ -18,6 +18,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)
 
 from roformer_jax.studies import results_page  # noqa: E402
+from roformer_jax.training import runtime  # noqa: E402
 
 _PAGE = flags.DEFINE_string("page", os.path.join(_ROOT, "docs", "results.md"), "The page.")
 _README = flags.DEFINE_string(
@@ -55,4 +56,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    runtime.run_main(main)
