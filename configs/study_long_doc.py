@@ -60,6 +60,7 @@ def get_config(arg=None):
         },
         sort_keys=False,
     )
+    del config["baseline"]  # compare.py's run; these encoders are paired by encoder_pairs
     config.schedules = {"multi-length": MULTI_LENGTH, "512 only": UP_TO_512}  # (steps, len, batch)
     config.schedule_of = {  # each run's schedule, rescaled to pretrain_steps
         "RoFormer multi-length": "multi-length",
