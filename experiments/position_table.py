@@ -80,6 +80,9 @@ def main(argv):
         records = _changes(run, _EVERY.value)
         if records is None:
             continue
+        if not records:  # restored from a raw folder, which keeps no checkpoints
+            logging.warning("%s keeps no checkpoint: its table cannot be read", run)
+            continue
         run_dirs.write_beside(run, _WORKDIR.value, _RAW_DIR.value, FILE, records[-1])
         if _EVERY.value:
             run_dirs.write_beside(run, _WORKDIR.value, _RAW_DIR.value, STEPS_FILE, records)
