@@ -11,7 +11,7 @@ e.g. `--config.model.position=learned --config.train.steps=100`.
 import dataclasses
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ml_collections import ConfigDict, config_dict
 
@@ -60,11 +60,9 @@ def get_tiny_finetune_config(
     config.finetune.batch_size = 32
     config.optim.learning_rate = 1e-3
     config.optim.warmup_steps = 20
-    if arg == "runlocal":
+    if config_words(arg, ("runlocal",)):
         config.finetune.epochs = 1
         config.task.max_length = runlocal_max_length
-    elif arg:
-        raise ValueError(f"unknown config argument {arg!r}; the only one is 'runlocal'")
     return config
 
 
@@ -99,7 +97,7 @@ def finish(config: ConfigDict, arg: str | None) -> ConfigDict:
     "runlocal" keeps the model and shrinks the run to a smoke test of a few minutes on a
     laptop CPU (big_vision's convention): 20 steps of 8 sequences, on 200k characters.
     """
-    if arg == "runlocal":
+    if config_words(arg, ("runlocal",)):
         config.train.update(
             steps=20,
             batch_size=8,
@@ -110,6 +108,17 @@ def finish(config: ConfigDict, arg: str | None) -> ConfigDict:
         )
         config.optim.warmup_steps = 5
         config.data.max_chars = 200_000
-    elif arg:
-        raise ValueError(f"unknown config argument {arg!r}; the only one is 'runlocal'")
     return config
+
+
+def config_words(arg: str | None, accepted: Sequence[str]) -> list[str]:
+    """The comma-separated words of a config argument (`--config=<file>.py:wikitext2,runlocal`),
+    each one of `accepted`, the words this config file takes: ValueError naming them all."""
+    words = [w for w in (arg or "").split(",") if w]
+    unknown = [w for w in words if w not in accepted]
+    if unknown:
+        raise ValueError(
+            f"unknown config argument {', '.join(map(repr, unknown))} (in {arg!r}); this config "
+            f"takes {', '.join(map(repr, accepted))}, comma-separated"
+        )
+    return words

@@ -50,7 +50,7 @@ words on the same pairs (0.753). The objective is learned and does not carry ove
 
 from ml_collections import ConfigDict
 
-from configs import long_doc_pilot
+from configs import base, long_doc_pilot
 
 PILOT_ENCODER = "runs/long_doc_pilot/RoPE_RoFormer_/seed0"
 STEPS = 5_000
@@ -68,7 +68,9 @@ def get_config(arg=None):
     config = long_doc_pilot.get_config(arg)
     config.runs = ConfigDict(RUNS, sort_keys=False)
     config.baseline = "MLM"
-    if arg == "runlocal":  # its smaller corpus has another vocabulary: from scratch
+    if base.config_words(
+        arg, ("runlocal",)
+    ):  # its smaller corpus has another vocabulary: from scratch
         for run in config.runs.values():
             del run["train"]
     else:

@@ -44,7 +44,7 @@ So the objective: the study needs an encoder pre-trained to relate windows of on
 
 from ml_collections import ConfigDict
 
-from configs import study_positions_long
+from configs import base, study_positions_long
 
 ENCODER = "RoPE (RoFormer)"
 STEPS = 20_000
@@ -52,12 +52,12 @@ EVAL_EVERY = 1_000
 
 
 def get_config(arg=None):
-    corpus = ",".join(["wikitext2"] + ([arg] if arg else []))
-    config = study_positions_long.get_config(corpus)
+    runlocal = bool(base.config_words(arg, ("runlocal",)))
+    config = study_positions_long.get_config("wikitext2,runlocal" if runlocal else "wikitext2")
     config.runs = ConfigDict({ENCODER: study_positions_long.RUNS[ENCODER]}, sort_keys=False)
     config.baseline = ENCODER
     config.seeds = (0,)
-    if arg != "runlocal":
+    if not runlocal:
         config.experiment.train.update(
             steps=STEPS, eval_every=EVAL_EVERY, checkpoint_every=EVAL_EVERY
         )

@@ -7,6 +7,8 @@ About 10,000 training tokens/s on 2 CPU cores, so one run takes about a minute a
 of 12-18 runs about 15-30 min per corpus (times of the runs are in docs/results.md).
 """
 
+from collections.abc import Sequence
+
 from ml_collections import ConfigDict
 
 from configs import base, compare
@@ -98,10 +100,11 @@ def get_long_config(arg: str | None, *, batch_scale: int = 1) -> ConfigDict:
     return config
 
 
-def long_documents(arg: str | None) -> tuple[dict, str | None]:
+def long_documents(arg: str | None, also: Sequence[str] = ()) -> tuple[dict, str | None]:
     """Splits a config argument "[<corpus>][,runlocal]" into (the corpus's data fields, the
-    rest for base.finish): `--config=configs/study_length.py:wikitext2`. No corpus: builtin."""
-    names = (arg or "").split(",")
-    corpora = [n for n in names if n in LONG_DOCUMENTS] or ["builtin"]
-    rest = ",".join(n for n in names if n and n not in LONG_DOCUMENTS)
-    return {**LONG_DOCUMENTS[corpora[0]], "eval_windows": "documents"}, rest or None
+    rest for base.finish): `--config=configs/study_length.py:wikitext2`. No corpus: builtin.
+    `also`: the caller's own words, accepted here and left to it."""
+    words = base.config_words(arg, [*LONG_DOCUMENTS, "runlocal", *also])
+    corpora = [w for w in words if w in LONG_DOCUMENTS] or ["builtin"]
+    rest = "runlocal" if "runlocal" in words else None
+    return {**LONG_DOCUMENTS[corpora[0]], "eval_windows": "documents"}, rest

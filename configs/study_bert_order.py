@@ -19,7 +19,7 @@ Budget: three runs of about 80 min each on 2 quiet cores (the first two are done
 
 from ml_collections import ConfigDict
 
-from configs import study_long_training, study_positions_long
+from configs import base, study_long_training, study_positions_long
 
 BERT = study_positions_long.RUNS["learned (BERT)"]["model"]
 RUNS = {
@@ -30,7 +30,7 @@ RUNS = {
 
 
 def get_config(arg=None):
-    config = study_long_training.get_config(arg)
+    config = study_long_training.get_config(",".join(base.config_words(arg, ("runlocal",))))
     config.runs = ConfigDict(RUNS, sort_keys=False)
     config.baseline = "BERT, pre-LN"
     config.title = "MLM, softmax attention: BERT's table, 20,000 steps, changed one way a run"

@@ -14,13 +14,13 @@ Budget: four runs of about 80 min each on 2 quiet cores.
 
 from ml_collections import ConfigDict
 
-from configs import study_long_training, study_positions_long
+from configs import base, study_long_training, study_positions_long
 
 RUNS = ("none", "learned (BERT)")
 
 
 def get_config(arg=None):
-    config = study_long_training.get_config(arg)
+    config = study_long_training.get_config(",".join(base.config_words(arg, ("runlocal",))))
     config.runs = ConfigDict(
         {name: study_positions_long.RUNS[name] for name in RUNS}, sort_keys=False
     )

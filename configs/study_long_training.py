@@ -35,7 +35,7 @@ on cores shared for about half of it), then a few minutes of length evaluation.
 
 from ml_collections import ConfigDict
 
-from configs import studies, study_length, study_positions_long
+from configs import base, studies, study_length, study_positions_long
 
 STEPS = 20_000
 EVAL_EVERY = 1_000
@@ -48,9 +48,7 @@ ALIBI_8 = {"ALiBi, 8 heads": {"model": {"position": "alibi", "num_heads": 8}}}
 
 
 def get_config(arg=None):
-    words = [w for w in (arg or "").split(",") if w]
-    if set(words) - {"runlocal", "alibi8"}:
-        raise ValueError(f"unknown config argument {arg!r}; use 'alibi8' and/or 'runlocal'")
+    words = base.config_words(arg, ("alibi8", "runlocal"))
     config = study_positions_long.get_config("wikitext2")
     runs = {name: study_positions_long.RUNS[name] for name in RUNS}
     config.runs = ConfigDict(ALIBI_8 if "alibi8" in words else runs, sort_keys=False)

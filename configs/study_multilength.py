@@ -59,9 +59,8 @@ STAGE_EVAL_EVERY = 10  # divides every stage's end (800, 850, 1330, 1650, 1690, 
 
 
 def get_config(arg=None):
-    words = (arg or "").split(",")
-    controls = "controls" in words
-    data, rest = studies.long_documents(",".join(w for w in words if w != "controls"))
+    data, rest = studies.long_documents(arg, also=("controls",))
+    controls = "controls" in (arg or "").split(",")
     config = studies.get_config(rest)
     config.experiment.data.update(data, valid_lengths=(), seq_len=256)
     config.experiment.train.log_every = 1  # the per-stage table reads each stage's last steps

@@ -32,7 +32,7 @@ split stays by paragraph. 24 runs of about a minute per corpus on 2 quiet cores:
 
 from ml_collections import ConfigDict
 
-from configs import studies
+from configs import base, studies
 
 _DATA = "../shared/data"
 CORPORA = {
@@ -57,13 +57,7 @@ def _scored_other(run: dict) -> dict:
 
 
 def get_config(arg=None):
-    names = [n for n in (arg or "").split(",") if n]
-    unknown = sorted(set(names) - set(CORPORA) - {"runlocal", "cross"})
-    if unknown:
-        raise ValueError(
-            f"unknown config arguments {unknown}; give one of {sorted(CORPORA)} and/or "
-            "'cross', 'runlocal'"
-        )
+    names = base.config_words(arg, [*CORPORA, "cross", "runlocal"])
     runlocal = "runlocal" in names
     config = studies.get_config("runlocal" if runlocal else None)
     corpus = next((n for n in names if n in CORPORA), "builtin")

@@ -21,7 +21,7 @@ content-position coupling that draw has; redraws average it away.
 
 from ml_collections import ConfigDict
 
-from configs import studies
+from configs import base, studies
 
 _WARPEACE = "../shared/data/war-and-peace/input.txt"
 REDRAW = 50
@@ -40,9 +40,8 @@ def _favor(position, placement="numerator", redraw=REDRAW):
 
 
 def get_config(arg=None):
-    if arg not in (None, "", "runlocal"):
-        raise ValueError(f"unknown config argument {arg!r}; the only one is 'runlocal'")
-    config = studies.get_config("runlocal" if arg == "runlocal" else None)
+    runlocal = bool(base.config_words(arg, ("runlocal",)))
+    config = studies.get_config("runlocal" if runlocal else None)
     experiment = config.experiment
     experiment.model.update(causal=True, vocab_size=None)  # None: the byte tokenizer's
     experiment.data.update(
@@ -56,7 +55,7 @@ def get_config(arg=None):
             "FAVOR+, eq (19), one draw": _favor("rope", redraw=0),
         }
     )
-    if arg == "runlocal":
+    if runlocal:
         studies.check_wiring(config)
     config.baseline = "FAVOR+, no positions"
     config.title = "Causal byte LM on War and Peace: FAVOR+ and where RoPE goes (issue 31)"

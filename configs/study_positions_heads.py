@@ -24,7 +24,7 @@ taken as they are, leaving 2 x 3 runs (1 h). Without that workdir, its raw folde
 
 from ml_collections import ConfigDict
 
-from configs import studies, study_positions_lr
+from configs import base, studies, study_positions_lr
 
 RUNS = {
     # the names of `:best`'s runs, so that its workdir serves them
@@ -44,11 +44,10 @@ PAIRS = (
 
 
 def get_config(arg=None):
-    if arg not in (None, "", "runlocal"):
-        raise ValueError(f"unknown config argument {arg!r}; the only one is 'runlocal'")
+    runlocal = bool(base.config_words(arg, ("runlocal",)))
     config = study_positions_lr.get_config("sweep")
     config.runs = ConfigDict(RUNS, sort_keys=False)
     config.seeds = (0, 1, 2)
     config.baseline = "ALiBi, 2 heads"
     config.title = "MLM, softmax attention: heads and head width apart from ALiBi's slopes"
-    return studies.check_wiring(config) if arg == "runlocal" else config
+    return studies.check_wiring(config) if runlocal else config

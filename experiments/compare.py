@@ -41,7 +41,9 @@ def main(argv):
     exp = next(iter(runs.values()))[0]
     cache = exp.train.data_cache_dir or os.path.join(_WORKDIR.value, "data")
     unigram = load_corpus(exp.data, cache).unigram_cross_entropy()
-    if _RAW_DIR.value:  # first, so that the runs exported so far can be read while it runs
+    before = study_record.kept_record(_RAW_DIR.value, config) if _RAW_DIR.value else None
+    # First, so that the runs exported so far can be read while it runs.
+    if _RAW_DIR.value and before is None:
         record = study_flags.record(config, wall_s=None, unigram=unigram, finished=False)
         study_record.write(_RAW_DIR.value, record)
     results = study.run_study(runs, _WORKDIR.value, raw_dir=_RAW_DIR.value)
@@ -62,7 +64,7 @@ def main(argv):
     logging.info("wrote %s and %s", png, md)
     if _RAW_DIR.value:
         record = study_flags.record(config, wall_s=time.time() - started, unigram=unigram)
-        count = study_record.export(_RAW_DIR.value, runs, _WORKDIR.value, record)
+        count = study_record.export(_RAW_DIR.value, runs, _WORKDIR.value, record, before=before)
         logging.info("copied %d raw files to %s", count, _RAW_DIR.value)
 
 

@@ -29,9 +29,13 @@ _WORKDIR = flags.DEFINE_multi_string("workdir", [], "A run's workdir (repeatable
 _STUDY = flags.DEFINE_string("study", None, "A study's workdir: every run of it at --seed.")
 _SEED = flags.DEFINE_integer("seed", 0, "With --study: which seed's run of each.")
 _PROMPT = flags.DEFINE_multi_string("prompt", [], "Prompt text (repeatable).")
-_NUM_PROMPTS = flags.DEFINE_integer("num_prompts", 2, "Held-out prompts, without --prompt.")
-_PROMPT_TOKENS = flags.DEFINE_integer("prompt_tokens", 24, "Tokens of each held-out prompt.")
-_NEW = flags.DEFINE_integer("max_new_tokens", 40, "Tokens to generate per prompt.")
+_NUM_PROMPTS = flags.DEFINE_integer(
+    "num_prompts", 2, "Held-out prompts, without --prompt.", lower_bound=1
+)
+_PROMPT_TOKENS = flags.DEFINE_integer(
+    "prompt_tokens", 24, "Tokens of each held-out prompt.", lower_bound=1
+)
+_NEW = flags.DEFINE_integer("max_new_tokens", 40, "Tokens to generate per prompt.", lower_bound=1)
 _TEMPERATURE = flags.DEFINE_float("temperature", 0.8, "Of the sampled continuation.")
 _TOP_K = flags.DEFINE_integer("top_k", 40, "Of the sampled continuation.")
 _RNG_SEED = flags.DEFINE_integer("rng_seed", 0, "Of the sampled continuation.")
@@ -42,6 +46,10 @@ def held_out_prompts(run, count: int, length: int) -> list[list[int]]:
     """`count` windows of `length` token ids from the run's held-out stream, evenly spaced,
     each after a [CLS] as every training row starts."""
     stream = np.asarray(run.corpus.valid_tokens)
+    if length >= stream.size:
+        raise app.UsageError(
+            f"--prompt_tokens={length}: the held-out text has {stream.size} tokens"
+        )
     starts = np.linspace(0, stream.size - length - 1, count).astype(int)
     return [[run.tokenizer.cls_id, *map(int, stream[s : s + length])] for s in starts]
 
@@ -90,7 +98,10 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     workdirs = list(_WORKDIR.value)
     if _STUDY.value:
-        workdirs += sorted(glob.glob(os.path.join(_STUDY.value, "*", f"seed{_SEED.value}")))
+        found = sorted(glob.glob(os.path.join(_STUDY.value, "*", f"seed{_SEED.value}")))
+        if not found:
+            raise app.UsageError(f"--study={_STUDY.value} has no run at --seed={_SEED.value}")
+        workdirs += found
     if not workdirs:
         raise app.UsageError("give --workdir or --study")
     lines = [

@@ -48,7 +48,9 @@ def main(argv):
     exp = runs[config.evaluations[config.eval_baselines[0]].run][0]
     corpus = load_corpus(exp.data, exp.train.data_cache_dir or os.path.join(workdir, "data"))
     unigram = corpus.unigram_cross_entropy()
-    if raw:  # first, so that the runs and scores exported so far can be read while it runs
+    before = study_record.kept_record(raw, config) if raw else None
+    # First, so that the runs and scores exported so far can be read while it runs.
+    if raw and before is None:
         record = study_flags.record(config, wall_s=None, unigram=unigram, finished=False)
         study_record.write(raw, record)
 
@@ -79,7 +81,9 @@ def main(argv):
     logging.info("wrote %s and %s", png, md)
     if raw:
         record = study_flags.record(config, wall_s=time.time() - started, unigram=unigram)
-        count = study_record.export(raw, runs, workdir, record, folders=(length_study.EVAL_DIR,))
+        count = study_record.export(
+            raw, runs, workdir, record, folders=(length_study.EVAL_DIR,), before=before
+        )
         logging.info("copied %d raw files to %s", count, raw)
 
 

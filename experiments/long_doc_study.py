@@ -46,6 +46,7 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     started, config, workdir, raw = time.time(), _CONFIG.value, _WORKDIR.value, _RAW_DIR.value
     runs = long_doc_study.pretraining_runs(config)
+    before = study_record.kept_record(raw, config) if raw else None
     needed = long_doc_study.encoders_needed(config, workdir, raw)
     study.run_study(runs, workdir, raw_dir=raw, checkpoints_needed=needed)
     task_dir = long_doc_study.build_task(config.task, workdir)
@@ -64,8 +65,8 @@ def main(argv):
     logging.info("wrote %s and %s", png, md)
     if raw:
         record = study_flags.record(config, wall_s=time.time() - started, unigram=unigram)
-        count = study_record.export(raw, runs, workdir, record)
-        count += long_doc_study.export_raw(workdir, raw)
+        count = long_doc_study.export_raw(workdir, raw)
+        count += study_record.export(raw, runs, workdir, record, before=before)
         logging.info("copied %d raw files to %s", count, raw)
 
 

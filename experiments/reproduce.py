@@ -67,6 +67,12 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     raw = run_dirs.run_dir(_RAW_DIR.value, _RUN.value, _SEED.value)
+    if not os.path.exists(os.path.join(raw, "config.json")):
+        held = [os.path.relpath(d, _RAW_DIR.value) for d in run_dirs.trained_runs(_RAW_DIR.value)]
+        raise app.UsageError(
+            f"--run={_RUN.value!r} --seed={_SEED.value}: no such run in {_RAW_DIR.value}, "
+            f"which holds {', '.join(held) or 'none'}"
+        )
     with open(os.path.join(raw, "config.json"), encoding="utf-8") as f:
         config = json.load(f)
     start = None

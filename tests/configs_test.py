@@ -327,9 +327,28 @@ class ConfigsTest(parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, "summary_type='first' is for format 'multiple"):
             finetune_config.TaskConfig(summary_type="first")
 
-    def test_unknown_config_argument_is_an_error(self):
-        with self.assertRaisesRegex(ValueError, "'fast'.*runlocal"):
-            _load("tiny", "fast")
+    def test_unknown_config_argument_names_the_words_its_config_takes(self):
+        names = sorted(
+            os.path.basename(p)[:-3] for p in glob.glob(os.path.join(_CONFIGS_DIR, "*.py"))
+        )
+        for name in names:
+            module = importlib.import_module(f"configs.{name}")
+            if hasattr(module, "get_config"):
+                with self.subTest(name), self.assertRaisesRegex(ValueError, "'fast'"):
+                    module.get_config("fast")
+        # The words each takes, its own among them: not base.finish's 'runlocal' alone.
+        with self.assertRaisesRegex(ValueError, "'wikitxt2'.*'wikitext2'.*'controls'"):
+            _load("study_multilength", "wikitxt2,controls")
+        with self.assertRaisesRegex(ValueError, "'controls'.*takes 'builtin', 'wikitext2'"):
+            _load("study_length", "wikitext2,controls")
+        # A word of the config it builds on that would be ignored: refused.
+        with self.assertRaisesRegex(ValueError, "'alibi8'.*takes 'runlocal', comma"):
+            _load("study_bert_seeds", "alibi8")
+        with self.assertRaisesRegex(ValueError, "'warpeace'.*takes 'runlocal', comma"):
+            _load("long_doc_pilot", "warpeace")
+        # ",runlocal", as some docstrings write it, is "runlocal".
+        self.assertEqual(_load("long_doc_pilot", ",runlocal"), _load("long_doc_pilot", "runlocal"))
+        self.assertEqual(_load("tiny", ",runlocal"), _load("tiny", "runlocal"))
 
 
 if __name__ == "__main__":

@@ -174,6 +174,10 @@ class CommandTest(absltest.TestCase):
             session = provenance.read(run_dirs.run_dir(again, "r", 0))["sessions"][0]
             self.assertEqual(record["commit"], session["commit"])
             self.assertEqual(record["machine"], session["machine"])
+        done = self._reproduce(raw_root, "R", f"--workdir={again}")  # names are exact
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("--run='R' --seed=0: no such run in", done.stderr)
+        self.assertIn("which holds r/seed0", done.stderr)
         # A rerun resumed at another commit is not one version's numbers.
         # The rerun trains in a study's layout, where the readers of checkpoints look.
         path = os.path.join(run_dirs.run_dir(again, "r", 0), provenance.FILE)

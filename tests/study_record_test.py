@@ -58,6 +58,41 @@ class StudyRecordTest(absltest.TestCase):
         self.assertEqual(record["machine"]["cpus"], os.cpu_count())
         self.assertFalse(record["reconstructed"])
 
+    def test_a_rerun_that_exports_nothing_new_keeps_the_record(self):
+        # A finished study run again (a chain restarted) trains nothing: its record must keep
+        # the commit and wall time of the command that trained the runs, not 1 s of none.
+        config, runs = _study()
+        workdir, raw = tiny.workdir(), os.path.join(tiny.workdir(), "mine")
+        for name, configs in runs.items():
+            for cfg in configs:
+                _write_run(run_dirs.run_dir(workdir, name, cfg.seed), cfg)
+
+        def record(wall_s, finished=True):
+            return study_record.make_record(
+                argv=[], config_file="c.py", config=config, wall_s=wall_s, unigram=6.0,
+                finished=finished,
+            )  # fmt: skip
+
+        self.assertIsNone(study_record.kept_record(raw, config))  # no record yet
+        study_record.export(raw, runs, workdir, record(9557.0, finished=False))
+        self.assertIsNone(study_record.kept_record(raw, config))  # not finished
+        study_record.export(raw, runs, workdir, record(9557.0))
+        other = ConfigDict(config.to_dict() | {"title": "u"})
+        self.assertIsNone(study_record.kept_record(raw, other))  # another config's
+        before = study_record.kept_record(raw, config)
+        self.assertIsNotNone(before)
+        copied = study_record.export(raw, runs, workdir, record(1.1), before=before)
+        self.assertEqual(copied, 2 * 2 * 2)  # the runs' files; not study.json
+        self.assertEqual(study_record.read_raw(raw).record["wall_s"], 9557.0)
+        # A run trained again (its metrics changed) is a new command's numbers: a new record.
+        _write_run(run_dirs.run_dir(workdir, "a", 5), dataclasses.replace(runs["a"][0], seed=5))
+        os.replace(
+            os.path.join(run_dirs.run_dir(workdir, "a", 5), "metrics.jsonl"),
+            os.path.join(run_dirs.run_dir(workdir, "a", 0), "metrics.jsonl"),
+        )
+        study_record.export(raw, runs, workdir, record(1.1), before=before)
+        self.assertEqual(study_record.read_raw(raw).record["wall_s"], 1.1)
+
     def test_missing_metrics_is_an_error(self):
         config, runs = _study()
         raw = tiny.workdir()

@@ -105,6 +105,16 @@ class StudyTest(absltest.TestCase):
                 study.run_study({"a": [_config(0, steps=5)]}, workdir)
             fake.assert_not_called()
 
+    def test_a_runs_folder_is_refused_as_a_studys_workdir(self):
+        # A run's folder given as --workdir: the study's runs would nest inside it.
+        workdir = self.enter_context(tempfile.TemporaryDirectory())
+        runs = {"a": [_config(0)]}
+        with mock.patch.object(study, "train_and_evaluate", side_effect=_fake_training) as fake:
+            study.run_study(runs, workdir)
+            with self.assertRaisesRegex(ValueError, "is a run's folder"):
+                study.run_study(runs, run_dirs.run_dir(workdir, "a", 0))
+            self.assertEqual(fake.call_count, 1)
+
     def test_runs_share_one_data_cache(self):
         workdir = self.enter_context(tempfile.TemporaryDirectory())
         with mock.patch.object(study, "train_and_evaluate", side_effect=_fake_training) as fake:

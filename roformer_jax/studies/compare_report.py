@@ -52,8 +52,16 @@ def write_report(
 
     With a baseline run name, results.md also gets `paired_table` of `paired_key` and the
     figure a panel of `paired_curves`; floor (the unigram cross-entropy) is drawn in the
-    loss panels.
+    loss panels. ValueError for a key that no run logged (a misspelt table_keys entry
+    would otherwise be a column of dashes).
     """
+    logged = {key for seeds in results.values() for run in seeds for r in run for key in r}
+    unknown = [key for key in (*plot_keys, *table_keys) if key not in logged]
+    if unknown:
+        raise ValueError(
+            f"plot_keys/table_keys {unknown}: no run logged them; they logged "
+            f"{sorted(logged - {'step'})}"
+        )
     png = plots.plot_curves(
         curves(results, plot_keys),
         os.path.join(workdir, "curves.png"),

@@ -96,6 +96,12 @@ def run_study(
       {name: [records of seed 0, records of seed 1, ...]} in the order of `runs`, records as
       in metrics.jsonl.
     """
+    found = [f for f in ("config.json", "metrics.jsonl") if os.path.exists(f"{workdir}/{f}")]
+    if found:
+        raise ValueError(
+            f"{workdir} is a run's folder (it holds {found[0]}): a study's workdir holds "
+            "<run>/seed<k>/ folders; give another"
+        )
     order = _training_order(runs)
     sources = set(checkpoints_needed).union(*(_init_sources(c) for c in runs.values()))
     total = sum(len(seeds) for seeds in runs.values())

@@ -1,6 +1,7 @@
 """A study's record beside its raw outputs: the command, the config, the code and the machine.
 
-    study_record.export(raw_dir, runs, workdir, record)   # the entry points, with --raw_dir
+    before = study_record.kept_record(raw_dir, config)    # the entry points, with --raw_dir
+    study_record.export(raw_dir, runs, workdir, record, before=before)
     raw = study_record.read_raw("docs/results/raw/length_wikitext2")   # a results page
 
 `<raw_dir>/study.json` (FILE) holds:
@@ -28,11 +29,13 @@ have position_table.POSITION_TABLE_FILE there, what training did to that table
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import platform
 from collections.abc import Mapping, Sequence
 
+from absl import logging
 from ml_collections import ConfigDict
 
 from roformer_jax.studies import length_study, raw_files, run_dirs
@@ -78,12 +81,46 @@ def export(
     record: Mapping,
     *,
     folders: Sequence[str] = (),
+    before: Mapping[str, str] | None = None,
 ) -> int:
     """Copies every run's raw files to `raw_dir` (raw_files.export_raw) and writes `record` as
-    raw_dir/study.json; returns the number of files written."""
+    raw_dir/study.json; returns the number of files written.
+
+    `before`: the folder's `contents` when the command started, where it held a finished
+    record of the same config (`kept_record`). A command that then changed nothing (every run
+    cached, every score read) keeps that record: its own would replace the commit and wall
+    time of the command that trained the runs with those of one that trained nothing.
+    """
     copied = raw_files.export_raw(runs, workdir, raw_dir, folders=folders)
+    if before is not None and contents(raw_dir) == before:
+        logging.info("every run was in %s already: its record is kept", raw_dir)
+        return copied
     write(raw_dir, record)
     return copied + 1
+
+
+def kept_record(raw_dir: str, config: ConfigDict) -> dict[str, str] | None:
+    """The folder's `contents` where it holds a finished record of `config`, else None: a
+    command gives it to `export` as `before`, and writes no in-progress record over it."""
+    path = os.path.join(raw_dir, FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        record = json.load(f)
+    same = record.get("config") == json.loads(json.dumps(config.to_dict()))
+    return contents(raw_dir) if same and is_finished(record) else None
+
+
+def contents(raw_dir: str) -> dict[str, str]:
+    """{path under raw_dir: SHA-256} of every file there but the record."""
+    found = {}
+    for folder, _, files in os.walk(raw_dir):
+        for name in files:
+            path = os.path.join(folder, name)
+            if os.path.relpath(path, raw_dir) != FILE:
+                with open(path, "rb") as f:
+                    found[os.path.relpath(path, raw_dir)] = hashlib.sha256(f.read()).hexdigest()
+    return found
 
 
 def write(raw_dir: str, record: Mapping) -> None:
