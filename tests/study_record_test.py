@@ -30,13 +30,19 @@ def _write_run(directory, cfg):
         f.write(json.dumps({"step": 2, "train/loss": 1.0 + cfg.seed, "elapsed_s": 3.0}) + "\n")
 
 
+def _trained_study():
+    """`_study()`'s config and runs, each run written in a workdir; and a raw folder for it."""
+    config, runs = _study()
+    workdir, raw = tiny.workdir(), os.path.join(tiny.workdir(), "mine")
+    for name, configs in runs.items():
+        for cfg in configs:
+            _write_run(run_dirs.run_dir(workdir, name, cfg.seed), cfg)
+    return config, runs, workdir, raw
+
+
 class StudyRecordTest(absltest.TestCase):
     def test_export_then_read_back(self):
-        config, runs = _study()
-        workdir, raw = tiny.workdir(), os.path.join(tiny.workdir(), "mine")
-        for name, configs in runs.items():
-            for cfg in configs:
-                _write_run(run_dirs.run_dir(workdir, name, cfg.seed), cfg)
+        config, runs, workdir, raw = _trained_study()
         record = study_record.make_record(
             argv=["experiments/compare.py", "--config=c.py:x"],
             config_file="c.py:x",
@@ -61,11 +67,7 @@ class StudyRecordTest(absltest.TestCase):
     def test_a_rerun_that_exports_nothing_new_keeps_the_record(self):
         # A finished study run again (a chain restarted) trains nothing: its record must keep
         # the commit and wall time of the command that trained the runs, not 1 s of none.
-        config, runs = _study()
-        workdir, raw = tiny.workdir(), os.path.join(tiny.workdir(), "mine")
-        for name, configs in runs.items():
-            for cfg in configs:
-                _write_run(run_dirs.run_dir(workdir, name, cfg.seed), cfg)
+        config, runs, workdir, raw = _trained_study()
 
         def record(wall_s, finished=True):
             return study_record.make_record(
