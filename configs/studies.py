@@ -43,7 +43,8 @@ def get_config(arg=None):
 
 def check_wiring(config: ConfigDict) -> ConfigDict:
     """A study's ":runlocal" that checks its wiring in seconds: one seed, one layer (compiling
-    four took most of a minute a run), 4 steps of 4 rows, evaluated once."""
+    four took most of a minute a run), 4 steps of 4 rows, evaluated once; a length study
+    reads two windows of its longest length (its full held-out set took most of the time)."""
     experiment = config.experiment
     experiment.train.update(
         steps=4, batch_size=4, log_every=2, eval_every=4, checkpoint_every=4, eval_batches=1
@@ -51,6 +52,8 @@ def check_wiring(config: ConfigDict) -> ConfigDict:
     experiment.optim.warmup_steps = 1
     experiment.model.num_layers = 1
     config.seeds = (0,)
+    if "eval_tokens" in config:
+        config.eval_tokens = 2 * (max(config.eval_lengths) - 2)
     return config
 
 

@@ -77,4 +77,4 @@ def get_config(arg=None):
     config.eval_tokens = 20 * (EVAL_LENGTHS[-1] - 2)  # every token is a target
     config.eval_baselines = (SOFTMAX, LINEAR)
     config.evaluations = ConfigDict({name: {"run": name} for name in RUNS}, sort_keys=False)
-    return config
+    return studies.check_wiring(config) if rest else config

@@ -98,4 +98,4 @@ def get_config(arg=None):
         },
         sort_keys=False,
     )
-    return config
+    return studies.check_wiring(config) if rest else config
