@@ -34,7 +34,12 @@ class PageProvenanceTest(parameterized.TestCase):
             [],
             "**Current:** trained at 9acdbbe; no file of roformer_jax/ or configs/ changed since.",
         ),
-        ("unknown", None, "(commit unknown: cannot tell whether the code changed since)"),
+        (
+            "not_in_the_repository",
+            None,
+            "(trained at 9acdbbe, a commit this repository does not hold: cannot tell whether "
+            "the code changed since)",
+        ),
     )
     def test_stale_mark_follows_the_commit_map(self, changed, expected):
         commits = {"9acdbbe55002bbf1f7e15a94d72a35e7ec0b90fc": changed}

@@ -100,6 +100,11 @@ def _stale_text(commit: str | None, page: Page) -> str:
     """**Stale** with the files changed since `commit`, **Current** where none did (a line
     of its own kind, so that every study says one of the two), or that git cannot tell."""
     changed = page.changed(commit) if commit else None
+    if changed is None and commit:  # e.g. a run trained at a commit that was never kept
+        return (
+            f"(trained at {_short(commit)}, a commit this repository does not hold: cannot "
+            "tell whether the code changed since)"
+        )
     if changed is None:
         return "(commit unknown: cannot tell whether the code changed since)"
     if not changed:
