@@ -124,6 +124,11 @@ class ModelConfigTest(parameterized.TestCase):
         self.assertEqual(config, flat.with_section("rope", scaling=mixed, layer_types=["a", "b"]))
         self.assertEqual(config, config.with_section("rope", layer_types='["a", "b"]'))
         self.assertIsNone(config.layer_rope(1))
+        self.assertIsNone(model_config_lib.ModelConfig(position="none").layer_rope(0))
+        with self.assertRaisesRegex(ValueError, "'rope_learned_positions' rotates by no base"):
+            model_config_lib.ModelConfig(position="rope_learned_positions", causal=True).layer_rope(
+                0
+            )
 
     @parameterized.parameters(
         (dict(layer_types=["a", "b"], rope_scaling={"a": {}}), "layer types \\['b'\\] are missing"),

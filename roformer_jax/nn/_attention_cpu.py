@@ -3,26 +3,17 @@ and why.
 
 Each function here computes a formula of those modules in a form chosen for the CPU.
 `feature_sums` and `exclusive_cumsum` have plain forms, which attention_core.py uses on other
-backends (tests/attention_test.py checks that both agree); `elu_plus_one` and `after` are
-right everywhere and used everywhere. Every choice was measured with benchmarks/attention.py
-(2-core CPU, B·N = 8, H = 64); the numbers are in each docstring.
+backends (tests/attention_test.py checks that both agree); `after` is right everywhere and
+used everywhere (elu + 1's CPU-minded form is feature_maps.elu_plus_one). Every choice was
+measured with benchmarks/attention.py (2-core CPU, B·N = 8, H = 64); the numbers are in each
+docstring.
 
 Shapes as in attention.py: B batch, L query length, M key length, N heads, F feature dim,
-E value columns, K chunks.
+E value columns, J chunks.
 """
 
 import jax
 import jax.numpy as jnp
-
-
-def elu_plus_one(x):
-    """elu(x) + 1, written as exp(x) for x <= 0.
-
-    Exact where expm1(x) + 1 loses every digit (x << 0), and XLA's CPU backend vectorizes exp
-    but not expm1 once fused into RoPE's element-wise pass.
-    """
-    positive = x > 0
-    return jnp.where(positive, x + 1.0, jnp.exp(jnp.where(positive, 0.0, x)))
 
 
 def feature_sums(qf, key_sums):
@@ -59,11 +50,11 @@ def _exclusive_sum_step(total, state):
 
 
 def exclusive_cumsum(states):
-    """Σ_{k' < k} states[k'] for each k: [K, ...] -> [K, ...].
+    """Σ_{j' < j} states[j'] for each chunk j: [J, ...] -> [J, ...].
 
     Elsewhere it is a shifted cumsum (attention_core). A sequential scan instead: on CPU jnp.cumsum
     (a reduce-window) was 4x slower here, and the running sum in a fixed order is exactly
-    reproducible and exact at k = 0.
+    reproducible and exact at j = 0.
     """
     _, prefix = jax.lax.scan(_exclusive_sum_step, jnp.zeros_like(states[0]), states)
     return prefix

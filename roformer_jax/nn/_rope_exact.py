@@ -109,7 +109,7 @@ def rotate_by_turns(x, turns, *, attention: float = 1.0, layout: str = "interlea
     # The rotation: (a, b) -> (a cos - b sin, b cos + a sin) = x·cos + partners(x)·[-sin, +sin],
     # partners(x) putting b at a's place and a at b's, in at least float32.
     rotated = rotate(widen(x[..., :rotary_dim], dtype), cos, sin, layout)
-    out = narrow(rotated, x.dtype)  # back to x's dtype
+    out = narrow(rotated, x.dtype)
     if rotary_dim == x.shape[-1]:
         return out
     return jnp.concatenate([out, x[..., rotary_dim:]], axis=-1)  # features past R pass through

@@ -307,8 +307,9 @@ def _carried(qc, kc, vc, segments, g, gates=None, *, later=False):
     scan over chunks that restarts where a segment starts at a chunk's first token and
     carries R_j on through a chunk wholly inside one segment. Only the states [J, B, K, F, E]
     of the chunks' last (`later`: first) segments are formed.
-    decay: None, or each chunk's decay [J, B, K, 1, 1] (causal, qc and kc already scaled by
-    `decay.chunk_gates`): the sums carried through a chunk are multiplied by it.
+    gates: None, or each chunk's decay [J, B, K, 1, 1] (causal): the sums carried through a
+    chunk are multiplied by it. The caller has scaled vc by `decay.chunk_gates`' exp(A - b_j)
+    and scales the result by its exp(b_i); qc and kc are not scaled.
     """
     if gates is not None and segments is None:
         states = jnp.einsum("BKJDF,BKJDE->JBKFE", kc, vc)
@@ -369,7 +370,7 @@ def kernel_attention(
     across=None,
 ):
     """Σ_j (qn_i·kn_j) v_j / guard(Σ_j qd_i·kd_j), all heads-major: queries [B, N, L, F],
-    keys and values [B, K, M, F] (query head n reads key/value head n // G).
+    keys [B, K, M, F] and values [B, K, M, H] (query head n reads key/value head n // G).
 
     den_features=(qd, kd) when the denominator has its own features (eq. 19); otherwise it is
     Σ_j qn_i·kn_j, read off a column of ones appended to v in the same products.
@@ -428,8 +429,9 @@ def kernel_attention(
 
 
 def linear_features(q, k, *, rotation, options: LinearOptions):
-    """Linear attention's (qn, kn, den_features), heads-major [B, N, L, F]: the features of
-    the numerator and, under eq. (19), the denominator's own (`kernel_attention`)."""
+    """Linear attention's (qn, kn, den_features), heads-major (queries [B, N, L, F], keys
+    [B, K, M, F]): the features of the numerator and, under eq. (19), the denominator's own
+    (`kernel_attention`)."""
     rotate = rotation is not None
     placement = options.placement
     if rotate and placement == "before_feature_map":
@@ -447,7 +449,8 @@ def linear_features(q, k, *, rotation, options: LinearOptions):
 
 
 def cosine_features(q, k, rotation):
-    """[1, R_i q_i / |q_i|] and [1, R_j k_j / |k_j|], heads-major [B, N, L, H + 1]."""
+    """[1, R_i q_i / |q_i|] and [1, R_j k_j / |k_j|], heads-major: [B, N, L, H + 1] and
+    [B, K, M, H + 1]."""
 
     def unit(x):  # x / |x|, and 0 for x = 0
         squared = jnp.maximum(jnp.sum(x * x, axis=-1, keepdims=True), jnp.finfo(x.dtype).tiny)

@@ -64,9 +64,9 @@ class KVCache(NamedTuple):
 class KernelState(NamedTuple):
     """A linear kind's memory: Σ_j k'_j e_jᵀ over earlier tokens j, for each sum it forms.
 
-    numerator: [B, K, F, E] (one per key/value head), with k' the key features and e_j = v_j,
-    or [v_j, 1] when the denominator shares the numerator's features. denominator: [B, K, F, 1]
-    when it has its own
+    numerator: [B, K, F, E] (one per key/value head; [B, N, F, E], one per query head, under
+    a decay gate), with k' the key features and e_j = v_j, or [v_j, 1] when the denominator
+    shares the numerator's features. denominator: [B, K, F, 1] (likewise) when it has its own
     features (eq. 19: Σ_j φ(k_j)), else None. O(1) memory in the length: the recurrent
     decoding that linear attention allows and softmax does not.
     """
@@ -301,7 +301,8 @@ def cosine_attention_step(
     """`cosine_attention`, causal, for T new tokens after those summed in `state`.
 
     options: the fields of `attention_core.KernelOptions`, as the full form takes them.
-    The state is Σ_j [1, b_j][v_j, 1]ᵀ ([B, N, H + 1, H + 1]). Returns (out, state).
+    The state is Σ_j [1, b_j][v_j, 1]ᵀ ([B, K, H + 1, H + 1], or [B, N, H + 1, H + 1] with
+    log_decay: a gate is per query head). Returns (out, state).
     """
     check_inputs(q, k, v, mask=mask, causal=True, rotation=rotation, log_decay=log_decay)
     options = kind_options("cosine attention", KernelOptions, options)

@@ -16,8 +16,6 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from roformer_jax.nn import _attention_cpu
-
 
 @dataclasses.dataclass(frozen=True)
 class FeatureMap:
@@ -106,9 +104,19 @@ def favor_features(x, projection, is_query: bool) -> jax.Array:
     return jnp.exp(logits) * projection.shape[0] ** -0.5
 
 
+def elu_plus_one(x):
+    """elu(x) + 1, written as exp(x) for x <= 0.
+
+    Exact where expm1(x) + 1 loses every digit (x << 0), and XLA's CPU backend vectorizes exp
+    but not expm1 once fused into RoPE's element-wise pass.
+    """
+    positive = x > 0
+    return jnp.where(positive, x + 1.0, jnp.exp(jnp.where(positive, 0.0, x)))
+
+
 FEATURE_MAPS: dict[str, FeatureMap] = {
     # elu(x) + 1 > 0: the map of Katharopoulos et al. 2020 and of the RoFormer paper, sec. 3.3.
-    "elu": _deterministic(_attention_cpu.elu_plus_one),
+    "elu": _deterministic(elu_plus_one),
     "relu": _deterministic(jax.nn.relu),
     "softplus": _deterministic(jax.nn.softplus),
     # Performer (Choromanski et al. 2021): positive orthogonal random features, the paper's

@@ -131,7 +131,7 @@ class SelfAttention(nn.Module):
     """
 
     config: ModelConfig
-    layer: int = 0  # its index in the encoder: the layer's own RoPE (`ModelConfig.layer_rope`)
+    layer: int = 0  # its index in the encoder: a per-layer RoPE or decay gate reads it
 
     @nn.compact
     def __call__(self, x, context: AttentionContext):
@@ -181,7 +181,7 @@ class SelfAttention(nn.Module):
 
 
 class Layer(nn.Module):
-    """One encoder block: self-attention and a GELU feed-forward, each with residual + LN,
+    """One encoder block: self-attention and a feed-forward (`hidden_act`), each with residual + LN,
     x [B, L, D] -> [B, L, D] in `context`."""
 
     config: ModelConfig

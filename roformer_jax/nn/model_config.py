@@ -159,9 +159,12 @@ class ModelConfig:
 
     def layer_rope(self, layer: int) -> scalings.LayerRope | None:
         """How `layer` rotates (base, rotary dim, scaling); None for a layer without positions
-        (every layer, for an encoding that rotates nothing)."""
+        (every layer, for an encoding that rotates nothing). ValueError for a rotation that
+        is not RoPE's (rope_learned_positions learns its angles)."""
         if self.encoding.rotation is None:
             return None
+        if not hasattr(self.position_section, "layer_rope"):
+            raise ValueError(f"position={self.position!r} rotates by no base and scaling")
         return self.position_section.layer_rope(layer, self)
 
     @property

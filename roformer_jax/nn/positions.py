@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -102,8 +101,7 @@ class RopeSection(Section):
 
     def __post_init__(self):
         super().__post_init__()
-        if not (math.isfinite(self.base) and self.base > 0):
-            raise ValueError(f"base={self.base} must be positive and finite: θ_i = base^(-2i/R)")
+        rope_scaling.check_base(self.base)
         if self.scaling is not None and not isinstance(self.scaling, FrozenDict):
             raise ValueError(f"scaling={self.scaling!r} is not a dictionary (HF's rope_scaling)")
 
@@ -122,8 +120,7 @@ class XposSection(RopeSection):
 
     def __post_init__(self):
         super().__post_init__()
-        if not (math.isfinite(self.scale_base) and self.scale_base > 0):
-            raise ValueError(f"scale_base={self.scale_base} must be positive and finite")
+        rope.check_scale_base(self.scale_base)
 
 
 @dataclasses.dataclass(frozen=True)

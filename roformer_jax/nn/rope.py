@@ -181,7 +181,7 @@ def rope_frequencies(dim: int, *, base: float = 10000.0) -> jnp.ndarray:
 class Rotation(NamedTuple):
     """How queries and keys are rotated before attention.
 
-    q: [B, L, N, F] -> [B, L, N, F];  k: [B, M, N, F] -> [B, M, N, F].
+    q: [B, L, N, F] -> [B, L, N, F];  k: [B, M, K, F] -> [B, M, K, F] (K key/value heads).
     """
 
     q: Callable[[jax.Array], jax.Array]
@@ -206,7 +206,7 @@ def rope_rotation(
       base, layout, rotary_dim, scaling, seq_len: as in `apply_rope`.
 
     Returns:
-      A `Rotation` whose q and k call `apply_rope` on [B, L, N, F] and [B, M, N, F].
+      A `Rotation` whose q and k call `apply_rope` on [B, L, N, F] and [B, M, K, F].
     """
     # The layout is checked now, so that a misspelt one fails where it is chosen; F is known
     # only when q and k arrive.
@@ -242,14 +242,14 @@ def xpos_decay(positions, dim: int, *, scale_base: float = 512.0, layout: str = 
       Array of shape [..., L, R], float32, in `layout`'s feature order.
     """
     rope_layouts.check_dim(dim, "rotary dim")
-    _check_scale_base(scale_base)
+    check_scale_base(scale_base)
     zeta = (np.arange(0, dim, 2, dtype=np.float64) / dim + 0.4) / 1.4  # [R/2], in (0.29, 1)
     power = jnp.asarray(positions, jnp.float32)[..., None] / np.float32(scale_base)
     decay = jnp.asarray(zeta, jnp.float32) ** power  # [..., L, R/2]
     return rope_layouts.merge_pairs(decay, decay, layout)
 
 
-def _check_scale_base(scale_base) -> None:
+def check_scale_base(scale_base) -> None:
     if not 0 < scale_base < math.inf:
         raise ValueError(f"scale_base={scale_base!r} must be positive and finite: ζ_i^(m/γ)")
 
@@ -271,8 +271,12 @@ def xpos_rotation(
     rotary-embedding-torch does with seq_len // 2), or (seq_len - 1) // 2 when seq_len is
     given, which keeps the centre fixed while a sequence is decoded a block at a time.
     `scaling` and `seq_len` as in `apply_rope`. All of F is rotated and scaled.
+
+    Args:
+      q_positions: integer array of shape [L] or [B, L].
+      k_positions: integer array of shape [M] or [B, M]; None for q_positions.
     """
-    _check_scale_base(scale_base)  # now, where it is chosen; F is known when q and k arrive
+    check_scale_base(scale_base)  # now, where it is chosen; F is known when q and k arrive
     plain = rope_rotation(
         q_positions, k_positions, base=base, layout=layout, scaling=scaling, seq_len=seq_len
     )

@@ -12,8 +12,9 @@ type, `{"full_attention": {...}, "sliding_attention": {...}}` beside `layer_type
 per layer), each type with its own base, scaling and partial_rotary_factor, or None for a layer
 without positions (NoPE, as Llama 4's every 4th layer).
 
-Shapes: R rotary dim; every function returns (inv_freq [R/2] float32, attention_factor float).
-The arithmetic is float64 numpy: the frequencies are constants of the model, not traced values.
+Shapes: R rotary dim. Each kind returns (inv_freq [R/2] float64, attention_factor float), and
+`scaled_frequencies` casts the frequencies to the dtype asked. The arithmetic is float64 numpy:
+the frequencies are constants of the model, not traced values.
 """
 
 import math
