@@ -86,5 +86,6 @@ def get_config(arg=None):
         config.baseline = "ALiBi, 8 heads"
         config.evaluations = ConfigDict({"ALiBi, 8 heads": {"run": "ALiBi, 8 heads"}})
         config.eval_baselines = ("ALiBi, 8 heads",)  # the figure's trained length
+        del config["position_reference"]  # no run without positions here
         config.title = f"MLM: ALiBi at 8 heads of 16, {STEPS:,} steps"
     return studies.check_wiring(config) if "runlocal" in words else config

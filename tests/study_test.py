@@ -32,6 +32,11 @@ class StudyTest(absltest.TestCase):
         config.eval_baselines = ("Rope",)
         with self.assertRaisesRegex(ValueError, r"config.eval_baselines 'Rope' is none of"):
             study.study_runs(config)
+        # The length figure's reference: a KeyError after 20,000 steps of ALiBi at 8 heads.
+        config = study_multilength.get_config("wikitext2")
+        config.position_reference = "no positions"
+        with self.assertRaisesRegex(ValueError, r"config.position_reference 'no positions'"):
+            study.study_runs(config)
 
     def test_trains_missing_runs_only(self):
         workdir = self.enter_context(tempfile.TemporaryDirectory())

@@ -35,7 +35,7 @@ def study_runs(config: ConfigDict) -> dict[str, list[ExperimentConfig]]:
     config.experiment is what every run shares, config.runs maps a name to overrides of it,
     and config.seeds lists the seeds every run is trained with. Raises ValueError, before
     anything trains, for no seeds or a repeated one, and for a name the config refers to
-    (baseline, eval_baselines) that is none of its runs or evaluations.
+    (baseline, eval_baselines, position_reference) that is none of its runs or evaluations.
     """
     _check_names(config)
     runs = {}
@@ -58,8 +58,12 @@ def _check_names(config: ConfigDict) -> None:
         raise ValueError(f"config.seeds {tuple(seeds)} repeats {repeated}; each seed once")
     references = [("baseline", config.get("baseline"), config.runs)]
     references += [
-        ("eval_baselines", name, config.get("evaluations", {}))
-        for name in config.get("eval_baselines", ())
+        (field, name, config.get("evaluations", {}))
+        for field, names in (
+            ("eval_baselines", config.get("eval_baselines", ())),
+            ("position_reference", [config.get("position_reference")]),
+        )
+        for name in names
     ]
     for field, name, known in references:
         if name is not None and name not in known:
