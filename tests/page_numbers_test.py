@@ -88,7 +88,7 @@ class PageNumbersTest(absltest.TestCase):
         ]
         expected = runs[0]["valid/loss_128"] - runs[1]["valid/loss_128"]
         self.assertEqual(value, f"{expected:+.3f}")
-        self.assertIn(f"](results/{joined}.png)", one)
+        self.assertIn(f"](results/{joined}_curves.png)", one)  # a length study among them
         self.assertIn("*n = 1 seeds per line.*", one)
         self.assertIn("n = 1–3 seeds per line; bands", mixed)
         # A joined study's files beside a run are read from the folder that has them.

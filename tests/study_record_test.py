@@ -159,6 +159,16 @@ class StudyRecordTest(absltest.TestCase):
             ValueError, "run 'a' differs between the studies in train.steps"
         ):
             study_record.join([first, other])
+        # Length scores: each evaluation from the study that read it (ALiBi at 8 heads, a
+        # study of its own, beside the 2-head run's), once.
+        b_read, c_read = [{"128": {"loss": 1.0}}], [{"128": {"loss": 2.0}}] * 2
+        scored = [dataclasses.replace(first, scores={"b read": b_read})]
+        scored.append(dataclasses.replace(third, scores={"c read": c_read}))
+        self.assertEqual(study_record.join(scored).scores, {"b read": b_read, "c read": c_read})
+        self.assertIsNone(joined.scores)
+        scored[1] = dataclasses.replace(third, scores={"b read": c_read})
+        with self.assertRaisesRegex(ValueError, "evaluation 'b read' is in two"):
+            study_record.join(scored)
 
 
 if __name__ == "__main__":

@@ -215,11 +215,13 @@ def join(studies: Sequence[RawStudy]) -> RawStudy:
     For runs trained apart, at a later sitting, that a study's intervals need together (issue
     56: BERT's seeds 1 and 2 beside seed 0's run).
 
-    The record is the first study's, its config's runs and seeds the union; length scores are
-    left out (scores are read per study). Raises ValueError where one seed of a run is in two
-    studies, where a run's configs differ in anything but the seed and the data cache, and
-    where a run's seeds are not the first of all the runs' seeds: the paired tables pair seeds
-    by their place, which is then their seed (a one-seed run's seed 0 with seed 0 of three).
+    The record is the first study's, its config's runs and seeds the union; the length scores
+    every study has, each evaluation from the one study that reads it (ALiBi at 8 heads, a
+    study of its own, beside the 2-head run's evaluations). Raises ValueError where one seed of
+    a run, or an evaluation, is in two studies, where a run's configs differ in anything but
+    the seed and the data cache, and where a run's seeds are not the first of all the runs'
+    seeds: the paired tables pair seeds by their place, which is then their
+    seed (a one-seed run's seed 0 with seed 0 of three).
     """
     runs: dict[str, list[ExperimentConfig]] = {}
     results: dict[str, list[list[dict]]] = {}
@@ -249,6 +251,12 @@ def join(studies: Sequence[RawStudy]) -> RawStudy:
                 f"run {name!r} has seeds {[c.seed for c in configs]}, not the first of {seeds}: "
                 "its seeds would pair with others by place"
             )
+    scores = {}  # each study's evaluations, whose seeds are its runs' (checked above)
+    for raw in studies:
+        for evaluation, per_seed in (raw.scores or {}).items():
+            if evaluation in scores:
+                raise ValueError(f"evaluation {evaluation!r} is in two of the studies")
+            scores[evaluation] = per_seed
     first = studies[0]
     config = dict(first.config)
     config["runs"] = {n: r for raw in studies for n, r in raw.config["runs"].items()}
@@ -256,7 +264,9 @@ def join(studies: Sequence[RawStudy]) -> RawStudy:
     record = dict(first.record, config=config, finished=all(s.finished for s in studies))
     commits = list(dict.fromkeys(c for raw in studies for c in raw.commits))
     name = JOIN.join(raw.name for raw in studies)
-    return RawStudy(name, record, runs, results, None, commits, any(s.dirty for s in studies))
+    return RawStudy(
+        name, record, runs, results, scores or None, commits, any(s.dirty for s in studies)
+    )
 
 
 def trained_runs(workdir: str, raw_dir: str | None = None) -> list[str]:
