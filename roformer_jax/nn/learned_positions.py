@@ -27,9 +27,8 @@ import math
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from roformer_jax.nn import rope, rope_layouts, segments
+from roformer_jax.nn import rope, rope_layouts, rope_scaling, segments
 from roformer_jax.nn.sections import Section
 
 # softplus(INIT_BIAS) = 1: each token counts one position at init, as RoPE's do.
@@ -104,7 +103,7 @@ def real_rope_rotation(positions, *, base: float = 10000.0) -> rope.Rotation:
         rope_layouts.check_dim(features, "rotated features")
         dtype = jnp.promote_types(rope.angle_dtype(x.dtype), positions.dtype)
         groups = jnp.repeat(positions.astype(dtype), heads // positions.shape[-1], axis=-1)
-        theta = base ** (-np.arange(0, features, 2, dtype=np.float64) / features)  # [F/2]
+        theta = rope_scaling.plain_frequencies(features, base)  # [F/2]
         angles = groups[..., None] * jnp.asarray(theta, dtype)  # [B, L, N or K, F/2]
         return rope.rotate_by_angles(x, angles)
 

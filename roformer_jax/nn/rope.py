@@ -175,7 +175,7 @@ def rope_frequencies(dim: int, *, base: float = 10000.0) -> jnp.ndarray:
     """
     rope_layouts.check_dim(dim, "rotary dim")
     rope_scaling.check_base(base)
-    return jnp.asarray(base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim), jnp.float32)
+    return jnp.asarray(rope_scaling.plain_frequencies(dim, base), jnp.float32)
 
 
 class Rotation(NamedTuple):

@@ -119,7 +119,7 @@ def _plain_turns(positions, dim: int, *, base: float, dtype, layout: str | None,
     """`rotation_turns` of floating-point positions [..., L]: the plain product m·(θ_i/2π), as
     interpolated positions are not whole numbers that the exact path could wrap."""
     if inv_freq is None:
-        turns = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim) / (2 * np.pi)
+        turns = rope_scaling.plain_frequencies(dim, base) / (2 * np.pi)
     else:
         turns = inv_freq / (2 * np.pi)
     return positions.astype(dtype)[..., None] * jnp.asarray(_per_feature(turns, layout), dtype)

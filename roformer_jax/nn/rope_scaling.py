@@ -32,8 +32,9 @@ def _exponents(dim: int, denominator: int | None = None) -> np.ndarray:
     return np.arange(0, dim, 2, dtype=np.float64) / (denominator or dim)
 
 
-def _plain(dim: int, base: float) -> np.ndarray:
-    """θ_i = base^(-2i/R), eq. (15) of RoFormer: float64 [R/2]."""
+def plain_frequencies(dim: int, base: float) -> np.ndarray:
+    """θ_i = base^(-2i/R), eq. (15) of RoFormer: float64 [R/2]. Every RoPE reads its angles
+    from here, scaled or not."""
     return base ** -_exponents(dim)
 
 
@@ -129,14 +130,14 @@ def takes(*keys: str) -> Callable:
 
 def default(dim, base, params, seq_len):
     """Plain RoPE, θ_i = base^(-2i/R) (Su et al. 2021, eq. 15)."""
-    return _plain(dim, base), 1.0
+    return plain_frequencies(dim, base), 1.0
 
 
 @takes("factor")
 def linear(dim, base, params, seq_len):
     """Position interpolation, θ_i / factor (Chen et al. 2023, "Extending context window of
     large language models via positional interpolation", eq. 2)."""
-    return _plain(dim, base) / _factor(params, "linear"), 1.0
+    return plain_frequencies(dim, base) / _factor(params, "linear"), 1.0
 
 
 @takes("factor")
@@ -162,7 +163,7 @@ def ntk(dim, base, params, seq_len):
     if dim <= 2:
         raise ValueError(f"rope scaling 'ntk' needs rotary dim > 2 (R/(R-2)), got {dim}")
     factor = _factor(params, "ntk")
-    return _plain(dim, base * factor ** (dim / (dim - 2))), 1.0
+    return plain_frequencies(dim, base * factor ** (dim / (dim - 2))), 1.0
 
 
 @takes("factor")
@@ -175,7 +176,9 @@ def dynamic(dim, base, params, seq_len):
     factor = _factor(params, "dynamic")
     length = _original_length(params, "dynamic")
     s = length if seq_len is None else max(seq_len, length)
-    return _plain(dim, base * (factor * s / length - (factor - 1)) ** (dim / (dim - 2))), 1.0
+    return plain_frequencies(
+        dim, base * (factor * s / length - (factor - 1)) ** (dim / (dim - 2))
+    ), 1.0
 
 
 def _attention_factor(params: Mapping, kind: str) -> float | None:
@@ -234,7 +237,7 @@ def yarn(dim, base, params, seq_len):
     if low == high:
         high += 0.001  # HF's guard against a zero-width ramp
     ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
-    theta = _plain(dim, base)
+    theta = plain_frequencies(dim, base)
     # ramp 0: extrapolate (keep θ_i); ramp 1: interpolate (θ_i / factor).
     return theta * (1 - ramp) + theta / factor * ramp, float(attention)
 
@@ -272,7 +275,7 @@ def longrope(dim, base, params, seq_len):
         )
         attention = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(length))
     lam = np.asarray(params[name], np.float64)
-    return _plain(dim, base) / lam, float(attention)
+    return plain_frequencies(dim, base) / lam, float(attention)
 
 
 @takes("factor", "low_freq_factor", "high_freq_factor")
@@ -295,7 +298,7 @@ def llama3(dim, base, params, seq_len):
             f"rope scaling 'llama3': 'high_freq_factor' must be greater than 'low_freq_factor', "
             f"got high_freq_factor={high}, low_freq_factor={low}"
         )
-    theta = _plain(dim, base)
+    theta = plain_frequencies(dim, base)
     wavelength = 2 * math.pi / theta
     smooth = (length / wavelength - low) / (high - low)
     blended = (1 - smooth) * theta / factor + smooth * theta
