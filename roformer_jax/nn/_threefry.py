@@ -84,3 +84,9 @@ def bernoulli_at(key, example_ids, p: float, element) -> jax.Array:
     mantissa = (bits >> np.uint32(9)) | np.uint32(0x3F800000)  # a float in [1, 2)
     uniform = jax.lax.bitcast_convert_type(mantissa, jnp.float32) - np.float32(1.0)
     return uniform < np.float32(p)
+
+
+def dropped(x, keep, rate: float):
+    """Inverted dropout: x / (1 - rate) where `keep` (a mask of the functions above, which
+    broadcasts against x), 0 elsewhere, so that the expectation is x."""
+    return jnp.where(keep, x / (1.0 - rate), 0.0)

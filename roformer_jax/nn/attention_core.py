@@ -170,7 +170,7 @@ def softmax_over_visible(
             example_ids = jnp.arange(weights.shape[0])
         shape = (b, n, length, keys)
         keep = _threefry.bernoulli_rows(dropout_rng, example_ids, 1.0 - dropout_rate, shape)
-        weights = jnp.where(grouped(keep), weights / (1.0 - dropout_rate), 0.0)
+        weights = _threefry.dropped(weights, grouped(keep), dropout_rate)
     weights = weights.astype(v.dtype)  # [B, K, G, L, M]
     out = jnp.einsum("BKGLM,BMKH->BLKGH", weights, v).reshape(b, length, n, v.shape[-1])
     return out.astype(q.dtype)

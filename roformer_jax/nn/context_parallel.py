@@ -265,7 +265,7 @@ def _fold(acc: _Online, queries, block: _Block, ring: _Ring) -> _Online:
         keep = _threefry.bernoulli_at(
             ring.dropout_rng, ring.example_ids, 1.0 - ring.dropout_rate, element
         )  # [B, K, G, l, M]
-        weights = jnp.where(keep, weights / (1.0 - ring.dropout_rate), 0.0)
+        weights = _threefry.dropped(weights, keep, ring.dropout_rate)
     update = jnp.einsum(
         "BKGLM,BMKH->BKGLH", weights.astype(block.v.dtype), block.v, preferred_element_type=dtype
     )

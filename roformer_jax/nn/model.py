@@ -89,7 +89,7 @@ class Dropout(nn.Module):
         keep = _threefry.bernoulli_rows(
             self.make_rng("dropout"), example_ids, 1.0 - self.rate, x.shape
         )
-        return jax.lax.select(keep, x / (1.0 - self.rate), jnp.zeros_like(x))
+        return _threefry.dropped(x, keep, self.rate)
 
 
 class Embeddings(nn.Module):
