@@ -1,7 +1,7 @@
-r"""Regenerates every generated table, value and figure of docs/results.md, and README.md's
-generated cells (its results table), from the raw files.
+r"""Regenerates every generated table, value and figure of docs/results.md, README.md's
+generated cells (its results table) and docs/studies.md's (its findings), from the raw files.
 
-  python experiments/results_page.py           # rewrites both pages and docs/results/*.png
+  python experiments/results_page.py           # rewrites the pages and docs/results/*.png
   python experiments/results_page.py --check   # exit 1 with a diff where a page differs
 
 Reads docs/results/raw/<study>/ alone (study.json and each run's metrics.jsonl, config.json,
@@ -24,6 +24,11 @@ _PAGE = flags.DEFINE_string("page", os.path.join(_ROOT, "docs", "results.md"), "
 _README = flags.DEFINE_string(
     "readme", os.path.join(_ROOT, "README.md"), "The front page, whose cells quote the studies."
 )
+_FINDINGS = flags.DEFINE_string(
+    "findings",
+    os.path.join(_ROOT, "docs", "studies.md"),
+    "The studies' manual, whose findings quote the studies.",
+)
 _RAW = flags.DEFINE_string(
     "raw", os.path.join(_ROOT, "docs", "results", "raw"), "One folder per study (--raw_dir)."
 )
@@ -40,7 +45,7 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     figures = None if _CHECK.value else os.path.join(os.path.dirname(_PAGE.value), "results")
     differ = False
-    for path in (_PAGE.value, _README.value):
+    for path in (_PAGE.value, _README.value, _FINDINGS.value):
         with open(path, encoding="utf-8") as f:
             page = f.read()
         regenerated = results_page.render(page, _RAW.value, figures_dir=figures)

@@ -52,6 +52,14 @@ class ResultsPageTest(parameterized.TestCase):
         typed = re.findall(r"[-−+]\d+\.\d+ \[[-−+]\d", results_page.MARKER.sub("", readme))
         self.assertEqual(typed, [])
 
+    def test_the_findings_are_what_the_raw_files_give(self):
+        # docs/studies.md's verdicts are the page's own words (issue 56: one wording).
+        findings = _read(os.path.join(os.path.dirname(_PAGE), "studies.md"))
+        regenerated = results_page.render(findings, _RAW, changed=_unknown)
+        diff = results_page.differences(findings, regenerated, name="studies.md")
+        self.assertEqual(diff, "", "run `python experiments/results_page.py`:\n" + diff)
+        self.assertIn('verdict("learned (BERT)", "none")', findings)
+
     @parameterized.named_parameters(
         ("final_validation_loss", _change_final_valid_loss, "| softmax + RoPE | 3 |"),
         ("length_score", _change_length_score, "| RoPE + YaRN | 3 |"),
