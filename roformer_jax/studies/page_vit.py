@@ -79,6 +79,13 @@ def vit_claim(page: Page, name: str, pair: str) -> str:
     return tables.holm_claim(diffs, [s for s in past if _label(pair, s) in kept], "px")
 
 
+def vit_diff(page: Page, name: str, pair: str, size: int) -> str:
+    """Inline: the pair's accuracy difference at `size` px, paired by seed: mean [95%
+    t-interval]."""
+    config, results = _read_config_results(page, name)
+    return tables.interval_text(vit_study.paired_differences(config, results, pair, size))
+
+
 def vit_chosen(page: Page, name: str) -> str:
     """The argument of the reported runs that a selection study's validation digits give
     (vit_study.chosen_rates; inline): `:RoPE-Axial=2e-3,...`."""

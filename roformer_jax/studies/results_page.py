@@ -221,6 +221,7 @@ KINDS = {
     "vit_verdict": page_vit.vit_verdict,
     "vit_multiplicity": page_vit.vit_multiplicity,
     "vit_claim": page_vit.vit_claim,  # README's row
+    "vit_diff": page_vit.vit_diff,
     "vit_chosen": page_vit.vit_chosen,
     # Issue 56's controls: the split a study scores, what chose a setting, the packed 2 x 2.
     "split": page_controls.split,
@@ -268,6 +269,7 @@ INLINE = {
     "vit_verdict",
     "vit_multiplicity",
     "vit_claim",
+    "vit_diff",
     "vit_chosen",
     "split",
     "chosen",
