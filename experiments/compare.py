@@ -9,13 +9,18 @@ Writes <workdir>/curves.png (train and valid loss of every run, seeds as a band)
 command skips finished runs, resumes interrupted ones and redraws the figures. With --raw_dir,
 each run's small outputs land there as it finishes (commit them as they come), and a fresh
 --workdir takes the runs finished there instead of training them again.
+
+--only trains a share of the study (with --config.seeds, one run at one seed) beside another
+process on the same workdir, whose runs it must not take (each run holds a lock): it exports
+its runs to --raw_dir as they finish, and draws and records nothing, which the command of the
+whole study does (it then finds those runs trained).
 """
 
 import os
 import sys
 import time
 
-from absl import app, logging
+from absl import app, flags, logging
 
 # Config files import `configs.base`: make the repository root importable for a plain run.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,11 +38,20 @@ _CONFIG, _WORKDIR, _RAW_DIR = study_flags.define(
 )
 
 
+_ONLY = flags.DEFINE_list(
+    "only", [], "Train only these runs of the study (a share beside another process)."
+)
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     started, config = time.time(), _CONFIG.value
-    runs = study.study_runs(config)
+    runs = study.select_runs(study.study_runs(config), _ONLY.value)
+    if _ONLY.value:  # a share: its runs, exported as each finishes; the study is another's
+        study.run_study(runs, _WORKDIR.value, raw_dir=_RAW_DIR.value)
+        logging.info("trained %s; the whole study's command draws and records it", _ONLY.value)
+        return
     exp = next(iter(runs.values()))[0]
     cache = exp.train.data_cache_dir or os.path.join(_WORKDIR.value, "data")
     unigram = load_corpus(exp.data, cache).unigram_cross_entropy()

@@ -110,6 +110,14 @@ class StudyTest(absltest.TestCase):
                 study.run_study({"a": [_config(0, steps=5)]}, workdir)
             fake.assert_not_called()
 
+    def test_a_share_of_a_study_is_the_runs_named_in_its_order(self):
+        # compare.py --only: a second process trains runs the first has not reached.
+        runs = {"b": [_config(0)], "a": [_config(0), _config(1)], "c": [_config(0)]}
+        self.assertEqual(list(study.select_runs(runs, ["c", "b"])), ["b", "c"])
+        self.assertEqual(study.select_runs(runs, []), runs)
+        with self.assertRaisesRegex(ValueError, r"\['d'\] are none of the study's runs"):
+            study.select_runs(runs, ["a", "d"])
+
     def test_a_runs_folder_is_refused_as_a_studys_workdir(self):
         # A run's folder given as --workdir: the study's runs would nest inside it.
         workdir = self.enter_context(tempfile.TemporaryDirectory())

@@ -70,6 +70,16 @@ def _check_names(config: ConfigDict) -> None:
             raise ValueError(f"config.{field} {name!r} is none of {sorted(known)}")
 
 
+def select_runs(runs: dict[str, list[ExperimentConfig]], names: Sequence[str]) -> dict:
+    """The runs named (all of them for no names), in the study's order: a share of a study
+    for a second process on the same workdir (each run has its own lock, so two processes
+    must take disjoint runs). ValueError for a name that is none of the runs."""
+    unknown = [name for name in names if name not in runs]
+    if unknown:
+        raise ValueError(f"{unknown} are none of the study's runs {list(runs)}")
+    return {name: seeds for name, seeds in runs.items() if not names or name in names}
+
+
 RUN_PREFIX = "run:"  # train.init_from="run:<name>": that run of the study, same seed
 
 
