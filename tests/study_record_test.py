@@ -71,9 +71,13 @@ class StudyRecordTest(absltest.TestCase):
 
         def record(wall_s, finished=True):
             return study_record.make_record(
-                argv=[], config_file="c.py", config=config, wall_s=wall_s, unigram=6.0,
+                argv=[],
+                config_file="c.py",
+                config=config,
+                wall_s=wall_s,
+                unigram=6.0,
                 finished=finished,
-            )  # fmt: skip
+            )
 
         self.assertIsNone(study_record.kept_record(raw, config))  # no record yet
         study_record.export(raw, runs, workdir, record(9557.0, finished=False))

@@ -54,9 +54,13 @@ class TablesTest(absltest.TestCase):
         # A key no run logged (misspelt) would be a column of dashes: refused, naming those logged.
         with self.assertRaisesRegex(ValueError, r"\['valid/los'\]: no run logged.*'train/loss'"):
             compare_report.write_report(
-                results, workdir, title="t", plot_keys=["train/loss"],
-                table_keys=["valid/los"], footnote="",
-            )  # fmt: skip
+                results,
+                workdir,
+                title="t",
+                plot_keys=["train/loss"],
+                table_keys=["valid/los"],
+                footnote="",
+            )
 
     def test_extremes_table_is_each_seeds_extreme_over_training(self):
         def run(denominators, grads):

@@ -110,7 +110,9 @@ def run_study(
       {name: [records of seed 0, records of seed 1, ...]} in the order of `runs`, records as
       in metrics.jsonl.
     """
-    found = [f for f in ("config.json", "metrics.jsonl") if os.path.exists(f"{workdir}/{f}")]
+    found = [
+        f for f in ("config.json", "metrics.jsonl") if os.path.exists(os.path.join(workdir, f))
+    ]
     if found:
         raise ValueError(
             f"{workdir} is a run's folder (it holds {found[0]}): a study's workdir holds "

@@ -63,8 +63,7 @@ def make_record(
     return {
         "argv": list(argv),
         "config_file": config_file,
-        # Through JSON, so that tuples read back as the lists a reader of the file gets.
-        "config": json.loads(json.dumps(config.to_dict())),
+        "config": _as_read_back(config),
         "code": provenance.code_version(),
         "wall_s": wall_s,
         "machine": {**provenance.machine(), "platform": platform.platform()},
@@ -107,8 +106,13 @@ def kept_record(raw_dir: str, config: ConfigDict) -> dict[str, str] | None:
         return None
     with open(path, encoding="utf-8") as f:
         record = json.load(f)
-    same = record.get("config") == json.loads(json.dumps(config.to_dict()))
+    same = record.get("config") == _as_read_back(config)
     return contents(raw_dir) if same and is_finished(record) else None
+
+
+def _as_read_back(config: ConfigDict) -> dict:
+    """The config as study.json holds it: through JSON, tuples read back as lists."""
+    return json.loads(json.dumps(config.to_dict()))
 
 
 def contents(raw_dir: str) -> dict[str, str]:
