@@ -13,7 +13,7 @@ from types import ModuleType
 from absl import flags, logging
 from ml_collections import ConfigDict, config_flags
 
-from roformer_jax.studies import own_runs, study_record
+from roformer_jax.studies import study_record
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,12 +52,10 @@ def run_own_runs(study: ModuleType, config: ConfigDict, workdir: str, raw: str |
     command runs it: every run, cached in workdir, each result copied to raw; then the
     study's record, unless the command found every run there already (the record then keeps
     the command that trained them)."""
-    started, settings = time.time(), config.to_dict()
-    before = own_runs.result_files(raw) if raw else set()
-    results = study.run_study(settings, workdir, raw_dir=raw, log=logging.info)
-    if raw and own_runs.trained_nothing(raw, study.RECORD, before):
-        logging.info("every run was in %s already: its record is kept", raw)
-    elif raw:
+    started = time.time()
+    before = study_record.kept_record(raw, config, study.RECORD) if raw else None
+    results = study.run_study(config.to_dict(), workdir, raw_dir=raw, log=logging.info)
+    if raw and not study_record.unchanged(raw, before, study.RECORD):
         study.write_record(raw, record(config, wall_s=time.time() - started, unigram=None))
         logging.info("wrote %s", os.path.join(raw, study.RECORD))
     return results

@@ -13,10 +13,17 @@ from unittest import mock
 import chex
 import numpy as np
 from absl.testing import absltest, parameterized
+from ml_collections import ConfigDict
 
 from configs import bench_length
 from roformer_jax.data import retrieval_tasks
-from roformer_jax.studies import length_bench, length_bench_report, own_runs, results_page
+from roformer_jax.studies import (
+    length_bench,
+    length_bench_report,
+    own_runs,
+    results_page,
+    study_record,
+)
 from roformer_jax.studies.run_dirs import run_dir
 from roformer_jax.training import provenance
 
@@ -106,13 +113,15 @@ class LengthBenchTest(parameterized.TestCase):
 
     def test_a_command_that_trained_nothing_keeps_the_record(self):
         # Its record would name its commit and its seconds of no training.
-        before = own_runs.result_files(self.raw)
+        config = ConfigDict(self.config)
+        before = study_record.kept_record(self.raw, config, length_bench.RECORD)
         self.assertLen(before, len(self.config["arms"]) * len(self.config["seeds"]))
-        self.assertTrue(own_runs.trained_nothing(self.raw, length_bench.RECORD, before))
-        self.assertFalse(
-            own_runs.trained_nothing(self.raw, length_bench.RECORD, set(list(before)[1:]))
-        )
-        self.assertFalse(own_runs.trained_nothing(self.raw, "none.json", before))
+        self.assertTrue(study_record.unchanged(self.raw, before, length_bench.RECORD))
+        retrained = {**before, next(iter(before)): "another result"}
+        self.assertFalse(study_record.unchanged(self.raw, retrained, length_bench.RECORD))
+        self.assertIsNone(study_record.kept_record(self.raw, config, "none.json"))
+        other = ConfigDict({**self.config, "steps": self.config["steps"] + 1})
+        self.assertIsNone(study_record.kept_record(self.raw, other, length_bench.RECORD))
 
     def test_a_killed_run_goes_on_from_its_snapshot_to_the_same_parameters(self):
         settings = {**length_bench.arms(self.config)["RoPE"], "steps": 20}  # snapshots at 5, 10, 15

@@ -59,13 +59,6 @@ def result_files(raw_dir: str) -> set[str]:
     return set(glob.glob(os.path.join(glob.escape(raw_dir), "*", "seed*", RESULT)))
 
 
-def trained_nothing(raw_dir: str, record_name: str, before: set[str]) -> bool:
-    """Whether a command found every result in raw_dir already (`before`: result_files then)
-    beside a record: its record would replace the commit and wall time of the command that
-    trained them with its own, of no training."""
-    return os.path.exists(os.path.join(raw_dir, record_name)) and result_files(raw_dir) == before
-
-
 def write_json(path: str, value) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:

@@ -91,23 +91,32 @@ def export(
     time of the command that trained the runs with those of one that trained nothing.
     """
     copied = raw_files.export_raw(runs, workdir, raw_dir, folders=folders)
-    if before is not None and contents(raw_dir) == before:
-        logging.info("every run was in %s already: its record is kept", raw_dir)
+    if unchanged(raw_dir, before):
         return copied
     write(raw_dir, record)
     return copied + 1
 
 
-def kept_record(raw_dir: str, config: ConfigDict) -> dict[str, str] | None:
-    """The folder's `contents` where it holds a finished record of `config`, else None: a
-    command gives it to `export` as `before`, and writes no in-progress record over it."""
-    path = os.path.join(raw_dir, FILE)
+def kept_record(raw_dir: str, config: ConfigDict, name: str = FILE) -> dict[str, str] | None:
+    """The folder's `contents` where it holds a finished record of `config` (named `name`: a
+    study of own runs names its own, own_runs), else None: a command gives it to `export` or
+    `unchanged` as `before`, and writes no in-progress record over it."""
+    path = os.path.join(raw_dir, name)
     if not os.path.exists(path):
         return None
     with open(path, encoding="utf-8") as f:
         record = json.load(f)
     same = record.get("config") == _as_read_back(config)
-    return contents(raw_dir) if same and is_finished(record) else None
+    return contents(raw_dir, name) if same and is_finished(record) else None
+
+
+def unchanged(raw_dir: str, before: Mapping[str, str] | None, name: str = FILE) -> bool:
+    """Whether a command found the folder as `kept_record` gave it and left every file as it
+    was: then the record stays, naming the command that trained the runs (logged)."""
+    if before is None or contents(raw_dir, name) != before:
+        return False
+    logging.info("every run was in %s already: its record is kept", raw_dir)
+    return True
 
 
 def _as_read_back(config: ConfigDict) -> dict:
@@ -115,13 +124,13 @@ def _as_read_back(config: ConfigDict) -> dict:
     return json.loads(json.dumps(config.to_dict()))
 
 
-def contents(raw_dir: str) -> dict[str, str]:
-    """{path under raw_dir: SHA-256} of every file there but the record."""
+def contents(raw_dir: str, name: str = FILE) -> dict[str, str]:
+    """{path under raw_dir: SHA-256} of every file there but the record (`name`)."""
     found = {}
     for folder, _, files in os.walk(raw_dir):
         for name in files:
             path = os.path.join(folder, name)
-            if os.path.relpath(path, raw_dir) != FILE:
+            if os.path.relpath(path, raw_dir) != name:
                 with open(path, "rb") as f:
                     found[os.path.relpath(path, raw_dir)] = hashlib.sha256(f.read()).hexdigest()
     return found
