@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from roformer_jax.nn import _threefry, attention_core, masks
+from roformer_jax.nn import _threefry, attention_core, decay, masks
 from roformer_jax.nn.attention_core import (
     KernelOptions,
     carry_step,
@@ -360,11 +360,9 @@ def _across(qx, kx, values, *, causal, segments, log_decay):
     )  # [C, B, 2]: first, last
     whole = ends[:, :, 0] == ends[:, :, 1]  # [C, B]
     q_scale = k_scale = gates = None
-    if log_decay is not None:  # b_i since the block's start, A its total (`decay.chunk_gates`)
-        inside = jnp.cumsum(log_decay, axis=-1)
-        total = inside[..., -1:]
-        q_scale, k_scale = jnp.exp(inside)[..., None], jnp.exp(total - inside)[..., None]
-        gates = jax.lax.all_gather(jnp.exp(total)[..., None], AXIS)  # [C, B, N, 1, 1]
+    if log_decay is not None:  # the device's positions as one block of gates
+        _, block_decay, q_scale, k_scale = decay.block_scales(log_decay)
+        gates = jax.lax.all_gather(block_decay[..., None], AXIS)  # [C, B, N, 1, 1]
     continued = ends[1:, :, 0] == ends[:-1, :, 1]  # [C - 1, B]: d's first is d-1's last
     out = _read(
         qx,

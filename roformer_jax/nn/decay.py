@@ -68,13 +68,20 @@ def chunk_gates(log_decay, visible):
     Returns (exp(b_i - b_j) where visible [B, K, J, C, C], the chunks' decays exp(A)
     [J, B, K, 1, 1], the queries' scales exp(b_i) and the keys' exp(A - b_j) [B, K, J, C, 1]).
     """
-    inside = jnp.cumsum(log_decay, axis=-1)  # b, [B, K, J, C]
-    total = inside[..., -1:]  # A, [B, K, J, 1]
+    inside, decay, q_scale, k_scale = block_scales(log_decay)
     # where twice: exp(b_i - b_j) for j > i may overflow, and its gradient with it.
     between = inside[..., :, None] - inside[..., None, :]
     weights = jnp.where(visible, jnp.exp(jnp.where(visible, between, 0.0)), 0.0)
-    decay = jnp.moveaxis(jnp.exp(total), 2, 0)[..., None]  # [J, B, K, 1, 1]
-    return weights, decay, jnp.exp(inside)[..., None], jnp.exp(total - inside)[..., None]
+    return weights, jnp.moveaxis(decay, 2, 0)[..., None], q_scale, k_scale
+
+
+def block_scales(log_decay):
+    """A block's gates as `chunk_gates` (and the context-parallel path, a device's positions
+    as one block) carry them, from log gates [..., C]: (b [..., C], exp(A) [..., 1], the
+    queries' exp(b_i) and the keys' exp(A - b_j) [..., C, 1])."""
+    inside = jnp.cumsum(log_decay, axis=-1)  # b
+    total = inside[..., -1:]  # A
+    return inside, jnp.exp(total), jnp.exp(inside)[..., None], jnp.exp(total - inside)[..., None]
 
 
 def decayed_sum_step(total, chunk):
