@@ -32,6 +32,10 @@ A table of the softmax KV cache's bytes per token of context with K key/value he
 per layer and for the model's layers, from the shapes of `attention_step.softmax_attention_step`'s
 cache (`jax.eval_shape`: nothing is computed), keys and values with the position and validity
 of each slot; the cache shrinks by N / K (nearly: positions and validity do not).
+A table of what a softmax prefill of P prompt tokens holds at once, batch 1: XLA's temporary
+buffers of `decoding.prefill` in one pass, and in chunks of --prefill_chunk tokens (compiled,
+not run: nothing is allocated); one pass forms [B, N, P, P] scores per layer, chunks
+[B, N, C, P].
 A second table times `decoding.generate` end to end, batch 1, after a prompt of P tokens:
 (fastest call for 32 new tokens - fastest call for 1) / 31, the per-token cost of the loop
 itself (its prefill and first token subtracted), a sanity check on the step's figures at L = P.
@@ -68,6 +72,10 @@ _NEW_TOKENS = flags.DEFINE_integer("new_tokens", 32, "Tokens generated in the ge
 _REPEATS = flags.DEFINE_integer("repeats", 10, "Timed calls per case (at least).")
 _STEPS = flags.DEFINE_integer("steps_per_call", 16, "Tokens decoded per timed call.")
 _OUTPUT = flags.DEFINE_string("output", None, "Append JSON lines here.")
+_PREFILLS = flags.DEFINE_list(
+    "prefills", ["1024", "4096", "16384"], "Prompts P for prefill memory."
+)
+_PREFILL_CHUNK = flags.DEFINE_integer("prefill_chunk", 512, "Chunk C for prefill memory.")
 _KV_HEADS = flags.DEFINE_list("kv_heads", None, "K for the KV-cache bytes (default: N, N/2, 1).")
 
 VOCAB, SLACK = 8192, 8  # capacity C = L + SLACK
@@ -165,6 +173,43 @@ def kv_cache_rows(kv_heads, capacity=1024):
         }
         for heads in kv_heads
     ]
+
+
+def prefill_rows(prompts, chunk):
+    """XLA's temporary MB of a softmax prefill of each prompt length, in one pass and in
+    chunks of `chunk` tokens (compiled, not run)."""
+    model, variables = make_model("softmax", max(prompts) + SLACK)
+    rows = []
+    for prompt in prompts:
+
+        def prefill(variables, ids, chunk=None, total=prompt + SLACK):
+            def step(cache, ids, mask, positions):
+                return model.apply(
+                    {**variables, **cache},
+                    ids,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    decode_length=total,
+                    mutable=["cache"],
+                )
+
+            return decoding.prefill(step, *decoding.left_padded(ids, ids > 0), chunk)
+
+        ids = jax.ShapeDtypeStruct((1, prompt), jnp.int32)
+        temp = {
+            size: jax.jit(prefill, static_argnums=2).lower(variables, ids, size).compile()
+            for size in (None, chunk)
+        }
+        temp = {size: c.memory_analysis().temp_size_in_bytes / 2**20 for size, c in temp.items()}
+        rows.append(
+            {
+                "kind": "softmax",
+                "P": prompt,
+                "one pass temp MB": temp[None],
+                f"chunks of {chunk} temp MB": temp[chunk],
+            }
+        )
+    return rows
 
 
 def make_steps(model, capacity, steps):
@@ -324,6 +369,11 @@ def main(argv):
     kv_heads = [int(k) for k in _KV_HEADS.value] if _KV_HEADS.value else [n, n // 2, 1]
     columns = ["kind", "N", "K", "bytes/token/layer", "bytes/token", "x full heads"]
     report(kv_cache_rows(kv_heads), columns, _OUTPUT.value)
+    print()
+    chunk = _PREFILL_CHUNK.value
+    rows = prefill_rows([int(p) for p in _PREFILLS.value if p], chunk)
+    columns = ["kind", "P", "one pass temp MB", f"chunks of {chunk} temp MB"]
+    report(rows, columns, _OUTPUT.value)
     print()
     report(
         summary(records),

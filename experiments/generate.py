@@ -39,6 +39,13 @@ _NEW = flags.DEFINE_integer("max_new_tokens", 40, "Tokens to generate per prompt
 _TEMPERATURE = flags.DEFINE_float("temperature", 0.8, "Of the sampled continuation.")
 _TOP_K = flags.DEFINE_integer("top_k", 40, "Of the sampled continuation.")
 _RNG_SEED = flags.DEFINE_integer("rng_seed", 0, "Of the sampled continuation.")
+_PREFILL_CHUNK = flags.DEFINE_integer(
+    "prefill_chunk",
+    None,
+    "Prompt tokens per forward pass (decoding.generate's prefill_chunk), for prompts whose "
+    "scores [B, N, P, P] would not fit; default: the whole prompt in one pass.",
+    lower_bound=1,
+)
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the markdown here.")
 
 
@@ -64,7 +71,11 @@ def continuations(run, prompts: list[list[int]]) -> list[tuple[str, str, str]]:
         ids[row, width - len(prompt) :], mask[row, width - len(prompt) :] = prompt, True
     variables = {"params": run.params}
     common = dict(
-        attention_mask=mask, max_new_tokens=_NEW.value, eos_id=tok.sep_id, steps_done=run.step
+        attention_mask=mask,
+        max_new_tokens=_NEW.value,
+        eos_id=tok.sep_id,
+        steps_done=run.step,
+        prefill_chunk=_PREFILL_CHUNK.value,
     )
     greedy = decoding.generate(run.model, variables, ids, **common)
     sampled = decoding.generate(

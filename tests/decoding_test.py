@@ -175,8 +175,11 @@ class DecodeModeTest(parameterized.TestCase):
 
         # One program, as decoding.generate runs them (two jitted steps compiled ~15% more).
         @jax.jit
-        def stepwise(ids, mask, position_ids):  # the prompt, then each later token on its own
-            out, cache = step({}, ids[:, :P], mask[:, :P], position_ids[:, :P])
+        def stepwise(ids, mask, position_ids):  # the prompt in two blocks, then one by one
+            # The first block is all padding in row 2 (MASK, left-padded): a block of a long
+            # prompt may be (`decoding.generate`'s prefill_chunk).
+            first, cache = step({}, ids[:, :3], mask[:, :3], position_ids[:, :3])
+            out, cache = step(cache, ids[:, 3:P], mask[:, 3:P], position_ids[:, 3:P])
 
             def one_token(cache, token):  # token: ([B], [B], [B])
                 out, cache = step(cache, *(x[:, None] for x in token))
@@ -184,7 +187,7 @@ class DecodeModeTest(parameterized.TestCase):
 
             later = tuple(x[:, P:].T for x in (ids, mask, position_ids))  # [T, B] each
             _, logits = jax.lax.scan(one_token, cache, later)  # [T, B, V]
-            return jnp.concatenate([out.logits, logits.transpose(1, 0, 2)], axis=1)
+            return jnp.concatenate([first.logits, out.logits, logits.transpose(1, 0, 2)], axis=1)
 
         got = stepwise(ids, mask, position_ids)
         real = np.asarray(mask)[..., None]
@@ -199,6 +202,38 @@ class DecodeModeTest(parameterized.TestCase):
         np.testing.assert_allclose(
             np.where(real, got, 0), np.where(real, want, 0), rtol=0, atol=atol
         )
+
+    @parameterized.named_parameters(
+        dict(testcase_name="softmax_window", sections={"softmax": {"window": 3}}),
+        dict(testcase_name="retention", attention="linear", sections={"linear": {"gate": "fixed"}}),
+    )
+    def test_a_prompt_in_chunks_leaves_the_logits_and_memory_of_one_pass(self, **overrides):
+        model, variables = _one_layer(**overrides)
+        ids, mask = _prompts(), jnp.asarray(MASK)
+        _, magnitude = _logits_and_terms(model, variables, ids, mask)
+
+        @functools.partial(jax.jit, static_argnums=0)
+        def prefill(chunk):
+            def step(cache, ids, mask, position_ids):
+                return model.apply(
+                    {**variables, **cache},
+                    ids,
+                    attention_mask=mask,
+                    position_ids=position_ids,
+                    decode_length=P + T,
+                    mutable=["cache"],
+                )
+
+            return decoding.prefill(step, *decoding.left_padded(ids, mask), chunk)
+
+        # Chunks of 2: a first pass of P mod 2 = 1 token, all padding in rows 1 and 2, then
+        # two chunks, the first of them all padding in row 2. Chunks of 4: larger than the ring.
+        want_logits, want_memory = prefill(None)
+        atol = 2 * tolerance.dot(n=_depth(model.config, keys=P), magnitude=magnitude)
+        for chunk in (2, 4):
+            logits, memory = prefill(chunk)
+            np.testing.assert_allclose(logits, want_logits, rtol=0, atol=atol)
+            chex.assert_trees_all_close(memory, want_memory, rtol=0, atol=1e-5)
 
     @parameterized.parameters("linear", "cosine")
     def test_linear_memory_does_not_grow_with_the_length(self, kind):
@@ -241,6 +276,15 @@ class GenerateTest(parameterized.TestCase):
         mask = jnp.concatenate([mask, jnp.ones((len(MASK), T), bool)], axis=1)
         logits = _full_forward(model, variables, got, mask)
         np.testing.assert_array_equal(got[:, P:], jnp.argmax(logits[:, P - 1 : -1], axis=-1))
+
+    def test_a_prompt_in_chunks_gives_the_tokens_of_one_pass(self):
+        # `prefill` is checked to the logit in DecodeModeTest; here that generate passes on its
+        # chunk: 4 tokens at a time into a ring of 3 keys.
+        model, variables = _one_layer(sections={"softmax": {"window": 3}})
+        run = functools.partial(
+            decoding.generate, model, variables, _prompts(), attention_mask=MASK, max_new_tokens=T
+        )
+        np.testing.assert_array_equal(run(prefill_chunk=4), run())
 
     def test_random_features_are_those_of_the_last_update(self):
         # A Performer trained 5 updates with a redraw every 2 decodes with update 4's draw
@@ -326,6 +370,7 @@ class GenerateTest(parameterized.TestCase):
         ("no_rng", {}, dict(temperature=0.7), "needs an rng key"),
         ("top_p", {}, dict(temperature=1.0, top_p=0.0, rng=jax.random.key(0)), "top_p=0.0"),
         ("eos_past_the_vocab", {}, dict(eos_id=V), rf"eos_id holds {V} .* \[0, {V}\)"),
+        ("no_prefill_chunk", {}, dict(prefill_chunk=0), "prefill_chunk=0 must be a positive"),
     )
     def test_bad_input(self, config, kwargs, message):
         model, variables = _model(**config)

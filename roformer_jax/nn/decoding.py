@@ -42,6 +42,7 @@ def generate(
     eos_id: int | None = None,
     rng: jax.Array | None = None,
     steps_done: int | None = None,
+    prefill_chunk: int | None = None,
 ) -> jax.Array:
     """The prompts followed by `max_new_tokens` generated tokens each: int [B, P + T].
 
@@ -59,6 +60,10 @@ def generate(
       rng: a PRNG key, needed when temperature > 0.
       steps_done: the optimizer updates the parameters have had (a loaded run's `step`),
         which picks random attention features (model.evaluation_update); None: the first draw.
+      prefill_chunk: C, the prompt's tokens per forward pass (its first pass takes P mod C):
+        softmax's scores then hold [B, N, C, P + T] at a time rather than [B, N, P, P], for
+        prompts too long for the latter. The same tokens, up to float rounding; None: the
+        whole prompt in one pass.
 
     Jitted (compiled once per model, shapes and sampling settings). Ids outside the
     vocabulary are a ValueError here (nn.input_range: the jitted model would read NaN).
@@ -69,12 +74,15 @@ def generate(
     mask = jnp.ones_like(input_ids, bool) if attention_mask is None else attention_mask
     mask = jnp.asarray(mask).astype(bool)
     _check(model, input_ids, mask, max_new_tokens, temperature, top_k, top_p, rng)
+    if prefill_chunk is not None:
+        check_count("prefill_chunk", prefill_chunk, " (prompt tokens per forward pass)")
     if "params" not in variables:
         raise ValueError(f"variables has keys {sorted(variables)}; expected {{'params': ...}}")
     input_range.check_in_table(input_ids, model.config.vocab_size, "input_ids", "the vocabulary")
     if eos_id is not None:
         input_range.check_in_table([eos_id], model.config.vocab_size, "eos_id", "the vocabulary")
-    run = _compiled(model, int(max_new_tokens), float(temperature), top_k, top_p, eos_id)
+    sampling = (float(temperature), top_k, top_p, eos_id)
+    run = _compiled(model, int(max_new_tokens), *sampling, prefill_chunk)
     rng = jax.random.key(0) if rng is None else rng
     return run(variables, input_ids, mask, rng, evaluation_update(steps_done))
 
@@ -126,38 +134,35 @@ def left_padded(input_ids, mask):
 
 
 @functools.lru_cache(maxsize=32)
-def _compiled(model, max_new_tokens, temperature, top_k, top_p, eos_id):
-    """The jitted generation loop for one model, length and sampling rule."""
+def _compiled(model, max_new_tokens, temperature, top_k, top_p, eos_id, prefill_chunk):
+    """The jitted generation loop for one model, length, sampling rule and prefill chunk."""
     sample = functools.partial(_next_token, temperature=temperature, top_k=top_k, top_p=top_p)
 
     @jax.jit
     def run(variables, input_ids, mask, rng, update):
         ids, mask, positions = left_padded(input_ids, mask)
         total = ids.shape[1] + max_new_tokens
-        out, cache = model.apply(
-            variables,
-            ids,
-            attention_mask=mask,
-            position_ids=positions,
-            decode_length=total,
-            update=update,
-            mutable=["cache"],
-        )
-        first = sample(out.logits[:, -1], jax.random.fold_in(rng, 0))  # [B]
+
+        def step(cache, ids, mask, positions):
+            return model.apply(
+                {**variables, **cache},
+                ids,
+                attention_mask=mask,
+                position_ids=positions,
+                decode_length=total,
+                update=update,
+                mutable=["cache"],
+            )
+
+        last, cache = prefill(step, ids, mask, positions, prefill_chunk)
+        first = sample(last, jax.random.fold_in(rng, 0))  # [B]
         done = jnp.zeros_like(first, bool) if eos_id is None else first == eos_id
         next_position = positions[:, -1] + 1  # [B]
 
         def one_token(carry, i):
             token, done, cache = carry
-            out, cache = model.apply(
-                {**variables, **cache},
-                token[:, None],
-                attention_mask=jnp.ones_like(token[:, None], bool),
-                position_ids=(next_position + i)[:, None],
-                decode_length=total,
-                update=update,
-                mutable=["cache"],
-            )
+            position = (next_position + i)[:, None]
+            out, cache = step(cache, token[:, None], jnp.ones_like(position, bool), position)
             new = sample(out.logits[:, -1], jax.random.fold_in(rng, i + 1))
             if eos_id is not None:
                 new = jnp.where(done, eos_id, new)
@@ -169,6 +174,31 @@ def _compiled(model, max_new_tokens, temperature, top_k, top_p, eos_id):
         return jnp.concatenate([ids, first[:, None], rest.T.astype(ids.dtype)], axis=1)
 
     return run
+
+
+def prefill(step, ids, mask, positions, chunk: int | None):
+    """The prompt [B, P] (left-padded: ids, mask, positions) through `step(cache, ids, mask,
+    positions) -> (model output, cache)`, `chunk` tokens at a time (None: all at once):
+    returns (the logits after its last token [B, V], the cache after it).
+
+    The first pass takes P mod C tokens (or C), then a scan takes chunks of C: one shape, one
+    compiled step. A block may be all padding in a row: its queries see no key, and no later
+    query sees its keys.
+    """
+    chunk = chunk or ids.shape[1]
+    head = ids.shape[1] - (ids.shape[1] - 1) // chunk * chunk
+    prompt = (ids, mask, positions)
+    out, cache = step({}, *(x[:, :head] for x in prompt))
+    if head == ids.shape[1]:
+        return out.logits[:, -1], cache
+
+    def one_chunk(cache, block):  # block: ([B, C], [B, C], [B, C])
+        out, cache = step(cache, *block)
+        return cache, out.logits[:, -1]
+
+    chunks = tuple(jnp.moveaxis(x[:, head:].reshape(len(x), -1, chunk), 1, 0) for x in prompt)
+    cache, logits = jax.lax.scan(one_chunk, cache, chunks)  # [J, B, V]
+    return logits[-1], cache
 
 
 def _next_token(logits, rng, *, temperature, top_k, top_p):
