@@ -183,16 +183,7 @@ def prefill_rows(prompts, chunk):
     for prompt in prompts:
 
         def prefill(variables, ids, chunk=None, total=prompt + SLACK):
-            def step(cache, ids, mask, positions):
-                return model.apply(
-                    {**variables, **cache},
-                    ids,
-                    attention_mask=mask,
-                    position_ids=positions,
-                    decode_length=total,
-                    mutable=["cache"],
-                )
-
+            step = decoding.decode_step(model, variables, total)
             return decoding.prefill(step, *decoding.left_padded(ids, ids > 0), chunk)
 
         ids = jax.ShapeDtypeStruct((1, prompt), jnp.int32)

@@ -162,16 +162,7 @@ class DecodeModeTest(parameterized.TestCase):
         want, magnitude = _logits_and_terms(model, variables, ids, mask)
         ids, mask, position_ids = decoding.left_padded(ids, mask)
         total = P + T
-
-        def step(cache, ids, mask, position_ids):  # decode_length fixes the cache's shapes
-            return model.apply(
-                {**variables, **cache},
-                ids,
-                attention_mask=mask,
-                position_ids=position_ids,
-                decode_length=total,
-                mutable=["cache"],
-            )
+        step = decoding.decode_step(model, variables, total)  # total fixes the cache's shapes
 
         # One program, as decoding.generate runs them (two jitted steps compiled ~15% more).
         @jax.jit
@@ -214,16 +205,7 @@ class DecodeModeTest(parameterized.TestCase):
 
         @functools.partial(jax.jit, static_argnums=0)
         def prefill(chunk):
-            def step(cache, ids, mask, position_ids):
-                return model.apply(
-                    {**variables, **cache},
-                    ids,
-                    attention_mask=mask,
-                    position_ids=position_ids,
-                    decode_length=P + T,
-                    mutable=["cache"],
-                )
-
+            step = decoding.decode_step(model, variables, P + T)
             return decoding.prefill(step, *decoding.left_padded(ids, mask), chunk)
 
         # Chunks of 2: a first pass of P mod 2 = 1 token, all padding in rows 1 and 2, then

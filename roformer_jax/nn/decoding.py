@@ -141,19 +141,7 @@ def _compiled(model, max_new_tokens, temperature, top_k, top_p, eos_id, prefill_
     @jax.jit
     def run(variables, input_ids, mask, rng, update):
         ids, mask, positions = left_padded(input_ids, mask)
-        total = ids.shape[1] + max_new_tokens
-
-        def step(cache, ids, mask, positions):
-            return model.apply(
-                {**variables, **cache},
-                ids,
-                attention_mask=mask,
-                position_ids=positions,
-                decode_length=total,
-                update=update,
-                mutable=["cache"],
-            )
-
+        step = decode_step(model, variables, ids.shape[1] + max_new_tokens, update)
         last, cache = prefill(step, ids, mask, positions, prefill_chunk)
         first = sample(last, jax.random.fold_in(rng, 0))  # [B]
         done = jnp.zeros_like(first, bool) if eos_id is None else first == eos_id
@@ -176,9 +164,30 @@ def _compiled(model, max_new_tokens, temperature, top_k, top_p, eos_id, prefill_
     return run
 
 
+def decode_step(model: RoFormer, variables, total: int, update=None):
+    """`step(cache, ids, mask, positions) -> (model output, cache)`: new tokens [B, T] (their
+    attention mask and position ids) through the model in decode mode, after the tokens that
+    `cache` (the "cache" collection; {}: none yet) holds, in a cache of `total` slots, the
+    sequence's final length. update: whose random attention features (model.evaluation_update;
+    None: the first draw)."""
+
+    def step(cache, ids, mask, positions):
+        return model.apply(
+            {**variables, **cache},
+            ids,
+            attention_mask=mask,
+            position_ids=positions,
+            decode_length=total,
+            update=update,
+            mutable=["cache"],
+        )
+
+    return step
+
+
 def prefill(step, ids, mask, positions, chunk: int | None):
-    """The prompt [B, P] (left-padded: ids, mask, positions) through `step(cache, ids, mask,
-    positions) -> (model output, cache)`, `chunk` tokens at a time (None: all at once):
+    """The prompt [B, P] (left-padded: ids, mask, positions) through `step` (`decode_step`'s),
+    `chunk` tokens at a time (None: all at once):
     returns (the logits after its last token [B, V], the cache after it).
 
     The first pass takes P mod C tokens (or C), then a scan takes chunks of C: one shape, one
