@@ -7,9 +7,15 @@
   names a file of the repository, and so does every `roformer_jax/...` path of README.md and
   the manual (docs/results.md is generated from raw files and left out of the paths).
 - Every relative link of README.md and the manual reaches a file, and its #anchor a heading.
+- Every dotted name in inline code of README.md and docs/*.md that starts at roformer_jax, rj
+  or a module of roformer_jax/ (by its file's name, where no other module has it) names a
+  module or something a module holds.
 - README.md stays the front page: under 300 lines.
 """
 
+import functools
+import importlib
+import importlib.util
 import pathlib
 import re
 
@@ -33,6 +39,13 @@ LINK = re.compile(r"(?:\]\(|^\[[^\]\n]+\]:\s+)([^)\s]+)", re.MULTILINE)  # inlin
 REFERENCE = re.compile(r"\]\[([^\]\n]+)\]|\[(§[^\]\n]+)\](?![(:\[])")
 DEFINITION = re.compile(r"^\[([^\]\n]+)\]:", re.MULTILINE)
 CODE = re.compile(r"`[^`\n]*`|^ {4}.*$", re.MULTILINE)  # inline code, indented blocks
+INLINE = re.compile(r"`([^`\n]+)`")
+# A dotted name (rj.generate, roformer_jax.nn.rope.apply_rope, decay.chunk_gates), not inside
+# a path, a flag or a dotted config key (config.model.position).
+DOTTED = re.compile(r"(?<![\w/.=-])([a-zA-Z_]\w*(?:\.[A-Za-z_]\w*)+)(?!\w*/)")
+EXTENSIONS = {"py", "json", "jsonl", "md", "png", "msgpack", "txt", "sh"}
+# Module names that are also a config's sections (`model.dtype`, `finetune.epochs`).
+CONFIG_SECTIONS = {"config", "data", "finetune", "mesh", "model", "optim", "sections", "train"}
 
 
 def _name(page: pathlib.Path) -> str:
@@ -50,6 +63,44 @@ def _python_blocks():
 
 
 BLOCKS = list(_python_blocks())
+
+
+@functools.cache
+def _modules() -> dict[str, str]:
+    """{file name: dotted module} of roformer_jax's modules whose file name is theirs alone,
+    and rj: the package."""
+    found: dict[str, list[str]] = {}
+    for path in (ROOT / "roformer_jax").rglob("*.py"):
+        dotted = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        found.setdefault(path.stem, []).append(dotted)
+    unique = {stem: names[0] for stem, names in found.items() if len(names) == 1}
+    return {**unique, "rj": "roformer_jax", "roformer_jax": "roformer_jax"}
+
+
+def _module_names(page: pathlib.Path) -> list[str]:
+    """Each dotted name in the page's inline code that starts at a module of `_modules`."""
+    return [
+        name
+        for code in INLINE.findall(page.read_text())
+        for name in DOTTED.findall(code)
+        if name.split(".")[0] in _modules()
+        and name.split(".")[0] not in CONFIG_SECTIONS
+        and name.rsplit(".", 1)[1] not in EXTENSIONS
+    ]
+
+
+def _resolves(name: str) -> bool:
+    """Whether `name` (module doc) is a module, or an attribute of one, of this checkout. An
+    attribute's own attributes are not followed: those of a class are often an instance's."""
+    head, *rest = name.split(".")
+    module = importlib.import_module(_modules()[head])
+    while (
+        rest
+        and hasattr(module, "__path__")  # a package: rest[0] may be one of its modules
+        and importlib.util.find_spec(f"{module.__name__}.{rest[0]}") is not None
+    ):
+        module = importlib.import_module(f"{module.__name__}.{rest.pop(0)}")
+    return not rest or hasattr(module, rest[0])
 
 
 def _slug(heading: str) -> str:
@@ -115,6 +166,16 @@ class PathsTest(parameterized.TestCase):
             if not linked.exists() or (anchor and anchor not in _anchors(linked)):
                 broken.append(target)
         self.assertEqual(broken, [], f"{_name(page)} has broken links")
+
+    @parameterized.named_parameters((_name(page), page) for page in PAGES)
+    def test_named_functions_exist(self, page):
+        # A renamed or removed function leaves prose that sends a reader to nothing.
+        missing = [name for name in _module_names(page) if not _resolves(name)]
+        self.assertEqual(missing, [], f"{_name(page)} names what its modules do not hold")
+
+    def test_module_names_are_found(self):
+        # A pattern that found none would pass every page above.
+        self.assertGreater(sum(len(_module_names(page)) for page in PAGES), 50)
 
     def test_commands_are_found(self):
         # The main command and the tests' own run must be seen, or the checks above are vacuous.
