@@ -14,7 +14,6 @@
 """
 
 import functools
-import importlib
 import importlib.util
 import pathlib
 import re
